@@ -1,0 +1,79 @@
+"""Where settings come from (DESIGN.md §5), first match wins:
+
+``--config FILE``, else ``$CROSSFEED_CONFIG``, else ``./crossfeed.yaml``, else
+``.crossfeed/local.yaml`` (written by ``crossfeed local up``). Environment variables
+``CROSSFEED_*`` override the file; explicit arguments override both.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from crossfeed import paths
+from crossfeed.config.errors import ConfigError, from_validation_error
+from crossfeed.config.settings import FILE_DATA, Settings
+
+SECTIONS = set(Settings.model_fields)
+
+
+def config_source(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    """The configuration file to read, following the search order; None if there is none."""
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise ConfigError(f"configuration file {path} does not exist (given by --config)")
+        return path
+    env = os.environ.get("CROSSFEED_CONFIG")
+    if env:
+        path = Path(env)
+        if not path.is_file():
+            raise ConfigError(f"configuration file {path} does not exist (from $CROSSFEED_CONFIG)")
+        return path
+    for candidate in (Path("crossfeed.yaml"), paths.local_config()):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """Parse a YAML configuration file and fold flat ``alias.prop`` keys into ``clusters``."""
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"configuration file {path} is not valid YAML: {err}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"configuration file {path} must hold a mapping of settings")
+    data: dict[str, Any] = {}
+    clusters: dict[str, dict[str, Any]] = {}
+    for key, value in raw.items():
+        key = str(key)
+        if key == "clusters" and isinstance(value, dict):
+            for alias, props in value.items():
+                clusters.setdefault(str(alias), {}).update(props or {})
+        elif key not in SECTIONS and "." in key:
+            alias, prop = key.split(".", 1)
+            clusters.setdefault(alias, {})[prop] = value
+        else:
+            data[key] = value
+    if clusters:
+        data["clusters"] = clusters
+    return data
+
+
+def load_settings(config: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
+    """Settings for this process; raises ConfigError naming field, value and fix."""
+    source = config_source(config)
+    file_data = read_file(source) if source else {}
+    where = str(source) if source else "environment/defaults"
+    token = FILE_DATA.set(file_data)
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as err:
+        raise from_validation_error(err, where) from None
+    finally:
+        FILE_DATA.reset(token)

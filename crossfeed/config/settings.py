@@ -1,0 +1,191 @@
+"""Every setting declared once: name, type, default and doc (pydantic-settings).
+
+Precedence, highest first: explicit arguments (CLI flags), environment variables
+``CROSSFEED_*`` (nested sections with ``__``: ``CROSSFEED_PULLER__MAX_BATCH_RECORDS``),
+the configuration file (see :mod:`crossfeed.config.loader`), the defaults below.
+
+Kafka client properties pass through per cluster alias, MirrorMaker 2 style: in the
+file either nested (``clusters: {dc-a: {bootstrap.servers: ...}}``) or flat
+(``dc-a.bootstrap.servers: ...``).
+"""
+
+from __future__ import annotations
+
+import re
+from contextvars import ContextVar
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+ALIAS_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+HOST_PORT_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
+SECURITY_PROTOCOLS = {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}
+
+
+class ClusterConfig(BaseModel):
+    """One Kafka cluster: librdkafka properties passed through untouched."""
+
+    model_config = ConfigDict(frozen=True)
+
+    properties: dict[str, str]
+
+    @field_validator("properties")
+    @classmethod
+    def _check(cls, props: dict[str, str]) -> dict[str, str]:
+        servers = props.get("bootstrap.servers", "")
+        if not servers:
+            raise ValueError("bootstrap.servers is missing; set it to host:port[,host:port...]")
+        for server in servers.split(","):
+            if not HOST_PORT_RE.match(server.strip()):
+                raise ValueError(
+                    f"bootstrap.servers entry {server!r} is not host:port; "
+                    "write e.g. 127.0.0.1:19092"
+                )
+        protocol = props.get("security.protocol")
+        if protocol is not None and protocol.upper() not in SECURITY_PROTOCOLS:
+            raise ValueError(
+                f"security.protocol {protocol!r} is not one of {sorted(SECURITY_PROTOCOLS)}"
+            )
+        return props
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.properties["bootstrap.servers"]
+
+    def client_config(self, **overrides: object) -> dict[str, object]:
+        """librdkafka configuration for this cluster, with per-client overrides."""
+        return {**self.properties, **overrides}
+
+
+FILE_DATA: ContextVar[dict[str, Any]] = ContextVar("crossfeed_file_data", default={})
+"""Parsed configuration file for the Settings being built (set by the loader)."""
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """The configuration file, below the environment in precedence."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ returns everything at once
+
+    def __call__(self) -> dict[str, Any]:
+        return FILE_DATA.get()
+
+
+Seconds = Annotated[float, Field(gt=0)]
+
+
+class PullerSettings(BaseModel):
+    """Puller: copies source records into ``_crossfeed.<feed>.changes``."""
+
+    max_batch_records: int = Field(10_000, ge=1, description="records per transaction, at most")
+    max_batch_bytes: int = Field(8 << 20, ge=1024, description="bytes per transaction, at most")
+    commit_interval_ms: int = Field(100, ge=1, description="longest a transaction stays open")
+    resolved_interval_ms: int = Field(1000, ge=10, description="how often resolved marks go out")
+    lateness_ms: int = Field(
+        0, ge=0, description="resolved_ts = record timestamp minus this, without producer marks"
+    )
+    topic_refresh_s: Seconds = Field(5.0, description="how often new matching topics are looked for")
+    staging_partitions: int = Field(12, ge=1, description="partitions of a new changes topic")
+
+
+class SinkSettings(BaseModel):
+    """Sink: writes staged records into target topics or a database."""
+
+    max_batch_records: int = Field(10_000, ge=1, description="records per transaction, at most")
+    commit_interval_ms: int = Field(100, ge=1, description="longest a transaction stays open")
+
+
+class CoordinatorSettings(BaseModel):
+    """Coordinator: feeds, assignment, leadership, offset translation, REST API."""
+
+    host: str = Field("127.0.0.1", description="REST API listen address")
+    port: int = Field(8300, ge=1, le=65535, description="REST API port (TiCDC's)")
+    failover_timeout_s: Seconds = Field(
+        10.0, description="an instance silent this long loses its tasks; a leader its lease"
+    )
+    translate_interval_s: Seconds = Field(1.0, description="how often group offsets are translated")
+
+
+class Settings(BaseSettings):
+    """Everything a crossfeed process reads at start."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CROSSFEED_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    clusters: dict[str, ClusterConfig] = Field(
+        default_factory=dict, description="Kafka clusters by alias (dc-a, dc-b, ...)"
+    )
+    postgres: str | None = Field(None, description="PostgreSQL URI of the local stack, if any")
+    server: str = Field(
+        "http://127.0.0.1:8300", description="coordinator REST API the admin commands talk to"
+    )
+    api_token: str | None = Field(None, description="bearer token required on mutating calls")
+    control_cluster: str | None = Field(
+        None, description="alias of the cluster holding _crossfeed.state (default: the first)"
+    )
+    log_format: Literal["text", "json"] = Field("text", description="log line format")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    metrics_port: int = Field(0, ge=0, le=65535, description="/metrics port; 0 picks a free one")
+    puller: PullerSettings = Field(default_factory=PullerSettings)  # type: ignore[arg-type]
+    sink: SinkSettings = Field(default_factory=SinkSettings)  # type: ignore[arg-type]
+    coordinator: CoordinatorSettings = Field(
+        default_factory=CoordinatorSettings  # type: ignore[arg-type]
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _FileSource(settings_cls))
+
+    @field_validator("clusters", mode="before")
+    @classmethod
+    def _wrap_properties(cls, value: object) -> object:
+        # Files and env give {alias: {prop: value}}; the model wants {alias: {properties: ...}}.
+        if not isinstance(value, dict):
+            return value
+        out: dict[str, object] = {}
+        for alias, props in value.items():
+            if not ALIAS_RE.match(str(alias)):
+                raise ValueError(
+                    f"cluster alias {alias!r} must be lowercase letters, digits and '-', "
+                    "starting with a letter (e.g. dc-a)"
+                )
+            if isinstance(props, dict) and "properties" not in props:
+                props = {"properties": {str(k): str(v) for k, v in props.items()}}
+            out[str(alias)] = props
+        return out
+
+    @model_validator(mode="after")
+    def _check_control_cluster(self) -> Settings:
+        if self.control_cluster and self.control_cluster not in self.clusters:
+            raise ValueError(
+                f"control_cluster {self.control_cluster!r} is not a configured cluster "
+                f"alias; known: {sorted(self.clusters) or 'none'}"
+            )
+        return self
+
+    def cluster(self, alias: str) -> ClusterConfig:
+        """The cluster named ``alias``, or a ConfigError that lists the known ones."""
+        from crossfeed.config.errors import ConfigError
+
+        try:
+            return self.clusters[alias]
+        except KeyError:
+            known = ", ".join(sorted(self.clusters)) or "none"
+            raise ConfigError(
+                f"unknown cluster alias {alias!r} (known: {known}); add "
+                f"'{alias}.bootstrap.servers: host:port' to the configuration file "
+                "or run 'crossfeed local up'"
+            ) from None

@@ -1,0 +1,1 @@
+"""Thin wrappers over confluent-kafka: typed constructors with crossfeed's defaults."""

@@ -1,0 +1,55 @@
+"""Client constructors with crossfeed's defaults; cluster properties pass through.
+
+librdkafka logs through Python logging (logger ``crossfeed.kafka.<client>``), so
+connection errors of a cluster that is down show up in the service log once,
+in its format, instead of being printed to stderr by the C library.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+
+QUIET = logging.getLogger("crossfeed.kafka.quiet")
+QUIET.setLevel(logging.CRITICAL)
+QUIET.propagate = False
+
+
+def _merge(cluster: Mapping[str, Any], overrides: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    conf: dict[str, Any] = {**cluster, **overrides}
+    conf.setdefault("logger", logging.getLogger(f"crossfeed.kafka.{kind}"))
+    return conf
+
+
+def admin(cluster: Mapping[str, Any], **overrides: Any) -> AdminClient:
+    return AdminClient(_merge(cluster, overrides, "admin"))
+
+
+def producer(cluster: Mapping[str, Any], **overrides: Any) -> Producer:
+    """An idempotent producer; add ``transactional.id`` for transactions."""
+    defaults = {"enable.idempotence": True, "linger.ms": 5, "compression.type": "lz4"}
+    return Producer(_merge(cluster, {**defaults, **overrides}, "producer"))
+
+
+def consumer(cluster: Mapping[str, Any], **overrides: Any) -> Consumer:
+    """A read_committed consumer that never auto-commits (crossfeed commits itself)."""
+    defaults = {
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    }
+    return Consumer(_merge(cluster, {**defaults, **overrides}, "consumer"))
+
+
+def cluster_id(cluster: Mapping[str, Any], timeout_s: float = 5.0) -> str | None:
+    """The cluster.id a metadata request returns, or None if nothing answers in time."""
+    client = admin(cluster, logger=QUIET, **{"socket.connection.setup.timeout.ms": 1000})
+    try:
+        meta = client.list_topics(timeout=timeout_s)
+    except Exception:  # KafkaException: no broker answered within the timeout
+        return None
+    return meta.cluster_id  # type: ignore[no-any-return]

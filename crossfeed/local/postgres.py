@@ -1,0 +1,158 @@
+"""The project's own PostgreSQL instance (initdb + pg_ctl from Debian's packages)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+from pathlib import Path
+
+from crossfeed import paths
+
+PORT = 25432
+USER = "crossfeed"
+DATABASE = "crossfeed"
+URI = f"postgresql://{USER}@127.0.0.1:{PORT}/{DATABASE}"
+
+
+def _bin(name: str) -> str:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    if not candidates:
+        raise FileNotFoundError(
+            f"{name} not found: install Debian's postgresql package ('make setup' does)"
+        )
+    return candidates[-1]
+
+
+def _run_as() -> list[str]:
+    # PostgreSQL refuses to run as root; run its tools as the 'postgres' system user then.
+    if os.geteuid() != 0:
+        return []
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        raise RuntimeError(
+            "running as root and there is no 'postgres' user to run PostgreSQL as; "
+            "install Debian's postgresql package"
+        ) from None
+    return ["runuser", "-u", "postgres", "--"]
+
+
+class Postgres:
+    """Data under ``.crossfeed/postgres``, listening on 127.0.0.1:25432 only."""
+
+    @property
+    def dir(self) -> Path:
+        return paths.home() / "postgres"
+
+    @property
+    def data(self) -> Path:
+        return self.dir / "data"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / "postgres.log"
+
+    def _own(self) -> None:
+        if os.geteuid() == 0:
+            shutil.chown(self.dir, "postgres")
+            for root, dirs, files in os.walk(self.dir):
+                for name in dirs + files:
+                    shutil.chown(os.path.join(root, name), "postgres")
+
+    def prepare(self) -> None:
+        if (self.data / "PG_VERSION").exists():
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._own()
+        subprocess.run(
+            [
+                *_run_as(),
+                _bin("initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                USER,
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--no-sync",
+            ],
+            check=True,
+            capture_output=True,
+        )
+
+    def running(self) -> bool:
+        if not (self.data / "postmaster.pid").exists():
+            return False
+        result = subprocess.run(
+            [*_run_as(), _bin("pg_ctl"), "status", "-D", str(self.data)],
+            capture_output=True,
+            check=False,
+        )
+        return result.returncode == 0
+
+    def start(self) -> None:
+        if self.running():
+            return
+        self.prepare()
+        self.log_file.touch()
+        self._own()
+        options = (
+            f"-p {PORT} -c listen_addresses=127.0.0.1 -k {self.dir} "
+            "-c fsync=off -c max_connections=100"
+        )
+        subprocess.run(
+            [
+                *_run_as(),
+                _bin("pg_ctl"),
+                "start",
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.log_file),
+                "-o",
+                options,
+                "-W",  # do not wait here; the stack waits with a real query
+            ],
+            check=True,
+            capture_output=True,
+        )
+
+    def ensure_database(self) -> None:
+        import psycopg
+
+        with psycopg.connect(
+            f"postgresql://{USER}@127.0.0.1:{PORT}/postgres", autocommit=True
+        ) as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)
+            ).fetchone()
+            if not exists:
+                conn.execute(f'CREATE DATABASE "{DATABASE}"')
+
+    def answers(self) -> bool:
+        import psycopg
+
+        try:
+            with psycopg.connect(
+                f"postgresql://{USER}@127.0.0.1:{PORT}/postgres", connect_timeout=2
+            ) as conn:
+                conn.execute("SELECT 1")
+            return True
+        except psycopg.Error:
+            return False
+
+    def stop(self) -> bool:
+        if not self.running():
+            return False
+        subprocess.run(
+            [*_run_as(), _bin("pg_ctl"), "stop", "-D", str(self.data), "-m", "fast", "-w"],
+            check=False,
+            capture_output=True,
+        )
+        return True

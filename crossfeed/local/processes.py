@@ -1,0 +1,92 @@
+"""Starting, finding and stopping the stack's background processes by pid file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import psutil
+
+
+def running_pid(pid_file: Path, marker: str) -> int | None:
+    """The pid in ``pid_file`` if that process is alive and its command line has ``marker``.
+
+    The marker (a path unique to this process) guards against a recycled pid.
+    """
+    try:
+        pid = int(pid_file.read_text().strip())
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        cmdline = proc.cmdline()
+        # An empty command line is a process between fork and exec (the java launcher
+        # re-executes itself): alive, and ours if the pid file names it.
+        if not cmdline or any(marker in part for part in cmdline):
+            return pid
+    except (OSError, ValueError, psutil.Error):
+        pass
+    return None
+
+
+def spawn(cmd: Sequence[str], log_file: Path, pid_file: Path, env: dict[str, str]) -> int:
+    """Start ``cmd`` detached (own session, so Ctrl-C in the shell does not reach it)."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as log:
+        proc = subprocess.Popen(
+            list(cmd),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    pid_file.write_text(str(proc.pid))
+    return proc.pid
+
+
+def terminate(pid: int, *, grace_s: float = 20.0, hard: bool = False) -> None:
+    """SIGTERM (or SIGKILL when ``hard``), wait, then SIGKILL; returns when it is gone."""
+    try:
+        proc = psutil.Process(pid)
+        children = proc.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
+    for p in [proc, *children]:
+        try:
+            p.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs([proc, *children], timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    # Reap it if it was our own child (tests start the stack in-process).
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float, interval_s: float = 0.5) -> bool:
+    """Poll ``check()`` until it is true or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(interval_s)
+    return bool(check())
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    """Last lines of a log file, for error messages."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log yet)"

@@ -1,0 +1,159 @@
+"""``crossfeed local up|down|status|stop|start``: the two data centers on one machine.
+
+dc-a on 127.0.0.1:19092, dc-b on 127.0.0.1:29092 (each its own cluster id), and
+PostgreSQL on 127.0.0.1:25432. ``up`` is idempotent and waits until every part
+answers a real request; ``down`` leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import yaml
+
+from crossfeed import paths
+from crossfeed.kafka import clients
+from crossfeed.local import processes
+from crossfeed.local.kafka import KafkaNode
+from crossfeed.local.postgres import URI as POSTGRES_URI
+from crossfeed.local.postgres import Postgres
+
+CLUSTERS = (KafkaNode("dc-a", 19092, 19093), KafkaNode("dc-b", 29092, 29093))
+READY_TIMEOUT_S = 60.0
+
+
+class StackError(RuntimeError):
+    """A part of the stack did not come up; the message names its log file."""
+
+
+def node(alias: str) -> KafkaNode:
+    for candidate in CLUSTERS:
+        if candidate.alias == alias:
+            return candidate
+    known = ", ".join(c.alias for c in CLUSTERS)
+    raise StackError(f"unknown local cluster {alias!r}; the local stack has {known}")
+
+
+def kafka_cluster_id(bootstrap: str, timeout_s: float = 2.0) -> str | None:
+    """The cluster.id a metadata request returns, or None if nothing answers."""
+    return clients.cluster_id({"bootstrap.servers": bootstrap}, timeout_s)
+
+
+def _wait_kafka(kafka: KafkaNode, deadline: float) -> str:
+    while time.monotonic() < deadline:
+        if kafka.pid() is None:
+            raise StackError(
+                f"{kafka.alias} exited during start-up; see {kafka.log_file}:\n"
+                f"{processes.tail(kafka.log_file)}"
+            )
+        cluster_id = kafka_cluster_id(kafka.bootstrap)
+        if cluster_id:
+            return cluster_id
+        time.sleep(0.5)
+    raise StackError(
+        f"{kafka.alias} did not answer on {kafka.bootstrap} within {READY_TIMEOUT_S:.0f}s; "
+        f"see {kafka.log_file}:\n{processes.tail(kafka.log_file)}"
+    )
+
+
+def write_local_config() -> None:
+    """``.crossfeed/local.yaml``: the aliases every later command uses with no flags."""
+    config = {
+        "clusters": {c.alias: {"bootstrap.servers": c.bootstrap} for c in CLUSTERS},
+        "postgres": POSTGRES_URI,
+        "control_cluster": "dc-b",
+    }
+    paths.local_config().parent.mkdir(parents=True, exist_ok=True)
+    paths.local_config().write_text(
+        "# Written by 'crossfeed local up'; the local stack's cluster aliases.\n"
+        + yaml.safe_dump(config, sort_keys=False)
+    )
+
+
+def up(*, postgres: bool = True) -> dict[str, str]:
+    """Start what is not running, wait for all; returns alias -> cluster.id."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    for kafka in CLUSTERS:
+        kafka.start()
+    pg = Postgres()
+    if postgres:
+        pg.start()
+    ids = {kafka.alias: _wait_kafka(kafka, deadline) for kafka in CLUSTERS}
+    if postgres:
+        if not processes.wait_until(pg.answers, max(1.0, deadline - time.monotonic())):
+            raise StackError(
+                f"PostgreSQL did not answer SELECT 1 on 127.0.0.1:25432 within "
+                f"{READY_TIMEOUT_S:.0f}s; see {pg.log_file}:\n{processes.tail(pg.log_file)}"
+            )
+        pg.ensure_database()
+    write_local_config()
+    return ids
+
+
+def start(alias: str) -> str:
+    """Restart one stopped cluster (regaining a data center); returns its cluster.id."""
+    kafka = node(alias)
+    kafka.start()
+    return _wait_kafka(kafka, time.monotonic() + READY_TIMEOUT_S)
+
+
+def stop(alias: str, *, hard: bool = False) -> bool:
+    """Stop one cluster without touching the other (losing a data center)."""
+    return node(alias).stop(hard=hard)
+
+
+def down() -> list[str]:
+    """Stop everything; returns what was stopped."""
+    stopped = [k.alias for k in CLUSTERS if k.stop()]
+    if Postgres().stop():
+        stopped.append("postgres")
+    return stopped
+
+
+@dataclass(frozen=True)
+class PartStatus:
+    name: str
+    address: str
+    pid: int | None
+    answering: bool
+    detail: str
+    log: str
+
+
+def status() -> list[PartStatus]:
+    """What runs where, from pid files and a real request to each part."""
+    parts = []
+    for kafka in CLUSTERS:
+        pid = kafka.pid()
+        cluster_id = kafka_cluster_id(kafka.bootstrap, 1.0) if pid else None
+        parts.append(
+            PartStatus(
+                kafka.alias,
+                kafka.bootstrap,
+                pid,
+                cluster_id is not None,
+                f"cluster.id {cluster_id}" if cluster_id else "",
+                str(kafka.log_file),
+            )
+        )
+    pg = Postgres()
+    running = pg.running()
+    parts.append(
+        PartStatus(
+            "postgres",
+            "127.0.0.1:25432",
+            _pg_pid(pg) if running else None,
+            running and pg.answers(),
+            POSTGRES_URI if running else "",
+            str(pg.log_file),
+        )
+    )
+    return parts
+
+
+def _pg_pid(pg: Postgres) -> int | None:
+    try:
+        return int((pg.data / "postmaster.pid").read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return None

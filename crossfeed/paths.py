@@ -1,0 +1,35 @@
+"""Where crossfeed keeps local state: ``.crossfeed/`` in the checkout.
+
+The local stack's data, logs and pid files, the resolved JVM classpaths and the
+generated ``local.yaml`` all live there, so ``git clean`` or ``make down`` is all
+it takes to start over.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def project_root() -> Path:
+    """The checkout this package runs from (editable install), else the working directory."""
+    here = Path(__file__).resolve().parents[1]
+    if (here / "pyproject.toml").exists():
+        return here
+    return Path.cwd()
+
+
+def home() -> Path:
+    """``$CROSSFEED_HOME`` if set, else ``<checkout>/.crossfeed``."""
+    env = os.environ.get("CROSSFEED_HOME")
+    return Path(env) if env else project_root() / ".crossfeed"
+
+
+def local_config() -> Path:
+    """The configuration file ``crossfeed local up`` writes."""
+    return home() / "local.yaml"
+
+
+def classpath_file(name: str) -> Path:
+    """Resolved JVM classpath written by ``make setup`` (``kafka`` or ``spark``)."""
+    return home() / "lib" / f"{name}.classpath"

@@ -1,0 +1,29 @@
+"""Header names of the wire contract (DESIGN.md §3). Values are UTF-8 bytes."""
+
+from typing import Final
+
+PREFIX: Final = "crossfeed-"
+
+ORIGIN_CLUSTER: Final = "crossfeed-origin-cluster"
+"""cluster.id of the cluster the record was first produced to (set once, first hop)."""
+ORIGIN_TOPIC: Final = "crossfeed-origin-topic"
+"""Topic the record was first produced to (set once, first hop)."""
+HOPS: Final = "crossfeed-hops"
+"""Comma-separated cluster.ids the record has been in, oldest first (appended each hop)."""
+SRC: Final = "crossfeed-src"
+"""``<cluster.id>/<topic>/<partition>/<offset>`` of the copy the puller read."""
+COMMIT_TS: Final = "crossfeed-commit-ts"
+"""Commit timestamp in microseconds, decimal; set by the producer, kept on every hop."""
+TXN: Final = "crossfeed-txn"
+"""``<txn id>/<seq>/<count>``, seq from 1 to count; set by the producer for ordered feeds."""
+TYPE: Final = "crossfeed-type"
+"""Absent for data; ``resolved`` for watermarks; ``begin``/``commit`` in ``sorted``."""
+
+TYPE_RESOLVED: Final = "resolved"
+TYPE_BEGIN: Final = "begin"
+TYPE_COMMIT: Final = "commit"
+
+
+def is_crossfeed_header(name: str) -> bool:
+    """True for headers crossfeed owns; consumers listing user headers skip these."""
+    return name.startswith(PREFIX)

@@ -1,0 +1,1 @@
+"""crossfeed services: one package per service, each run by `crossfeed <service> run`."""

@@ -1,0 +1,1 @@
+"""crossfeed puller service."""

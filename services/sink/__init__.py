@@ -1,0 +1,1 @@
+"""crossfeed sink service."""

@@ -1,0 +1,1 @@
+"""crossfeed sorter service."""
