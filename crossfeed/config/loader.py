@@ -34,7 +34,7 @@ def config_source(explicit: str | os.PathLike[str] | None = None) -> Path | None
         if not path.is_file():
             raise ConfigError(f"configuration file {path} does not exist (from $CROSSFEED_CONFIG)")
         return path
-    for candidate in (Path("crossfeed.yaml"), paths.local_config()):
+    for candidate in (Path("crossfeed.yaml").resolve(), paths.local_config()):
         if candidate.is_file():
             return candidate
     return None

@@ -62,7 +62,7 @@ class ClusterConfig(BaseModel):
         return {**self.properties, **overrides}
 
 
-FILE_DATA: ContextVar[dict[str, Any]] = ContextVar("crossfeed_file_data", default={})
+FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("crossfeed_file_data", default=None)
 """Parsed configuration file for the Settings being built (set by the loader)."""
 
 
@@ -73,7 +73,7 @@ class _FileSource(PydanticBaseSettingsSource):
         return None, field_name, False  # unused: __call__ returns everything at once
 
     def __call__(self) -> dict[str, Any]:
-        return FILE_DATA.get()
+        return FILE_DATA.get() or {}
 
 
 Seconds = Annotated[float, Field(gt=0)]
@@ -89,7 +89,9 @@ class PullerSettings(BaseModel):
     lateness_ms: int = Field(
         0, ge=0, description="resolved_ts = record timestamp minus this, without producer marks"
     )
-    topic_refresh_s: Seconds = Field(5.0, description="how often new matching topics are looked for")
+    topic_refresh_s: Seconds = Field(
+        5.0, description="how often new matching topics are looked for"
+    )
     staging_partitions: int = Field(12, ge=1, description="partitions of a new changes topic")
 
 

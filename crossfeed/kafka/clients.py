@@ -52,4 +52,4 @@ def cluster_id(cluster: Mapping[str, Any], timeout_s: float = 5.0) -> str | None
         meta = client.list_topics(timeout=timeout_s)
     except Exception:  # KafkaException: no broker answered within the timeout
         return None
-    return meta.cluster_id  # type: ignore[no-any-return]
+    return str(meta.cluster_id) if meta.cluster_id else None

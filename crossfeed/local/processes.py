@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -56,22 +57,16 @@ def terminate(pid: int, *, grace_s: float = 20.0, hard: bool = False) -> None:
     except psutil.NoSuchProcess:
         return
     for p in [proc, *children]:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             p.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
-        except psutil.NoSuchProcess:
-            pass
     _, alive = psutil.wait_procs([proc, *children], timeout=grace_s)
     for p in alive:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(alive, timeout=5)
     # Reap it if it was our own child (tests start the stack in-process).
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def wait_until(check: Callable[[], bool], timeout_s: float, interval_s: float = 0.5) -> bool:

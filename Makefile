@@ -1,0 +1,55 @@
+# crossfeed — every target installs what it needs first (idempotent, cached).
+# `make help` lists them.
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | \
+	  awk 'BEGIN {FS = ":.*## "}; {printf "  make %-8s %s\n", $$1, $$2}'
+
+.PHONY: setup
+setup: ## install PostgreSQL binaries, .venv (pinned) and the Kafka/Spark jars
+	@bash deploy/local/setup.sh
+
+.PHONY: up
+up: setup ## start the local stack: dc-a :19092, dc-b :29092, PostgreSQL :25432
+	@$(BIN)/crossfeed local up
+
+.PHONY: down
+down: ## stop the local stack (leaves no process behind)
+	@if [ -x $(BIN)/crossfeed ]; then $(BIN)/crossfeed local down; fi
+
+.PHONY: status
+status: setup ## what runs where
+	@$(BIN)/crossfeed local status
+
+.PHONY: demo
+demo: setup ## the main job: replicate dc-a -> dc-b, lose dc-a, fail consumers over
+	@$(BIN)/crossfeed demo
+
+.PHONY: lint
+lint: setup ## ruff and mypy (strict for the crossfeed package)
+	@$(BIN)/ruff check .
+	@$(BIN)/ruff format --check .
+	@$(BIN)/mypy crossfeed services
+
+.PHONY: test
+test: setup lint ## lint, then unit and integration tests against real brokers
+	@$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+.PHONY: unit
+unit: setup ## unit tests only (no brokers)
+	@$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
+
+.PHONY: bench
+bench: setup ## benchmarks vs MirrorMaker 2 and the broker's ceiling (long)
+	@$(BIN)/crossfeed bench
+
+.PHONY: clean
+clean: down ## stop the stack and delete its data (.crossfeed/, keeps the jar cache)
+	@rm -rf .crossfeed/dc-a .crossfeed/dc-b .crossfeed/postgres .crossfeed/local.yaml

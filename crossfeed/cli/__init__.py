@@ -1,0 +1,1 @@
+"""The ``crossfeed`` command: admin commands over REST, one ``run`` per service."""

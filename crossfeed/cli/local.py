@@ -1,0 +1,76 @@
+"""``crossfeed local up|down|status|stop|start``: the local two-data-center stack."""
+
+from __future__ import annotations
+
+import typer
+
+from crossfeed.cli.common import clean_errors, fail, out_console
+from crossfeed.local import stack
+from crossfeed.local.kafka import SetupMissing
+
+app = typer.Typer(help="Run two local Kafka clusters (dc-a, dc-b) and PostgreSQL on loopback.")
+
+
+@app.command()
+@clean_errors
+def up(
+    no_postgres: bool = typer.Option(False, "--no-postgres", help="Kafka clusters only"),
+) -> None:
+    """Start dc-a (127.0.0.1:19092), dc-b (127.0.0.1:29092) and PostgreSQL (127.0.0.1:25432)."""
+    try:
+        ids = stack.up(postgres=not no_postgres)
+    except (stack.StackError, SetupMissing) as err:
+        fail(str(err))
+    for alias, cluster_id in ids.items():
+        out_console.print(f"{alias} up, cluster.id {cluster_id}", highlight=False)
+    if not no_postgres:
+        out_console.print("postgres up on 127.0.0.1:25432", highlight=False)
+    out_console.print("wrote .crossfeed/local.yaml", highlight=False)
+
+
+@app.command()
+@clean_errors
+def down() -> None:
+    """Stop every part of the local stack (data stays under .crossfeed/)."""
+    stopped = stack.down()
+    out_console.print("stopped " + (", ".join(stopped) if stopped else "nothing (not running)"))
+
+
+@app.command()
+@clean_errors
+def status() -> None:
+    """Say what runs where."""
+    for part in stack.status():
+        state = "answering" if part.answering else ("not answering" if part.pid else "stopped")
+        pid = f"pid {part.pid}" if part.pid else "-"
+        out_console.print(
+            f"{part.name:<9} {part.address:<16} {pid:<10} {state:<13} {part.detail}"
+            f"  (log {part.log})",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+@app.command()
+@clean_errors
+def stop(
+    cluster: str = typer.Argument(..., help="dc-a or dc-b"),
+    kill: bool = typer.Option(False, "--kill", help="kill -9 instead of a clean shutdown"),
+) -> None:
+    """Stop one cluster without touching the other (losing a data center)."""
+    try:
+        was_running = stack.stop(cluster, hard=kill)
+    except stack.StackError as err:
+        fail(str(err))
+    out_console.print(f"{cluster} {'stopped' if was_running else 'was not running'}")
+
+
+@app.command()
+@clean_errors
+def start(cluster: str = typer.Argument(..., help="dc-a or dc-b")) -> None:
+    """Start one stopped cluster again (regaining a data center)."""
+    try:
+        cluster_id = stack.start(cluster)
+    except (stack.StackError, SetupMissing) as err:
+        fail(str(err))
+    out_console.print(f"{cluster} up, cluster.id {cluster_id}", highlight=False)

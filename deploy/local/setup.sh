@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Installs everything crossfeed needs on this machine, idempotently and from caches:
+#   1. PostgreSQL server binaries (Debian's postgresql) if initdb is absent;
+#   2. the Python virtualenv .venv with the pinned dependencies (constraints.txt);
+#   3. the JVM classpaths from Maven Central: Kafka broker/tools/MirrorMaker 2, and
+#      Spark's Kafka connector (deploy/maven/*/pom.xml).
+# A step whose inputs did not change since its last success is skipped (stamp files
+# in .crossfeed/lib and .venv), so a warm run takes about a second and works offline.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+LIB="$ROOT/.crossfeed/lib"
+mkdir -p "$LIB"
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+stamp_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+# 1. PostgreSQL: only the binaries; crossfeed runs its own instance (crossfeed local up).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null; then
+  say "installing PostgreSQL server binaries (Debian postgresql)"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  # Do not create or start the distribution's own cluster on port 5432.
+  $SUDO mkdir -p /etc/postgresql-common
+  [ -f /etc/postgresql-common/createcluster.conf ] ||
+    echo "create_main_cluster = false" | $SUDO tee /etc/postgresql-common/createcluster.conf >/dev/null
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+fi
+
+# 2. Python virtualenv with pinned dependencies.
+py_stamp=$(stamp_of pyproject.toml constraints.txt)
+if [ ! -f .venv/.stamp ] || [ "$(cat .venv/.stamp)" != "$py_stamp" ]; then
+  say "installing Python dependencies into .venv (pinned by constraints.txt)"
+  [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
+  .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]"
+  echo "$py_stamp" > .venv/.stamp
+fi
+
+# 3. JVM classpaths. Maven caches in ~/.m2, so this works offline once fetched.
+MVN="mvn -q -B"
+kafka_stamp=$(stamp_of deploy/maven/kafka/pom.xml)
+if [ ! -f "$LIB/kafka.stamp" ] || [ "$(cat "$LIB/kafka.stamp")" != "$kafka_stamp" ] || [ ! -s "$LIB/kafka.classpath" ]; then
+  say "resolving Kafka broker, tools and MirrorMaker 2 jars (Maven Central)"
+  $MVN -f deploy/maven/kafka/pom.xml dependency:build-classpath \
+    -Dmdep.outputFile="$LIB/kafka.classpath" >"$LIB/kafka.mvn.log" 2>&1 ||
+    { cat "$LIB/kafka.mvn.log"; echo "setup: could not resolve the Kafka jars" >&2; exit 1; }
+  echo "$kafka_stamp" > "$LIB/kafka.stamp"
+fi
+
+spark_stamp=$(stamp_of deploy/maven/spark/pom.xml)
+if [ ! -f "$LIB/spark.stamp" ] || [ "$(cat "$LIB/spark.stamp")" != "$spark_stamp" ]; then
+  say "resolving Spark's Kafka connector jars (Maven Central)"
+  rm -rf "$LIB/spark" "$LIB/spark.classpath"
+  if $MVN -f deploy/maven/spark/pom.xml dependency:copy-dependencies \
+      -DoutputDirectory="$LIB/spark" >"$LIB/spark.mvn.log" 2>&1; then
+    ls "$LIB"/spark/*.jar | paste -sd, - > "$LIB/spark.classpath"
+  else
+    # Not fatal: only the sorter (ordered feeds) needs it; its tests skip with this reason.
+    version=$(sed -n 's:.*<spark.version>\(.*\)</spark.version>.*:\1:p' deploy/maven/spark/pom.xml)
+    echo "spark-sql-kafka-0-10_2.13:$version could not be resolved from Maven Central (see $LIB/spark.mvn.log)" > "$LIB/spark.missing"
+    say "WARNING: $(cat "$LIB/spark.missing"); the sorter is unavailable"
+  fi
+  echo "$spark_stamp" > "$LIB/spark.stamp"
+fi
+say "ready"

@@ -1,0 +1,99 @@
+"""The foundation against real brokers: two independent clusters and PostgreSQL."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from crossfeed.kafka import clients
+from tests.support.kafka_io import read_all
+
+pytestmark = pytest.mark.integration
+
+
+def test_clusters_are_independent(clusters):
+    assert clusters.a.cluster_id
+    assert clusters.b.cluster_id
+    assert clusters.a.cluster_id != clusters.b.cluster_id
+    assert clients.cluster_id(clusters.a.config) == clusters.a.cluster_id
+    assert clients.cluster_id(clusters.b.config) == clusters.b.cluster_id
+
+
+def test_produce_10000_and_read_back(clusters, topic_factory, producer_factory):
+    topic = topic_factory(clusters.a, partitions=3)
+    producer = producer_factory(clusters.a)
+    sent = {}
+    for i in range(10_000):
+        key = f"k{i % 97}".encode()
+        producer.produce(topic, key=key, value=f"v{i}".encode(), headers=[("n", str(i).encode())])
+        sent[i] = key
+        if i % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(30) == 0
+
+    records = read_all(clusters.a.config, topic, expect=10_000)
+    got = [m for msgs in records.values() for m in msgs]
+    assert len(got) == 10_000
+    # Per partition: offsets are dense and values appear in produce order.
+    for msgs in records.values():
+        offsets = [m.offset() for m in msgs]
+        assert offsets == list(range(len(msgs)))
+        order = [int(m.value()[1:]) for m in msgs]
+        assert order == sorted(order)
+    values = sorted(int(m.value()[1:]) for m in got)
+    assert values == list(range(10_000))
+    for m in got:
+        i = int(m.value()[1:])
+        assert m.key() == sent[i]
+        assert m.headers() == [("n", str(i).encode())]
+    # Nothing leaked to the other data center.
+    assert topic not in clients.admin(clusters.b.config).list_topics(timeout=10).topics
+
+
+def test_postgres_answers(postgres):
+    assert postgres.execute("SELECT 1").fetchone() == (1,)
+    postgres.execute("CREATE TABLE t (id int primary key)")
+    postgres.execute("INSERT INTO t VALUES (1)")
+    assert postgres.execute("SELECT count(*) FROM t").fetchone() == (1,)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "crossfeed.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_status_and_losing_one_data_center(clusters):
+    if clusters.backend != "local":
+        pytest.skip("needs the local stack")
+    status = _cli("local", "status")
+    assert status.returncode == 0, status.stderr
+    assert clusters.a.cluster_id in status.stdout
+    assert clusters.b.cluster_id in status.stdout
+
+    stopped = _cli("local", "stop", "dc-a", "--kill")
+    assert stopped.returncode == 0, stopped.stderr
+    try:
+        assert clients.cluster_id(clusters.a.config, 2.0) is None
+        assert clients.cluster_id(clusters.b.config) == clusters.b.cluster_id
+        after = _cli("local", "status")
+        assert "stopped" in after.stdout.splitlines()[0]
+    finally:
+        started = _cli("local", "start", "dc-a")
+    assert started.returncode == 0, started.stderr
+    # Same data center back: same cluster id, data kept.
+    assert clients.cluster_id(clusters.a.config) == clusters.a.cluster_id
+
+
+def test_up_twice_is_harmless(clusters):
+    if clusters.backend != "local":
+        pytest.skip("needs the local stack")
+    again = _cli("local", "up")
+    assert again.returncode == 0, again.stderr
+    assert clusters.a.cluster_id in again.stdout

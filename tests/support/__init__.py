@@ -1,0 +1,1 @@
+"""Test infrastructure: the two real clusters, and helpers to drive them."""

@@ -1,0 +1,132 @@
+"""Two real Kafka clusters (and PostgreSQL) for a test session, behind one interface.
+
+Backends, chosen by ``CROSSFEED_TEST_BACKEND`` (``auto`` by default):
+- ``local``: the local stack (KRaft JVMs from Maven jars). A stack already answering
+  on 19092/29092 is reused and left running; otherwise one is started for the session
+  and stopped afterwards.
+- ``docker``: testcontainers, where a Docker engine answers (``auto`` picks it only
+  when no local stack can be had and an engine answers).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from crossfeed.config import Settings
+from crossfeed.kafka import clients
+from crossfeed.local import stack
+from crossfeed.local.postgres import URI as LOCAL_POSTGRES_URI
+
+
+@dataclass
+class Cluster:
+    """One cluster as tests see it."""
+
+    alias: str
+    bootstrap: str
+    cluster_id: str
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap}
+
+
+@dataclass
+class Clusters:
+    a: Cluster
+    b: Cluster
+    postgres_uri: str | None
+    backend: str
+    _controls: dict[str, Any] = field(default_factory=dict)
+
+    def by_alias(self, alias: str) -> Cluster:
+        return {self.a.alias: self.a, self.b.alias: self.b}[alias]
+
+    def settings(self, **overrides: Any) -> Settings:
+        """Settings naming both clusters, as a service under test would load them."""
+        data: dict[str, Any] = {
+            "clusters": {c.alias: c.config for c in (self.a, self.b)},
+            "control_cluster": self.b.alias,
+            **overrides,
+        }
+        if self.postgres_uri:
+            data.setdefault("postgres", self.postgres_uri)
+        return Settings(**data)
+
+    def stop(self, alias: str, *, hard: bool = True) -> None:
+        """Lose a data center (local backend only)."""
+        if self.backend != "local":
+            raise RuntimeError("stopping one cluster needs the local backend")
+        stack.stop(alias, hard=hard)
+
+    def start(self, alias: str) -> None:
+        if self.backend != "local":
+            raise RuntimeError("restarting one cluster needs the local backend")
+        stack.start(alias)
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env(timeout=2).ping()
+        return True
+    except Exception:
+        return False
+
+
+@contextmanager
+def _local() -> Iterator[Clusters]:
+    ids = {c.alias: stack.kafka_cluster_id(c.bootstrap, 2.0) for c in stack.CLUSTERS}
+    reuse = all(ids.values()) and stack.Postgres().answers()
+    if not reuse:
+        ids = stack.up()
+    a, b = (Cluster(c.alias, c.bootstrap, ids[c.alias] or "") for c in stack.CLUSTERS)
+    try:
+        yield Clusters(a, b, LOCAL_POSTGRES_URI, "local")
+    finally:
+        if not reuse:
+            stack.down()
+
+
+@contextmanager
+def _docker() -> Iterator[Clusters]:
+    from testcontainers.kafka import KafkaContainer  # type: ignore[import-untyped]
+    from testcontainers.postgres import PostgresContainer  # type: ignore[import-untyped]
+
+    with (
+        KafkaContainer().with_kraft() as ka,
+        KafkaContainer().with_kraft() as kb,
+        PostgresContainer("postgres:15") as pg,
+    ):
+        handles = []
+        for alias, container in (("dc-a", ka), ("dc-b", kb)):
+            bootstrap = container.get_bootstrap_server()
+            handles.append(
+                Cluster(
+                    alias, bootstrap, clients.cluster_id({"bootstrap.servers": bootstrap}) or ""
+                )
+            )
+        uri = pg.get_connection_url().replace("postgresql+psycopg2", "postgresql")
+        yield Clusters(handles[0], handles[1], uri, "docker")
+
+
+@contextmanager
+def two_clusters() -> Iterator[Clusters]:
+    backend = os.environ.get("CROSSFEED_TEST_BACKEND", "auto")
+    if backend == "docker" or (backend == "auto" and _local_impossible() and _docker_answers()):
+        with _docker() as clusters:
+            yield clusters
+    else:
+        with _local() as clusters:
+            yield clusters
+
+
+def _local_impossible() -> bool:
+    from crossfeed import paths
+
+    return not paths.classpath_file("kafka").is_file()

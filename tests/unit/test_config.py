@@ -1,0 +1,120 @@
+"""Configuration: search order, precedence, pass-through properties, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from crossfeed.config import ConfigError, config_source, load_settings
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CROSSFEED_HOME", str(tmp_path / "home"))
+    for var in ("CROSSFEED_CONFIG", "CROSSFEED_SERVER", "CROSSFEED_PULLER__MAX_BATCH_RECORDS"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_defaults_without_any_file(isolated):
+    assert config_source() is None
+    settings = load_settings()
+    assert settings.clusters == {}
+    assert settings.server == "http://127.0.0.1:8300"
+    assert settings.coordinator.failover_timeout_s == 10.0
+
+
+def test_search_order(isolated, monkeypatch):
+    local = write(isolated / "home" / "local.yaml", "server: http://local:1\n")
+    assert config_source() == local
+    cwd = write(isolated / "crossfeed.yaml", "server: http://cwd:1\n")
+    assert config_source() == cwd
+    env = write(isolated / "env.yaml", "server: http://env:1\n")
+    monkeypatch.setenv("CROSSFEED_CONFIG", str(env))
+    assert config_source() == env
+    explicit = write(isolated / "explicit.yaml", "server: http://explicit:1\n")
+    assert config_source(explicit) == explicit
+    assert load_settings(explicit).server == "http://explicit:1"
+
+
+def test_missing_explicit_file_is_an_error(isolated):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(isolated / "nope.yaml")
+
+
+def test_flat_and_nested_cluster_properties_pass_through(isolated):
+    write(
+        isolated / "crossfeed.yaml",
+        "dc-a.bootstrap.servers: 127.0.0.1:19092\n"
+        "dc-a.security.protocol: SASL_SSL\n"
+        "dc-a.sasl.mechanism: PLAIN\n"
+        "clusters:\n  dc-b:\n    bootstrap.servers: 127.0.0.1:29092\n",
+    )
+    settings = load_settings()
+    assert settings.cluster("dc-a").properties == {
+        "bootstrap.servers": "127.0.0.1:19092",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+    }
+    assert settings.cluster("dc-b").client_config(**{"group.id": "g"}) == {
+        "bootstrap.servers": "127.0.0.1:29092",
+        "group.id": "g",
+    }
+
+
+def test_environment_beats_file_and_merges_sections(isolated, monkeypatch):
+    write(isolated / "crossfeed.yaml", "puller:\n  max_batch_records: 5\n  lateness_ms: 7\n")
+    monkeypatch.setenv("CROSSFEED_PULLER__MAX_BATCH_RECORDS", "9")
+    settings = load_settings()
+    assert settings.puller.max_batch_records == 9
+    assert settings.puller.lateness_ms == 7
+
+
+def test_explicit_overrides_beat_everything(isolated, monkeypatch):
+    monkeypatch.setenv("CROSSFEED_SERVER", "http://env:1")
+    assert load_settings(server="http://flag:1").server == "http://flag:1"
+
+
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        (
+            "dc-a.bootstrap.servers: nohost\n",
+            ["clusters.dc-a", "bootstrap.servers", "'nohost'", "host:port"],
+        ),
+        ("clusters:\n  dc-a: {security.protocol: PLAINTEXT}\n", ["bootstrap.servers is missing"]),
+        (
+            "dc-a.bootstrap.servers: h:1\ndc-a.security.protocol: TLS\n",
+            ["security.protocol", "'TLS'", "SASL_SSL"],
+        ),
+        ("clusters:\n  DC_A: {bootstrap.servers: 'h:1'}\n", ["'DC_A'", "lowercase"]),
+        ("puller:\n  max_batch_records: -1\n", ["puller.max_batch_records", "-1", "greater"]),
+        ("log_format: xml\n", ["log_format", "'xml'", "text", "json"]),
+        ("no_such_setting: 1\n", ["no_such_setting", "not permitted"]),
+        ("control_cluster: dc-z\n", ["control_cluster", "dc-z", "known"]),
+        ("- just\n- a list\n", ["must hold a mapping"]),
+        ("a: [unclosed\n", ["not valid YAML"]),
+    ],
+)
+def test_bad_configuration_names_field_value_and_fix(isolated, text, fragments):
+    write(isolated / "crossfeed.yaml", text)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    message = str(info.value)
+    assert "crossfeed.yaml" in message
+    for fragment in fragments:
+        assert fragment in message
+
+
+def test_unknown_cluster_alias_lists_known_ones(isolated):
+    write(isolated / "crossfeed.yaml", "dc-a.bootstrap.servers: h:1\n")
+    with pytest.raises(ConfigError, match=r"unknown cluster alias 'dc-x' \(known: dc-a\)"):
+        load_settings().cluster("dc-x")
