@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from crossfeed import __version__
-from crossfeed.cli import local
+from crossfeed.cli import local, services
 from crossfeed.cli.common import State, not_implemented
 
 app = typer.Typer(
@@ -88,13 +88,18 @@ for _service, _what in (
 ):
     _sub = typer.Typer(help=_what)
     app.add_typer(_sub, name=_service)
+    if _service == "puller":
+        _sub.command("run")(services.puller_run)
+    elif _service == "sink":
+        _sub.command("run")(services.sink_run)
+    else:
 
-    def _make_run(sub: typer.Typer, service: str) -> None:
-        @sub.command("run", help=f"Run one {service} instance.")
-        def _run() -> None:
-            not_implemented(f"{service} run")
+        def _make_run(sub: typer.Typer, service: str) -> None:
+            @sub.command("run", help=f"Run one {service} instance.")
+            def _run() -> None:
+                not_implemented(f"{service} run")
 
-    _make_run(_sub, _service)
+        _make_run(_sub, _service)
 
 
 workload = typer.Typer(help="Generate test workloads.")

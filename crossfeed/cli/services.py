@@ -1,0 +1,65 @@
+"""``crossfeed <service> run``: start one instance of a service."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from crossfeed.cli.common import clean_errors, fail, settings
+from crossfeed.feeds import FeedSpec, load_feed_file
+
+
+def resolve_feed(feed: str, feed_file: str | None) -> FeedSpec:
+    """The feed to run: from --feed-file (the coordinator's store comes with its issue)."""
+    if not feed_file:
+        fail(
+            f"no feed file given for feed {feed!r}: pass --feed-file FILE (a YAML file with "
+            "the fields of 'changefeed create')"
+        )
+    spec = load_feed_file(feed_file)
+    if spec.name != feed:
+        fail(f"--feed {feed!r} does not match the name {spec.name!r} in {feed_file}")
+    return spec
+
+
+FeedOpt = typer.Option(..., "--feed", help="feed name")
+FeedFileOpt = typer.Option(None, "--feed-file", help="YAML feed file (fields of changefeed create)")
+InstanceOpt = typer.Option(None, "--instance", help="instance id (default: role-host-pid-random)")
+PortOpt = typer.Option(None, "--metrics-port", help="port of /metrics and /status (0: any free)")
+
+
+def puller_run(
+    feed: str = FeedOpt,
+    feed_file: Optional[str] = FeedFileOpt,  # noqa: UP045 - typer needs Optional
+    instance: Optional[str] = InstanceOpt,  # noqa: UP045
+    metrics_port: Optional[int] = PortOpt,  # noqa: UP045
+) -> None:
+    """Run one puller instance: copy source partitions into the feed's changes topic."""
+    from services.puller.main import run
+
+    raise typer.Exit(_run(run, feed, feed_file, instance, metrics_port))
+
+
+def sink_run(
+    feed: str = FeedOpt,
+    feed_file: Optional[str] = FeedFileOpt,  # noqa: UP045
+    instance: Optional[str] = InstanceOpt,  # noqa: UP045
+    metrics_port: Optional[int] = PortOpt,  # noqa: UP045
+) -> None:
+    """Run one sink instance: write the feed's staged changes into the target."""
+    from services.sink.main import run
+
+    raise typer.Exit(_run(run, feed, feed_file, instance, metrics_port))
+
+
+@clean_errors
+def _run(
+    run: object, feed: str, feed_file: str | None, instance: str | None, metrics_port: int | None
+) -> int:
+    spec = resolve_feed(feed, feed_file)
+    config = settings()
+    config.cluster(spec.source)
+    if spec.sink.cluster:
+        config.cluster(spec.sink.cluster)
+    return run(config, spec, instance, metrics_port)  # type: ignore[operator,no-any-return]

@@ -1,0 +1,122 @@
+"""The timestamp vocabulary (DESIGN.md §1): commit_ts, resolved_ts, consistency_ts.
+
+Units: ``*_us`` are microseconds, ``*_ms`` milliseconds; a bare ``ts`` is a commit_ts in
+microseconds. Every watermark here means "≤ ts is complete":
+
+* resolved_ts of a source partition: no record of it with commit_ts ≤ resolved_ts will
+  arrive later;
+* global resolved_ts: min over all source partitions of the feed;
+* checkpoint_ts of a task: everything with commit_ts ≤ it is durably in the target;
+* consistency_ts: min over the tasks' checkpoint_ts, and it never goes backwards.
+
+Invariants:
+
+A. ``commit_ts_us`` is the ``crossfeed-commit-ts`` header when present, else the record
+   timestamp × 1000; a malformed header is an error (ValueError), never silently replaced.
+B. ``consistency_ts`` and each partition's resolved_ts in :class:`ResolvedTracker` are
+   monotonic: a lower value never lowers them.
+C. ``ResolvedTracker.global_resolved`` is None while any tracked partition has no
+   resolved_ts yet (or nothing is tracked): a partition never heard from may still deliver
+   anything.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Final, Generic, TypeVar
+
+from crossfeed.wire.headers import COMMIT_TS
+
+MAX_TS: Final = 2**63 - 1
+"""Largest commit_ts (a signed 64-bit integer, like Kafka's timestamps)."""
+
+_DECIMAL = re.compile(r"[0-9]{1,19}")
+
+K = TypeVar("K", bound=Hashable)
+
+
+def parse_commit_ts(value: bytes | None) -> int:
+    """Parse a ``crossfeed-commit-ts`` value (decimal microseconds); ValueError if bad."""
+    if value is None:
+        raise ValueError(f"{COMMIT_TS} header has no value; expected decimal microseconds")
+    text = value.decode("ascii", errors="replace")
+    if not _DECIMAL.fullmatch(text) or int(text) > MAX_TS:
+        raise ValueError(
+            f"{COMMIT_TS} header {value!r} is not a commit timestamp: expected decimal "
+            f"microseconds between 0 and {MAX_TS}"
+        )
+    return int(text)
+
+
+def commit_ts_us(headers: Sequence[tuple[str, bytes | None]], record_timestamp_ms: int) -> int:
+    """The commit_ts of a record (invariant A).
+
+    Several ``crossfeed-commit-ts`` headers must agree. Without the header, a record
+    without a timestamp (Kafka's -1) is an error: it has no place in commit order.
+    """
+    found = [parse_commit_ts(value) for name, value in headers if name == COMMIT_TS]
+    if found:
+        if any(ts != found[0] for ts in found):
+            raise ValueError(f"conflicting {COMMIT_TS} headers: {found}")
+        return found[0]
+    if record_timestamp_ms < 0:
+        raise ValueError(
+            f"record has no timestamp ({record_timestamp_ms}) and no {COMMIT_TS} header"
+        )
+    return record_timestamp_ms * 1000
+
+
+def consistency_ts(task_checkpoints: Mapping[str, int], previous: int) -> int:
+    """The feed's new consistency_ts: min over the tasks' checkpoint_ts, never below
+    ``previous``; with no tasks, ``previous``."""
+    if not task_checkpoints:
+        return previous
+    return max(previous, min(task_checkpoints.values()))
+
+
+class ResolvedTracker(Generic[K]):
+    """resolved_ts per source partition and the global resolved_ts (min over them).
+
+    Partitions are keys of any hashable type (e.g. ``TopicPartition``). A partition is
+    tracked once registered or advanced; register every partition of the feed up front
+    so that a silent one holds the global resolved_ts back (invariant C).
+    """
+
+    __slots__ = ("_resolved",)
+
+    def __init__(self, partitions: Iterable[K] = ()) -> None:
+        self._resolved: dict[K, int | None] = dict.fromkeys(partitions)
+
+    def register(self, partition: K) -> None:
+        """Track ``partition`` (no resolved_ts yet unless it already has one)."""
+        self._resolved.setdefault(partition, None)
+
+    def remove(self, partition: K) -> None:
+        """Stop tracking ``partition`` (e.g. its topic left the feed)."""
+        self._resolved.pop(partition, None)
+
+    def advance(self, partition: K, resolved_ts: int) -> int:
+        """Record a resolved mark; returns the partition's resolved_ts (monotonic, B)."""
+        current = self._resolved.get(partition)
+        value = resolved_ts if current is None else max(current, resolved_ts)
+        self._resolved[partition] = value
+        return value
+
+    def resolved(self, partition: K) -> int | None:
+        """The partition's resolved_ts, None if it has none yet (or is not tracked)."""
+        return self._resolved.get(partition)
+
+    def pending(self) -> list[K]:
+        """Tracked partitions without a resolved_ts: what holds the global one back."""
+        return [p for p, ts in self._resolved.items() if ts is None]
+
+    def global_resolved(self) -> int | None:
+        """Min resolved_ts over tracked partitions; None if any has none or none tracked."""
+        values = list(self._resolved.values())
+        if not values:
+            return None
+        known = [v for v in values if v is not None]
+        if len(known) < len(values):
+            return None
+        return min(known)

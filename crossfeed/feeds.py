@@ -1,0 +1,195 @@
+"""The changefeed: one replication job, as users write it (CLI, REST, feed file).
+
+A feed names its source cluster alias, its topic selection (names or regexes, with
+exclusions), its target (``--sink-uri``: ``kafka://dc-b`` for mirror feeds,
+``kafka://dc-b/TOPIC`` or ``postgresql://...`` for ordered feeds), its mode, its start
+position and options. Everything is checked here, once, with messages that say what
+to fix; the services trust a FeedSpec they are given.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import parse_qs, urlparse
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from crossfeed.config.errors import ConfigError, from_validation_error
+from crossfeed.core.topic_selection import TopicSelector, rename
+
+FEED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+class FeedOptions(BaseModel):
+    """Per-feed options (``--config key=value``); every key is declared here."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    errors_tolerance: Literal["all", "none"] = Field(
+        "all",
+        alias="errors.tolerance",
+        description="all: bad records go to _crossfeed.dlq and the feed goes on; "
+        "none: the feed stops with the error",
+    )
+    staging_partitions: int = Field(
+        8,
+        alias="staging.partitions",
+        ge=1,
+        le=1024,
+        description="partitions of _crossfeed.<feed>.changes; one puller task each",
+    )
+    filter_reject_header: str | None = Field(
+        None,
+        alias="filter.reject.header",
+        description="records carrying this header are rejected to the DLQ",
+    )
+    filter_reject_key_regex: str | None = Field(
+        None,
+        alias="filter.reject.key.regex",
+        description="records whose key (UTF-8) fully matches are rejected to the DLQ",
+    )
+    lateness_ms: int = Field(
+        0,
+        alias="lateness.ms",
+        ge=0,
+        description="resolved_ts = record timestamp minus this, without producer marks",
+    )
+
+    @field_validator("filter_reject_key_regex")
+    @classmethod
+    def _regex_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as err:
+                raise ValueError(
+                    f"filter.reject.key.regex {value!r} does not compile: {err}"
+                ) from None
+        return value
+
+
+class SinkUri(BaseModel):
+    """A parsed ``--sink-uri``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    scheme: Literal["kafka", "postgresql"]
+    cluster: str | None = None  # kafka: the target cluster alias
+    topic: str | None = None  # kafka, ordered feeds: the one target topic
+    dsn: str | None = None  # postgresql: the connection string
+    schema_name: str | None = None  # postgresql: ?schema=S
+
+    @classmethod
+    def parse(cls, uri: str) -> SinkUri:
+        parsed = urlparse(uri)
+        if parsed.scheme == "kafka":
+            if not parsed.netloc:
+                raise ValueError(f"sink URI {uri!r} names no cluster; write kafka://dc-b")
+            topic = parsed.path.lstrip("/") or None
+            return cls(scheme="kafka", cluster=parsed.netloc, topic=topic)
+        if parsed.scheme in ("postgresql", "postgres"):
+            schema = parse_qs(parsed.query).get("schema", [None])[0]
+            dsn = uri.split("?", 1)[0].replace("postgres://", "postgresql://", 1)
+            return cls(scheme="postgresql", dsn=dsn, schema_name=schema)
+        raise ValueError(
+            f"sink URI {uri!r} has an unknown scheme {parsed.scheme!r}; use kafka://CLUSTER "
+            "or postgresql://USER@HOST:PORT/DB?schema=S"
+        )
+
+
+class FeedSpec(BaseModel):
+    """One changefeed as created (the fields of ``crossfeed changefeed create``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    name: str
+    source: str = Field(description="source cluster alias")
+    sink_uri: str = Field(alias="sink-uri", description="kafka://ALIAS[/TOPIC] or postgresql://…")
+    topics: list[str] = Field(min_length=1, description="topic names or regexes (full match)")
+    exclude: list[str] = Field(default_factory=list, description="names or regexes to leave out")
+    mode: Literal["mirror", "ordered"] = "mirror"
+    rename_format: str = Field("${topic}", alias="rename-format")
+    start: Literal["earliest", "latest"] = "earliest"
+    config: FeedOptions = Field(default_factory=FeedOptions)  # type: ignore[arg-type]
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not FEED_NAME_RE.match(value):
+            raise ValueError(
+                f"feed name {value!r} must be 1-63 lowercase letters, digits, '-' or '_', "
+                "starting with a letter or digit (it becomes part of topic names)"
+            )
+        return value
+
+    @field_validator("sink_uri")
+    @classmethod
+    def _sink_uri(cls, value: str) -> str:
+        SinkUri.parse(value)
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FeedSpec:
+        TopicSelector(self.topics, self.exclude)  # raises ValueError naming a bad regex
+        rename("example", self.rename_format)  # raises ValueError for an illegal format
+        sink = self.sink
+        if sink.scheme == "kafka" and sink.cluster == self.source:
+            raise ValueError(
+                f"source and target are both {self.source!r}; a feed copies between two clusters"
+            )
+        if self.mode == "mirror" and sink.scheme != "kafka":
+            raise ValueError(
+                "mode mirror needs a kafka:// sink URI; use --mode ordered for a database"
+            )
+        if self.mode == "mirror" and sink.topic:
+            raise ValueError(
+                "a mirror feed keeps topic names (see rename-format); drop the topic from the "
+                "sink URI or use --mode ordered"
+            )
+        if self.mode == "ordered" and sink.scheme == "kafka" and not sink.topic:
+            raise ValueError(
+                "an ordered feed into Kafka names its target topic: kafka://dc-b/TOPIC"
+            )
+        return self
+
+    @property
+    def sink(self) -> SinkUri:
+        return SinkUri.parse(self.sink_uri)
+
+    @property
+    def selector(self) -> TopicSelector:
+        return TopicSelector(self.topics, self.exclude)
+
+    def target_topic(self, source_topic: str) -> str:
+        return rename(source_topic, self.rename_format)
+
+
+def parse_feed(data: dict[str, Any], where: str) -> FeedSpec:
+    """A FeedSpec from a mapping, or ConfigError naming field, value and fix."""
+    try:
+        return FeedSpec.model_validate(data)
+    except ValidationError as err:
+        raise from_validation_error(err, where) from None
+
+
+def load_feed_file(path: str | Path) -> FeedSpec:
+    """Read a YAML feed file (the fields of ``changefeed create``)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise ConfigError(f"feed file {path}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"feed file {path} is not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"feed file {path} must hold a mapping (name, source, sink-uri, topics…)")
+    data = {
+        str(k).replace("_", "-") if k in ("sink_uri", "rename_format") else k: v
+        for k, v in data.items()
+    }
+    if isinstance(data.get("config"), dict):
+        data["config"] = {str(k): v for k, v in data["config"].items()}
+    return parse_feed(data, f"feed file {path}")

@@ -1,0 +1,80 @@
+"""Creating and describing topics: idempotent, with errors that say what to fix."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
+
+log = logging.getLogger(__name__)
+
+# Topic-level configs a mirror copies to a topic it creates (only where the source
+# overrides the broker default): they decide what a consumer of the copy can rely on.
+MIRRORED_CONFIGS = (
+    "cleanup.policy",
+    "retention.ms",
+    "retention.bytes",
+    "max.message.bytes",
+    "compression.type",
+    "message.timestamp.type",
+    "min.compaction.lag.ms",
+    "max.compaction.lag.ms",
+    "delete.retention.ms",
+    "min.cleanable.dirty.ratio",
+    "segment.ms",
+    "segment.bytes",
+)
+DYNAMIC_TOPIC_CONFIG = 1  # ConfigSource.DYNAMIC_TOPIC_CONFIG
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    partitions: int
+    configs: dict[str, str]
+
+
+def ensure_topic(
+    admin: AdminClient, name: str, partitions: int, config: dict[str, str] | None = None
+) -> bool:
+    """Create ``name`` unless it exists; True if this call created it."""
+    futures = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=-1, config=config or {})],
+        operation_timeout=30,
+    )
+    try:
+        futures[name].result(timeout=60)
+    except KafkaException as err:
+        if err.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return False
+        raise
+    log.info("created topic %s (%d partitions, %s)", name, partitions, config or {})
+    return True
+
+
+def partition_counts(admin: AdminClient, timeout_s: float = 10.0) -> dict[str, int]:
+    """Every topic of the cluster with its partition count."""
+    meta = admin.list_topics(timeout=timeout_s)
+    return {name: len(t.partitions) for name, t in meta.topics.items() if t.error is None}
+
+
+def overridden_configs(admin: AdminClient, topic: str, keys: tuple[str, ...]) -> dict[str, str]:
+    """The topic-level overrides among ``keys`` (not broker defaults)."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries: dict[str, Any] = admin.describe_configs([resource])[resource].result(timeout=30)
+    return {
+        key: entry.value
+        for key, entry in entries.items()
+        if key in keys and entry.source == DYNAMIC_TOPIC_CONFIG and entry.value is not None
+    }
+
+
+def config_value(admin: AdminClient, topic: str, key: str) -> str | None:
+    """The effective value of one topic config (override or default)."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = admin.describe_configs([resource])[resource].result(timeout=30)
+    entry = entries.get(key)
+    return None if entry is None else entry.value

@@ -1,0 +1,48 @@
+"""Logging for every service: readable lines by default, JSON with --log-format json.
+
+Logs tell the story of decisions ("task 3 of orders assigned to puller-1a2b"), so
+every line carries the service and instance it came from.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key in ("feed", "instance", "task"):
+            if hasattr(record, key):
+                line[key] = getattr(record, key)
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        return json.dumps(line)
+
+
+def setup(level: str = "INFO", fmt: str = "text", name: str = "crossfeed") -> logging.Logger:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)-5s %(name)s: %(message)s", "%H:%M:%S")
+        )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # librdkafka reports every failed connection attempt; keep them out unless debugging.
+    logging.getLogger("crossfeed.kafka").setLevel(
+        logging.DEBUG if level == "DEBUG" else logging.CRITICAL
+    )
+    return logging.getLogger(name)

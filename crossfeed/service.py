@@ -1,0 +1,77 @@
+"""Running one service instance: logging, /metrics + /status, signals, exit codes.
+
+SIGTERM and SIGINT stop the instance gracefully (open transactions are committed
+and tasks handed over at once); a second signal exits immediately.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from crossfeed import httpserve
+from crossfeed import log as logsetup
+from crossfeed.config import Settings
+from crossfeed.dlq import FeedStopped
+
+EXIT_FEED_STOPPED = 3
+
+log = logging.getLogger(__name__)
+
+
+class Worker(Protocol):
+    def run(self, stop: threading.Event) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+def instance_id(role: str, given: str | None = None) -> str:
+    """A readable, unique instance id: ``puller-<host>-<pid>-<4 hex>``."""
+    return given or f"{role}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
+
+
+def run(settings: Settings, make_worker: Callable[[], Worker], metrics_port: int | None) -> int:
+    """Run a worker until signalled; returns the process exit code."""
+    logsetup.setup(settings.log_level, settings.log_format)
+    worker = make_worker()
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        if stop.is_set():
+            os._exit(130)
+        log.info("received %s: stopping gracefully", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def status() -> dict[str, Any]:
+        for _ in range(3):  # the worker mutates its maps; retry a torn read
+            try:
+                return worker.status()
+            except RuntimeError:
+                continue
+        return {"state": "busy"}
+
+    server = httpserve.serve(
+        status, settings.metrics_port if metrics_port is None else metrics_port
+    )
+    log.info("metrics and status on http://127.0.0.1:%d/", server.server_address[1])
+    try:
+        worker.run(stop)
+    except FeedStopped as err:
+        log.error("%s", err)
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FEED_STOPPED
+    except InterruptedError:
+        pass
+    finally:
+        server.shutdown()
+    return 0

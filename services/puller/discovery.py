@@ -1,0 +1,83 @@
+"""Which source topics a feed copies, and their target topics made ready.
+
+Every ``topic_refresh_s`` the puller lists the source cluster's topics, selects the
+feed's ones (names or regexes, minus exclusions, never internal topics), and makes
+sure each has a target topic: created with the source's partition count and
+topic-level configs if missing; refused — the feed goes into the error state with a
+message saying what to do — if it has fewer partitions than the source.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from confluent_kafka.admin import AdminClient
+
+from crossfeed.core.partitions import TopicPartition, check_partition_counts
+from crossfeed.feeds import FeedSpec
+from crossfeed.kafka import topics as kafka_topics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Discovery:
+    feed: FeedSpec
+    source: AdminClient
+    target: AdminClient
+    ready: dict[str, int] = field(default_factory=dict)  # source topic -> partitions
+    errors: dict[str, str] = field(default_factory=dict)  # source topic -> error message
+
+    def refresh(self) -> set[TopicPartition]:
+        """Look again; returns source partitions that became ready since the last call."""
+        source_counts = kafka_topics.partition_counts(self.source)
+        target_counts = kafka_topics.partition_counts(self.target)
+        new: set[TopicPartition] = set()
+        for topic in self.feed.selector.select(source_counts):
+            partitions = source_counts[topic]
+            if self.ready.get(topic) == partitions:
+                continue
+            target_topic = self.feed.target_topic(topic)
+            if target_topic not in target_counts:
+                configs = kafka_topics.overridden_configs(
+                    self.source, topic, kafka_topics.MIRRORED_CONFIGS
+                )
+                kafka_topics.ensure_topic(self.target, target_topic, partitions, configs)
+                target_partitions = partitions
+            else:
+                target_partitions = target_counts[target_topic]
+            problem = check_partition_counts(
+                partitions, target_partitions, topic=topic, target_topic=target_topic
+            )
+            if problem:
+                if self.errors.get(topic) != problem:
+                    log.error("feed %s: %s", self.feed.name, problem)
+                self.errors[topic] = problem
+                continue
+            if topic in self.errors:
+                log.info("feed %s: topic %s is fine again", self.feed.name, topic)
+                del self.errors[topic]
+            before = self.ready.get(topic, 0)
+            self.ready[topic] = partitions
+            new.update(TopicPartition(topic, p) for p in range(before, partitions))
+            if before == 0:
+                log.info(
+                    "feed %s: copying %s (%d partitions) to %s",
+                    self.feed.name,
+                    topic,
+                    partitions,
+                    target_topic,
+                )
+        return new
+
+    def partitions(self) -> set[TopicPartition]:
+        return {TopicPartition(t, p) for t, n in self.ready.items() for p in range(n)}
+
+    @property
+    def state(self) -> str:
+        return "error" if self.errors else "normal"
+
+    @property
+    def last_error(self) -> str | None:
+        return "; ".join(self.errors[t] for t in sorted(self.errors)) or None

@@ -1,0 +1,38 @@
+"""The puller's metrics (DESIGN.md §5 names: crossfeed_puller_<what>_<unit>)."""
+
+from prometheus_client import Counter, Gauge
+
+LABELS = ("feed", "topic", "partition")
+
+RECORDS = Counter(
+    "crossfeed_puller_records_total", "Source records copied into the changes topic", LABELS
+)
+BYTES = Counter("crossfeed_puller_bytes_total", "Key+value bytes of source records copied", LABELS)
+LAG_RECORDS = Gauge(
+    "crossfeed_puller_lag_records",
+    "Source records not yet copied (high watermark - position)",
+    LABELS,
+)
+LAG_SECONDS = Gauge(
+    "crossfeed_puller_lag_seconds",
+    "Age of the newest copied record while the partition has a backlog, else 0",
+    LABELS,
+)
+DLQ = Counter(
+    "crossfeed_puller_dlq_records_total", "Records sent to _crossfeed.dlq by the puller", LABELS
+)
+LOOP_DROPPED = Counter(
+    "crossfeed_puller_loop_dropped_records_total",
+    "Records not copied because the target cluster is already in their hop list",
+    LABELS,
+)
+RESOLVED_TS = Gauge(
+    "crossfeed_puller_resolved_ts_seconds", "resolved_ts of the source partition", LABELS
+)
+TRANSACTIONS = Counter(
+    "crossfeed_puller_transactions_total", "Transactions committed on the target", ("feed",)
+)
+TASKS = Gauge("crossfeed_puller_tasks", "Tasks (staging partitions) this instance owns", ("feed",))
+FEED_ERROR = Gauge(
+    "crossfeed_puller_feed_error", "1 while the feed is in the error state", ("feed",)
+)

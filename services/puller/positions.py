@@ -1,0 +1,89 @@
+"""Where a task resumes: the last block of resolved marks in its staging partition.
+
+Every transaction a puller task commits ends with one ResolvedMark per source
+partition of the task, carrying ``next_offset`` — the task's position in that
+partition, written atomically with the records it covers. Only the task's owner
+writes its staging partition, so the newest committed block of marks holds the
+positions to resume from. A new owner first calls ``init_transactions`` (aborting
+whatever a predecessor left open), then reads the partition's tail here.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from confluent_kafka import TopicPartition as KafkaTP
+
+from crossfeed.core.partitions import TopicPartition
+from crossfeed.kafka import clients
+from crossfeed.wire import codec, headers
+
+log = logging.getLogger(__name__)
+
+FIRST_WINDOW = 256
+
+
+def _read_range(
+    consumer: Any, topic: str, partition: int, start: int, end: int
+) -> list[tuple[bool, bytes]]:
+    """(is_mark, value) for committed records in [start, end) of one partition."""
+    consumer.assign([KafkaTP(topic, partition, start)])
+    out: list[tuple[bool, bytes]] = []
+    while True:
+        position = consumer.position([KafkaTP(topic, partition)])[0].offset
+        if position >= end:
+            break
+        batch = consumer.consume(1000, timeout=1.0)
+        if not batch:
+            # read_committed: aborted records and markers are skipped without a message;
+            # the position still moves, so loop on it rather than on message counts.
+            continue
+        for msg in batch:
+            if msg.error():
+                continue
+            if msg.offset() >= end:
+                break
+            kind = next((v for k, v in (msg.headers() or []) if k == headers.TYPE), None)
+            out.append((kind == headers.TYPE_RESOLVED.encode(), msg.value()))
+    consumer.unassign()
+    return out
+
+
+def recover(
+    target: dict[str, Any], topic: str, partition: int, expected: set[TopicPartition]
+) -> dict[TopicPartition, int] | None:
+    """next_offset per source partition from the newest marks; None if none was ever written.
+
+    Reads backwards in growing windows until every ``expected`` source partition has a
+    mark, or a data record precedes the newest run of marks (so that run holds at least
+    one whole block), or the partition's start is reached.
+    """
+    consumer = clients.consumer(target, **{"group.id": f"crossfeed-recovery-{topic}"})
+    try:
+        low, high = consumer.get_watermark_offsets(KafkaTP(topic, partition), timeout=10)
+        if high <= low:
+            return None
+        positions: dict[TopicPartition, int] = {}
+        window = FIRST_WINDOW
+        while True:
+            start = max(low, high - window)
+            records = _read_range(consumer, topic, partition, start, high)
+            positions.clear()
+            seen_marks = False
+            bounded = False
+            for is_mark, value in reversed(records):  # newest first
+                if is_mark:
+                    seen_marks = True
+                    mark = codec.decode("ResolvedMark", value)
+                    tp = TopicPartition(mark["topic"], mark["partition"])
+                    positions.setdefault(tp, mark["next_offset"])
+                elif seen_marks:
+                    bounded = True
+                    break
+            if bounded or start == low or (positions and expected <= positions.keys()):
+                break
+            window *= 4
+        return positions or None
+    finally:
+        consumer.close()

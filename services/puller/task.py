@@ -1,0 +1,293 @@
+"""One puller task: the source partitions that map to one staging partition.
+
+The task owns staging partition ``s`` of ``_crossfeed.<feed>.changes`` and writes it
+through a transactional producer whose transactional.id is fixed per task
+(``crossfeed-puller.<feed>.<s>``): a new owner's ``init_transactions`` fences any
+previous one, so a paused or partitioned instance can never write again.
+
+Each transaction carries copied records, dead letters, and — last — one ResolvedMark
+per source partition of the task with its ``next_offset``: the source positions are
+stored on the target in the same transaction as the data (see positions.py), never
+on a source cluster that may be gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from crossfeed.core import provenance
+from crossfeed.core.partitions import TopicPartition
+from crossfeed.core.timestamps import commit_ts_us
+from crossfeed.dlq import DeadLetter, FeedStopped
+from crossfeed.feeds import FeedSpec
+from crossfeed.wire import codec, headers, topics
+from services.puller import metrics
+
+log = logging.getLogger(__name__)
+
+TIMESTAMP_TYPES = {1: "create", 2: "log_append"}
+MARK_HEADERS = [(headers.TYPE, headers.TYPE_RESOLVED.encode())]
+
+
+class TaskFenced(RuntimeError):
+    """Another instance owns this task now; this one must stop writing for it."""
+
+
+@dataclass(frozen=True)
+class FeedContext:
+    """What every task of one feed on one instance shares."""
+
+    feed: FeedSpec
+    source_cluster_id: str
+    target_cluster_id: str
+    changes_topic: str
+    max_batch_records: int
+    max_batch_bytes: int
+    commit_interval_s: float
+    resolved_interval_s: float
+
+    @property
+    def name(self) -> str:
+        return self.feed.name
+
+    def reject_reason(self, msg: Any) -> str | None:
+        """Why a configured filter rejects this record, or None."""
+        opts = self.feed.config
+        if opts.filter_reject_header and any(
+            k == opts.filter_reject_header for k, _ in (msg.headers() or [])
+        ):
+            return f"record carries header {opts.filter_reject_header!r} (filter.reject.header)"
+        if opts.filter_reject_key_regex is not None:
+            key = msg.key()
+            if key is not None and re.fullmatch(
+                opts.filter_reject_key_regex, key.decode("utf-8", "replace")
+            ):
+                return f"key matches {opts.filter_reject_key_regex!r} (filter.reject.key.regex)"
+        return None
+
+
+@dataclass
+class PartitionState:
+    next_offset: int  # next source offset to copy (working, inside the open transaction)
+    committed: int  # next_offset as of the last committed transaction
+    last_ts_us: int = 0  # commit_ts of the newest copied record
+    labels: tuple[str, str, str] = ("", "", "")
+
+
+@dataclass
+class PullerTask:
+    ctx: FeedContext
+    staging_partition: int
+    producer: Producer
+    partitions: dict[TopicPartition, PartitionState] = field(default_factory=dict)
+    in_txn: bool = False
+    txn_records: int = 0
+    txn_bytes: int = 0
+    txn_started: float = 0.0
+    last_commit: float = field(default_factory=time.monotonic)
+
+    @property
+    def transactional_id(self) -> str:
+        return transactional_id(self.ctx.name, self.staging_partition)
+
+    def add_partition(self, tp: TopicPartition, next_offset: int) -> None:
+        labels = (self.ctx.name, tp.topic, str(tp.partition))
+        self.partitions[tp] = PartitionState(next_offset, next_offset, labels=labels)
+
+    # -- the hot path ---------------------------------------------------------------
+
+    def add(self, msg: Any) -> None:
+        """Copy one source record into the open transaction (or drop/dead-letter it)."""
+        tp = TopicPartition(msg.topic(), msg.partition())
+        state = self.partitions.get(tp)
+        if state is None:  # a record fetched just before its partition moved away
+            return
+        offset = msg.offset()
+        if offset < state.next_offset:  # already copied (a re-fetch after a rewind)
+            return
+        self._begin()
+        hdrs = msg.headers() or []
+        if not provenance.should_copy(hdrs, self.ctx.target_cluster_id):
+            metrics.LOOP_DROPPED.labels(*state.labels).inc()
+            state.next_offset = offset + 1
+            return
+        reason = self.ctx.reject_reason(msg)
+        if reason is not None:
+            self._dead_letter(msg, "RejectedByFilter", reason, state)
+            state.next_offset = offset + 1
+            return
+        ts_type, ts_ms = msg.timestamp()
+        try:
+            commit_ts = commit_ts_us(hdrs, ts_ms)
+        except ValueError:
+            # Mirror feeds copy the header as it is; only ordered feeds need a valid one.
+            commit_ts = max(ts_ms, 0) * 1000
+        key, value = msg.key(), msg.value()
+        event = {
+            "source_cluster": self.ctx.source_cluster_id,
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "offset": offset,
+            "timestamp_ms": ts_ms,
+            "timestamp_type": TIMESTAMP_TYPES.get(ts_type, "not_available"),
+            "key": key,
+            "value": value,
+            "headers": [
+                {"key": k, "value": v}
+                for k, v in provenance.stamp(
+                    hdrs,
+                    source_cluster_id=self.ctx.source_cluster_id,
+                    source_topic=tp.topic,
+                    partition=tp.partition,
+                    offset=offset,
+                )
+            ],
+            "commit_ts_us": commit_ts,
+        }
+        payload = codec.encode("ChangeEvent", event)
+        self._produce(self.ctx.changes_topic, payload, str(tp).encode(), None)
+        size = (len(key) if key else 0) + (len(value) if value else 0)
+        self.txn_records += 1
+        self.txn_bytes += len(payload)
+        state.next_offset = offset + 1
+        state.last_ts_us = commit_ts
+        metrics.RECORDS.labels(*state.labels).inc()
+        metrics.BYTES.labels(*state.labels).inc(size)
+
+    def _dead_letter(self, msg: Any, error_class: str, reason: str, state: PartitionState) -> None:
+        letter = DeadLetter(
+            feed=self.ctx.name,
+            cluster_id=self.ctx.source_cluster_id,
+            topic=msg.topic(),
+            partition=msg.partition(),
+            offset=msg.offset(),
+            stage="puller",
+            error_class=error_class,
+            error_message=reason,
+        )
+        if self.ctx.feed.config.errors_tolerance == "none":
+            raise FeedStopped(letter)
+        log.warning("dead letter: %s", letter.describe())
+        self.producer.produce(
+            topics.DLQ,
+            value=msg.value(),
+            key=msg.key(),
+            headers=letter.headers(msg.headers() or []),
+        )
+        metrics.DLQ.labels(*state.labels).inc()
+
+    def _produce(self, topic: str, value: bytes, key: bytes, hdrs: list[Any] | None) -> None:
+        while True:
+            try:
+                self.producer.produce(
+                    topic, value=value, key=key, partition=self.staging_partition, headers=hdrs
+                )
+                return
+            except BufferError:
+                self.producer.poll(0.05)  # local queue full: let deliveries drain
+
+    def _begin(self) -> None:
+        if not self.in_txn:
+            self._txn(self.producer.begin_transaction)
+            self.in_txn = True
+            self.txn_started = time.monotonic()
+
+    # -- transactions ---------------------------------------------------------------
+
+    def due(self, now: float) -> bool:
+        if self.in_txn:
+            return (
+                self.txn_records >= self.ctx.max_batch_records
+                or self.txn_bytes >= self.ctx.max_batch_bytes
+                or now - self.txn_started >= self.ctx.commit_interval_s
+            )
+        # Idle: still emit resolved marks so resolved_ts advances (DESIGN.md §4).
+        return bool(self.partitions) and now - self.last_commit >= self.ctx.resolved_interval_s
+
+    def commit(self, positions: dict[TopicPartition, int], caught_up: set[TopicPartition]) -> None:
+        """Close the transaction with a mark per partition; raises TaskFenced if fenced.
+
+        ``positions`` are the reader's fetch positions (past skipped aborted records and
+        transaction markers); ``caught_up`` the partitions with no backlog, whose
+        resolved_ts may advance to now.
+        """
+        self._begin()
+        now_us = int(time.time() * 1_000_000)
+        lateness_us = self.ctx.feed.config.lateness_ms * 1000
+        for tp, state in self.partitions.items():
+            state.next_offset = max(state.next_offset, positions.get(tp, -1))
+            resolved = (now_us if tp in caught_up else state.last_ts_us) - lateness_us
+            mark = {
+                "source_cluster": self.ctx.source_cluster_id,
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "resolved_ts_us": max(resolved, 0),
+                "next_offset": state.next_offset,
+            }
+            self._produce(
+                self.ctx.changes_topic,
+                codec.encode("ResolvedMark", mark),
+                str(tp).encode(),
+                MARK_HEADERS,
+            )
+            metrics.RESOLVED_TS.labels(*state.labels).set(max(resolved, 0) / 1e6)
+        self._txn(self.producer.commit_transaction, 60)
+        for state in self.partitions.values():
+            state.committed = state.next_offset
+        self.in_txn = False
+        self.txn_records = self.txn_bytes = 0
+        self.last_commit = time.monotonic()
+        metrics.TRANSACTIONS.labels(self.ctx.name).inc()
+
+    def abort(self) -> dict[TopicPartition, int]:
+        """Abort the open transaction; returns where the reader must rewind to."""
+        if self.in_txn:
+            try:
+                self.producer.abort_transaction(30)
+            except KafkaException as err:
+                log.warning("task %s: abort failed: %s", self.staging_partition, err)
+            self.in_txn = False
+            self.txn_records = self.txn_bytes = 0
+        for state in self.partitions.values():
+            state.next_offset = state.committed
+        return {tp: state.committed for tp, state in self.partitions.items()}
+
+    def _txn(self, call: Any, *args: Any) -> None:
+        """Run a transactional call; retriable errors are retried, fencing is raised."""
+        for _attempt in range(5):
+            try:
+                call(*args)
+                return
+            except KafkaException as exc:
+                err: KafkaError = exc.args[0]
+                if (
+                    err.code()
+                    in (
+                        KafkaError._FENCED,
+                        KafkaError.PRODUCER_FENCED,
+                        KafkaError.INVALID_PRODUCER_EPOCH,
+                    )
+                    or err.fatal()
+                ):
+                    raise TaskFenced(
+                        f"task {self.transactional_id} fenced: another instance owns it "
+                        f"({err.str()})"
+                    ) from None
+                if err.retriable():
+                    time.sleep(0.2)
+                    continue
+                raise
+        call(*args)
+
+    def close(self) -> None:
+        self.producer.flush(5)
+
+
+def transactional_id(feed: str, staging_partition: int) -> str:
+    return f"crossfeed-puller.{feed}.{staging_partition}"

@@ -1,0 +1,350 @@
+"""A puller instance: joins the feed's puller group, runs the tasks it is given.
+
+Tasks are the staging partitions of ``_crossfeed.<feed>.changes``. Instances share
+them through a Kafka consumer group on the target cluster (``crossfeed-puller.<feed>``,
+cooperative-sticky): the group only hands out task numbers — its partitions stay
+paused and are never read. One source consumer per instance reads every source
+partition of the instance's tasks; each record goes to its task's open transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException
+from confluent_kafka import TopicPartition as KafkaTP
+
+from crossfeed.config import Settings
+from crossfeed.core.partitions import TopicPartition, staging_partition
+from crossfeed.feeds import FeedSpec
+from crossfeed.kafka import clients
+from crossfeed.kafka import topics as kafka_topics
+from crossfeed.wire import topics
+from services.puller import metrics, positions
+from services.puller.discovery import Discovery
+from services.puller.task import FeedContext, PullerTask, TaskFenced, transactional_id
+
+log = logging.getLogger(__name__)
+
+STAGING_MAX_MESSAGE_BYTES = 64 << 20  # a ChangeEvent wraps a source record up to this size
+DLQ_MAX_MESSAGE_BYTES = 64 << 20
+
+
+def wait_for_cluster(alias: str, conf: dict[str, Any], stop: threading.Event) -> str:
+    """The cluster.id, waiting (with a log line) while the cluster does not answer."""
+    delay = 1.0
+    while not stop.is_set():
+        cluster_id = clients.cluster_id(conf)
+        if cluster_id:
+            return cluster_id
+        log.warning(
+            "cluster %s (%s) does not answer; retrying in %.0fs",
+            alias,
+            conf.get("bootstrap.servers"),
+            delay,
+        )
+        stop.wait(delay)
+        delay = min(delay * 2, 30.0)
+    raise InterruptedError
+
+
+class PullerWorker:
+    def __init__(self, settings: Settings, feed: FeedSpec, instance_id: str) -> None:
+        self.settings = settings
+        self.feed = feed
+        self.instance_id = instance_id
+        target_alias = feed.sink.cluster
+        assert target_alias is not None  # FeedSpec: a kafka sink names its cluster
+        self.source_conf = settings.cluster(feed.source).client_config()
+        self.target_conf = settings.cluster(target_alias).client_config()
+        self.changes_topic = topics.changes(feed.name)
+        self.tasks: dict[int, PullerTask] = {}
+        self.route: dict[TopicPartition, PullerTask] = {}
+        self.ctx: FeedContext | None = None
+        self.discovery: Discovery | None = None
+        self.reader: Any = None
+        self.membership: Any = None
+        self.last_refresh = 0.0
+        self.last_metrics = 0.0
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self, stop: threading.Event) -> None:
+        source_id = wait_for_cluster(self.feed.source, self.source_conf, stop)
+        target_id = wait_for_cluster(str(self.feed.sink.cluster), self.target_conf, stop)
+        opts = self.settings.puller
+        self.ctx = FeedContext(
+            feed=self.feed,
+            source_cluster_id=source_id,
+            target_cluster_id=target_id,
+            changes_topic=self.changes_topic,
+            max_batch_records=opts.max_batch_records,
+            max_batch_bytes=opts.max_batch_bytes,
+            commit_interval_s=opts.commit_interval_ms / 1000,
+            resolved_interval_s=opts.resolved_interval_ms / 1000,
+        )
+        target_admin = clients.admin(self.target_conf)
+        kafka_topics.ensure_topic(
+            target_admin,
+            self.changes_topic,
+            self.feed.config.staging_partitions,
+            {"cleanup.policy": "delete", "max.message.bytes": str(STAGING_MAX_MESSAGE_BYTES)},
+        )
+        kafka_topics.ensure_topic(
+            target_admin,
+            topics.DLQ,
+            1,
+            {"cleanup.policy": "delete", "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)},
+        )
+        self.discovery = Discovery(self.feed, clients.admin(self.source_conf), target_admin)
+        self.discovery.refresh()
+        self.last_refresh = time.monotonic()
+        self.reader = clients.consumer(
+            self.source_conf,
+            **{
+                "group.id": f"crossfeed-puller.{self.feed.name}",  # never joined: assign only
+                "queued.max.messages.kbytes": 32768,  # bounded prefetch
+                "fetch.wait.max.ms": 100,
+            },
+        )
+        self.membership = clients.consumer(
+            self.target_conf,
+            **{
+                "group.id": f"crossfeed-puller.{self.feed.name}",
+                "client.id": self.instance_id,
+                "partition.assignment.strategy": "cooperative-sticky",
+                "session.timeout.ms": int(self.settings.coordinator.failover_timeout_s * 1000),
+                "heartbeat.interval.ms": 1000,
+            },
+        )
+        self.membership.subscribe(
+            [self.changes_topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        log.info(
+            "puller %s started for feed %s (%s -> %s)",
+            self.instance_id,
+            self.feed.name,
+            self.feed.source,
+            self.feed.sink.cluster,
+        )
+
+    def run(self, stop: threading.Event) -> None:
+        """Copy until ``stop`` is set; raises FeedStopped on errors.tolerance=none."""
+        self.start(stop)
+        try:
+            while not stop.is_set():
+                self.step()
+        finally:
+            self.shutdown()
+
+    def step(self) -> None:
+        assert self.ctx is not None and self.discovery is not None
+        self.membership.poll(0)  # heartbeats and task (re)assignment callbacks
+        now = time.monotonic()
+        if now - self.last_refresh >= self.settings.puller.topic_refresh_s:
+            self._refresh()
+            self.last_refresh = now
+        if not self.tasks:
+            time.sleep(0.05)
+            return
+        for msg in self.reader.consume(5000, timeout=0.05):
+            if msg.error():
+                if not msg.error().retriable():
+                    log.warning("source read error: %s", msg.error())
+                continue
+            task = self.route.get(TopicPartition(msg.topic(), msg.partition()))
+            if task is not None:
+                task.add(msg)
+        now = time.monotonic()
+        for task in list(self.tasks.values()):
+            if task.due(now):
+                self._commit(task)
+        if now - self.last_metrics >= 1.0:
+            self._update_lag()
+            self.last_metrics = now
+
+    def shutdown(self) -> None:
+        """Commit what is open and leave the group, so others take the tasks at once."""
+        for s in list(self.tasks):
+            self._drop_task(s, commit=True)
+        if self.membership is not None:
+            self.membership.close()
+            self.membership = None
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+        log.info("puller %s stopped", self.instance_id)
+
+    # -- tasks ----------------------------------------------------------------------
+
+    def _on_assign(self, consumer: Any, partitions: list[KafkaTP]) -> None:
+        consumer.incremental_assign(partitions)
+        consumer.pause(partitions)  # the group hands out task numbers; nothing is read
+        for kp in partitions:
+            self._start_task(kp.partition)
+        metrics.TASKS.labels(self.feed.name).set(len(self.tasks))
+
+    def _on_revoke(self, consumer: Any, partitions: list[KafkaTP]) -> None:
+        for kp in partitions:
+            self._drop_task(kp.partition, commit=True)
+        consumer.incremental_unassign(partitions)
+        metrics.TASKS.labels(self.feed.name).set(len(self.tasks))
+
+    def _on_lost(self, consumer: Any, partitions: list[KafkaTP]) -> None:
+        for kp in partitions:
+            self._drop_task(kp.partition, commit=False)
+        consumer.incremental_unassign(partitions)
+        metrics.TASKS.labels(self.feed.name).set(len(self.tasks))
+
+    def _task_partitions(self, s: int) -> set[TopicPartition]:
+        assert self.discovery is not None
+        n = self.feed.config.staging_partitions
+        return {
+            tp
+            for tp in self.discovery.partitions()
+            if staging_partition(tp.topic, tp.partition, n) == s
+        }
+
+    def _start_task(self, s: int) -> None:
+        assert self.ctx is not None
+        producer = clients.producer(
+            self.target_conf,
+            **{
+                "transactional.id": transactional_id(self.feed.name, s),
+                "transaction.timeout.ms": 60000,
+                "linger.ms": 20,
+                "batch.size": 1 << 20,
+                "message.max.bytes": STAGING_MAX_MESSAGE_BYTES + 1024,
+                "queue.buffering.max.kbytes": 65536,
+            },
+        )
+        producer.init_transactions(60)  # fences any earlier owner of this task
+        task = PullerTask(self.ctx, s, producer)
+        owned = self._task_partitions(s)
+        recovered = positions.recover(self.target_conf, self.changes_topic, s, owned)
+        starts: list[KafkaTP] = []
+        for tp in sorted(owned):
+            offset = self._start_offset(tp, recovered)
+            task.add_partition(tp, max(offset, 0))
+            starts.append(KafkaTP(tp.topic, tp.partition, offset))
+            self.route[tp] = task
+        self.tasks[s] = task
+        if starts:
+            self.reader.incremental_assign(starts)
+        log.info(
+            "task %d of feed %s assigned to %s: %d source partition(s), %s",
+            s,
+            self.feed.name,
+            self.instance_id,
+            len(owned),
+            "resuming from committed marks" if recovered else "fresh start",
+        )
+
+    def _start_offset(self, tp: TopicPartition, recovered: dict[TopicPartition, int] | None) -> int:
+        if recovered is None:  # the task never committed: the feed's start position
+            return OFFSET_END if self.feed.start == "latest" else OFFSET_BEGINNING
+        # A partition missing from the marks appeared after the last commit: copy all of it.
+        return recovered.get(tp, OFFSET_BEGINNING)
+
+    def _drop_task(self, s: int, *, commit: bool) -> None:
+        task = self.tasks.pop(s, None)
+        if task is None:
+            return
+        if commit:
+            try:
+                self._commit_or_raise(task)
+            except (TaskFenced, KafkaException) as err:
+                log.warning("task %d: final commit failed (%s); aborting", s, err)
+                task.abort()
+        else:
+            task.abort()
+        owned = [tp for tp, t in self.route.items() if t is task]
+        for tp in owned:
+            del self.route[tp]
+        if owned and self.reader is not None:
+            self.reader.incremental_unassign([KafkaTP(tp.topic, tp.partition) for tp in owned])
+        task.close()
+        log.info("task %d of feed %s released by %s", s, self.feed.name, self.instance_id)
+
+    def _commit_or_raise(self, task: PullerTask) -> None:
+        tps = list(task.partitions)
+        kafka_tps = [KafkaTP(tp.topic, tp.partition) for tp in tps]
+        fetched = self.reader.position(kafka_tps) if kafka_tps else []
+        positions_now = {tp: kp.offset for tp, kp in zip(tps, fetched, strict=True)}
+        caught_up = set()
+        for tp, kp in zip(tps, kafka_tps, strict=True):
+            _, high = self.reader.get_watermark_offsets(kp, cached=True)
+            if high >= 0 and positions_now[tp] >= high:
+                caught_up.add(tp)
+        task.commit(positions_now, caught_up)
+
+    def _commit(self, task: PullerTask) -> None:
+        try:
+            self._commit_or_raise(task)
+        except TaskFenced as err:
+            log.warning("%s", err)
+            self._drop_task(task.staging_partition, commit=False)
+        except KafkaException as err:
+            log.warning(
+                "task %d: transaction failed (%s); aborting and retrying",
+                task.staging_partition,
+                err,
+            )
+            for tp, offset in task.abort().items():
+                self.reader.seek(KafkaTP(tp.topic, tp.partition, offset))
+
+    def _refresh(self) -> None:
+        assert self.discovery is not None
+        try:
+            new = self.discovery.refresh()
+        except KafkaException as err:
+            log.warning("topic discovery failed: %s", err)
+            return
+        metrics.FEED_ERROR.labels(self.feed.name).set(1 if self.discovery.errors else 0)
+        n = self.feed.config.staging_partitions
+        added: list[KafkaTP] = []
+        for tp in sorted(new):
+            task = self.tasks.get(staging_partition(tp.topic, tp.partition, n))
+            if task is None or tp in task.partitions:
+                continue
+            task.add_partition(tp, 0)  # a new topic or partition: copy from its start
+            self.route[tp] = task
+            added.append(KafkaTP(tp.topic, tp.partition, OFFSET_BEGINNING))
+        if added:
+            self.reader.incremental_assign(added)
+
+    def _update_lag(self) -> None:
+        now_us = time.time() * 1_000_000
+        for tp, task in self.route.items():
+            state = task.partitions[tp]
+            kp = KafkaTP(tp.topic, tp.partition)
+            _, high = self.reader.get_watermark_offsets(kp, cached=True)
+            if high < 0:
+                continue
+            lag = max(0, high - max(state.next_offset, self.reader.position([kp])[0].offset))
+            metrics.LAG_RECORDS.labels(*state.labels).set(lag)
+            age = (now_us - state.last_ts_us) / 1e6 if lag and state.last_ts_us else 0.0
+            metrics.LAG_SECONDS.labels(*state.labels).set(max(age, 0.0))
+
+    # -- status ---------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        discovery = self.discovery
+        return {
+            "role": "puller",
+            "instance": self.instance_id,
+            "feed": self.feed.name,
+            "state": discovery.state if discovery else "starting",
+            "last_error": discovery.last_error if discovery else None,
+            "tasks": sorted(self.tasks),
+            "partitions": {
+                str(tp): {"next_offset": t.partitions[tp].next_offset}
+                for tp, t in sorted(self.route.items())
+            },
+        }

@@ -1,0 +1,18 @@
+"""``crossfeed sink run``: one sink instance for one feed."""
+
+from __future__ import annotations
+
+from crossfeed import service
+from crossfeed.cli.common import not_implemented
+from crossfeed.config import Settings
+from crossfeed.feeds import FeedSpec
+from services.sink.mirror import MirrorSink
+
+
+def run(
+    settings: Settings, feed: FeedSpec, instance: str | None = None, metrics_port: int | None = None
+) -> int:
+    instance_id = service.instance_id("sink", instance)
+    if feed.mode != "mirror":
+        not_implemented("sink run for ordered feeds")
+    return service.run(settings, lambda: MirrorSink(settings, feed, instance_id), metrics_port)
