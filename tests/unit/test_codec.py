@@ -113,6 +113,8 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "tasks": ["east-west/sink/0"],
         "feeds": ["east-west"],
         "state": "running",
+        "address": "127.0.0.1:18102",
+        "checkpoints": {"orders/3": 1_700_000_000_000_000},
     },
     "FeedStatus": {
         "feed": "east-west",
@@ -130,14 +132,6 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "acquired_at_ms": 1_700_000_000_000,
         "renewed_at_ms": 1_700_000_005_000,
         "ttl_ms": 10_000,
-    },
-    "SourcePosition": {
-        "feed": "east-west",
-        "source_cluster": CLUSTER,
-        "topic": "orders",
-        "partition": 3,
-        "next_offset": 1234,
-        "task_epoch": 4,
     },
 }
 
