@@ -115,6 +115,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "state": "running",
         "address": "127.0.0.1:18102",
         "checkpoints": {"orders/3": 1_700_000_000_000_000},
+        "last_error": "",
     },
     "FeedStatus": {
         "feed": "east-west",

@@ -1,0 +1,177 @@
+"""Liveness and shared state on Kafka topics: heartbeats out, compacted topics in.
+
+Every instance (puller, sink, sorter, coordinator) sends a Heartbeat to
+``_crossfeed.heartbeats`` on the control cluster every ``interval_s``; a graceful
+shutdown sends a last one with state ``leaving`` so its tasks move at once. Readers
+follow a compacted topic from its start with a :class:`TopicTail`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from crossfeed import __version__
+from crossfeed.kafka import clients
+from crossfeed.kafka import topics as kafka_topics
+from crossfeed.wire import codec, topics
+
+log = logging.getLogger(__name__)
+
+COMPACTED = {
+    "cleanup.policy": "compact",
+    "segment.ms": "600000",
+    "min.cleanable.dirty.ratio": "0.1",
+}
+
+
+def ensure_control_topics(conf: dict[str, Any]) -> None:
+    """``_crossfeed.state`` and ``_crossfeed.heartbeats``: one partition each (one order)."""
+    admin = clients.admin(conf)
+    kafka_topics.ensure_topic(admin, topics.STATE, 1, COMPACTED)
+    kafka_topics.ensure_topic(admin, topics.HEARTBEATS, 1, COMPACTED)
+
+
+@dataclass
+class HeartbeatContent:
+    """What an instance says about itself in each heartbeat (read at send time)."""
+
+    tasks: list[str] = field(default_factory=list)
+    feeds: list[str] = field(default_factory=list)
+    state: str = "running"
+    address: str = ""
+    checkpoints: dict[str, int] = field(default_factory=dict)
+    last_error: str = ""
+
+
+class HeartbeatSender:
+    """Sends heartbeats from a daemon thread until :meth:`leave`."""
+
+    def __init__(
+        self,
+        conf: dict[str, Any],
+        instance_id: str,
+        role: str,
+        content: Callable[[], HeartbeatContent],
+        interval_s: float = 1.0,
+    ) -> None:
+        self.instance_id = instance_id
+        self.role = role
+        self.content = content
+        self.interval_s = interval_s
+        self.started_at_ms = int(time.time() * 1000)
+        self.producer = clients.producer(conf, **{"linger.ms": 0})
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
+
+    def start(self) -> HeartbeatSender:
+        self._thread.start()
+        return self
+
+    def _record(self, state: str | None = None) -> bytes:
+        content = self.content()
+        return codec.encode(
+            "Heartbeat",
+            {
+                "instance_id": self.instance_id,
+                "role": self.role,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "version": __version__,
+                "started_at_ms": self.started_at_ms,
+                "sent_at_ms": int(time.time() * 1000),
+                "tasks": content.tasks,
+                "feeds": content.feeds,
+                "state": state or content.state,
+                "address": content.address,
+                "checkpoints": content.checkpoints,
+                "last_error": content.last_error,
+            },
+        )
+
+    def send(self, state: str | None = None) -> None:
+        self.producer.produce(
+            topics.HEARTBEATS, key=self.instance_id.encode(), value=self._record(state)
+        )
+        self.producer.poll(0)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.send()
+            except Exception as err:  # a heartbeat must never kill the instance
+                log.warning("heartbeat failed: %s", err)
+            self._stop.wait(self.interval_s)
+
+    def leave(self) -> None:
+        """Stop beating and say so, so the leader reassigns at once."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        try:
+            self.send("leaving")
+            self.producer.flush(5)
+        except Exception as err:
+            log.warning("could not send the leaving heartbeat: %s", err)
+
+
+class TopicTail:
+    """Follows every partition of a (compacted) topic from its start, read_committed.
+
+    ``on_record(key, value)`` runs on the tail's thread for each record in log order
+    (``value`` is None for a tombstone). ``caught_up`` is set once the tail has read
+    everything that existed when it started.
+    """
+
+    def __init__(
+        self,
+        conf: dict[str, Any],
+        topic: str,
+        on_record: Callable[[str, bytes | None], None],
+        name: str = "tail",
+    ) -> None:
+        self.topic = topic
+        self.on_record = on_record
+        self.consumer = clients.consumer(conf, **{"group.id": f"crossfeed-tail-{os.getpid()}"})
+        self.caught_up = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def start(self) -> TopicTail:
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        meta = self.consumer.list_topics(self.topic, timeout=30).topics[self.topic]
+        parts = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in meta.partitions]
+        ends = {
+            tp.partition: self.consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in parts
+        }
+        self.consumer.assign(parts)
+        while not self._stop.is_set():
+            for msg in self.consumer.consume(1000, timeout=0.2):
+                if msg.error():
+                    continue
+                key = (msg.key() or b"").decode("utf-8", "replace")
+                try:
+                    self.on_record(key, msg.value())
+                except Exception:
+                    log.exception("could not apply %s record %r", self.topic, key)
+            if not self.caught_up.is_set():
+                positions = self.consumer.position([TopicPartition(self.topic, p) for p in ends])
+                if all(
+                    tp.offset >= ends[tp.partition] or ends[tp.partition] == 0 for tp in positions
+                ):
+                    self.caught_up.set()
+        self.consumer.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
