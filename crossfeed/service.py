@@ -63,7 +63,10 @@ def run(settings: Settings, make_worker: Callable[[], Worker], metrics_port: int
     server = httpserve.serve(
         status, settings.metrics_port if metrics_port is None else metrics_port
     )
-    log.info("metrics and status on http://127.0.0.1:%d/", server.server_address[1])
+    port = server.server_address[1]
+    if hasattr(worker, "address"):
+        worker.address = f"127.0.0.1:{port}"  # announced in heartbeats
+    log.info("metrics and status on http://127.0.0.1:%d/", port)
     try:
         worker.run(stop)
     except FeedStopped as err:

@@ -7,20 +7,29 @@ from typing import Optional
 import typer
 
 from crossfeed.cli.common import clean_errors, fail, settings
+from crossfeed.config import Settings
 from crossfeed.feeds import FeedSpec, load_feed_file
+from crossfeed.state import read_feed
+from crossfeed.wire import topics
 
 
-def resolve_feed(feed: str, feed_file: str | None) -> FeedSpec:
-    """The feed to run: from --feed-file (the coordinator's store comes with its issue)."""
-    if not feed_file:
+def resolve_feed(config: Settings, feed: str, feed_file: str | None) -> FeedSpec:
+    """The feed to run: from --feed-file, else as the coordinator stored it."""
+    if feed_file:
+        spec = load_feed_file(feed_file)
+        if spec.name != feed:
+            fail(f"--feed {feed!r} does not match the name {spec.name!r} in {feed_file}")
+        return spec
+    control = config.control_cluster or next(iter(config.clusters), None)
+    if control is None:
+        fail("no clusters configured: run 'crossfeed local up' or pass --config")
+    stored = read_feed(config.cluster(control).client_config(), feed)
+    if stored is None:
         fail(
-            f"no feed file given for feed {feed!r}: pass --feed-file FILE (a YAML file with "
-            "the fields of 'changefeed create')"
+            f"feed {feed!r} is not in {topics.STATE} on {control}: create it with "
+            "'crossfeed changefeed create' or pass --feed-file FILE"
         )
-    spec = load_feed_file(feed_file)
-    if spec.name != feed:
-        fail(f"--feed {feed!r} does not match the name {spec.name!r} in {feed_file}")
-    return spec
+    return stored
 
 
 FeedOpt = typer.Option(..., "--feed", help="feed name")
@@ -57,9 +66,10 @@ def sink_run(
 def _run(
     run: object, feed: str, feed_file: str | None, instance: str | None, metrics_port: int | None
 ) -> int:
-    spec = resolve_feed(feed, feed_file)
     config = settings()
+    spec = resolve_feed(config, feed, feed_file)
     config.cluster(spec.source)
     if spec.sink.cluster:
         config.cluster(spec.sink.cluster)
-    return run(config, spec, instance, metrics_port)  # type: ignore[operator,no-any-return]
+    coordinated = feed_file is None
+    return run(config, spec, instance, metrics_port, coordinated=coordinated)  # type: ignore[operator,no-any-return]

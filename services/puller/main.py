@@ -5,11 +5,33 @@ from __future__ import annotations
 from crossfeed import service
 from crossfeed.config import Settings
 from crossfeed.feeds import FeedSpec
+from services.puller.membership import CoordinatorMembership, GroupMembership
 from services.puller.worker import PullerWorker
 
 
 def run(
-    settings: Settings, feed: FeedSpec, instance: str | None = None, metrics_port: int | None = None
+    settings: Settings,
+    feed: FeedSpec,
+    instance: str | None = None,
+    metrics_port: int | None = None,
+    *,
+    coordinated: bool = False,
 ) -> int:
+    """``coordinated``: tasks come from the coordinator, else from the feed's consumer group."""
     instance_id = service.instance_id("puller", instance)
-    return service.run(settings, lambda: PullerWorker(settings, feed, instance_id), metrics_port)
+    target_alias = feed.sink.cluster
+    assert target_alias is not None
+    target_conf = settings.cluster(target_alias).client_config()
+    control_conf = settings.cluster(settings.control_cluster or target_alias).client_config()
+
+    def make() -> PullerWorker:
+        membership: GroupMembership | CoordinatorMembership
+        if coordinated:
+            membership = CoordinatorMembership(control_conf, feed.name, instance_id)
+        else:
+            membership = GroupMembership(
+                target_conf, feed.name, instance_id, settings.coordinator.failover_timeout_s
+            )
+        return PullerWorker(settings, feed, instance_id, membership, control_conf)
+
+    return service.run(settings, make, metrics_port)

@@ -77,6 +77,8 @@ class PartitionState:
     next_offset: int  # next source offset to copy (working, inside the open transaction)
     committed: int  # next_offset as of the last committed transaction
     last_ts_us: int = 0  # commit_ts of the newest copied record
+    resolved_ts_us: int = 0  # resolved_ts of the last committed mark
+    pending_resolved_us: int = 0  # resolved_ts of the mark in the open transaction
     labels: tuple[str, str, str] = ("", "", "")
 
 
@@ -222,7 +224,10 @@ class PullerTask:
         lateness_us = self.ctx.feed.config.lateness_ms * 1000
         for tp, state in self.partitions.items():
             state.next_offset = max(state.next_offset, positions.get(tp, -1))
-            resolved = (now_us if tp in caught_up else state.last_ts_us) - lateness_us
+            resolved = max(
+                (now_us if tp in caught_up else state.last_ts_us) - lateness_us,
+                state.resolved_ts_us,  # resolved_ts never goes backwards
+            )
             mark = {
                 "source_cluster": self.ctx.source_cluster_id,
                 "topic": tp.topic,
@@ -236,10 +241,12 @@ class PullerTask:
                 str(tp).encode(),
                 MARK_HEADERS,
             )
+            state.pending_resolved_us = max(resolved, 0)
             metrics.RESOLVED_TS.labels(*state.labels).set(max(resolved, 0) / 1e6)
         self._txn(self.producer.commit_transaction, 60)
         for state in self.partitions.values():
             state.committed = state.next_offset
+            state.resolved_ts_us = state.pending_resolved_us
         self.in_txn = False
         self.txn_records = self.txn_bytes = 0
         self.last_commit = time.monotonic()

@@ -1,10 +1,9 @@
-"""A puller instance: joins the feed's puller group, runs the tasks it is given.
+"""A puller instance: runs the tasks its membership gives it (see membership.py).
 
-Tasks are the staging partitions of ``_crossfeed.<feed>.changes``. Instances share
-them through a Kafka consumer group on the target cluster (``crossfeed-puller.<feed>``,
-cooperative-sticky): the group only hands out task numbers — its partitions stay
-paused and are never read. One source consumer per instance reads every source
-partition of the instance's tasks; each record goes to its task's open transaction.
+Tasks are the staging partitions of ``_crossfeed.<feed>.changes``. One source
+consumer per instance reads every source partition of the instance's tasks; each
+record goes to its task's open transaction. The instance heartbeats to
+``_crossfeed.heartbeats`` with its tasks and each source partition's resolved_ts.
 """
 
 from __future__ import annotations
@@ -22,9 +21,11 @@ from crossfeed.core.partitions import TopicPartition, staging_partition
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
+from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
 from crossfeed.wire import topics
 from services.puller import metrics, positions
 from services.puller.discovery import Discovery
+from services.puller.membership import CoordinatorMembership, GroupMembership
 from services.puller.task import FeedContext, PullerTask, TaskFenced, transactional_id
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,14 @@ def wait_for_cluster(alias: str, conf: dict[str, Any], stop: threading.Event) ->
 
 
 class PullerWorker:
-    def __init__(self, settings: Settings, feed: FeedSpec, instance_id: str) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        feed: FeedSpec,
+        instance_id: str,
+        membership: GroupMembership | CoordinatorMembership,
+        control_conf: dict[str, Any],
+    ) -> None:
         self.settings = settings
         self.feed = feed
         self.instance_id = instance_id
@@ -66,7 +74,10 @@ class PullerWorker:
         self.ctx: FeedContext | None = None
         self.discovery: Discovery | None = None
         self.reader: Any = None
-        self.membership: Any = None
+        self.membership = membership
+        self.control_conf = control_conf
+        self.heartbeats: HeartbeatSender | None = None
+        self.address = ""
         self.last_refresh = 0.0
         self.last_metrics = 0.0
 
@@ -110,22 +121,11 @@ class PullerWorker:
                 "fetch.wait.max.ms": 100,
             },
         )
-        self.membership = clients.consumer(
-            self.target_conf,
-            **{
-                "group.id": f"crossfeed-puller.{self.feed.name}",
-                "client.id": self.instance_id,
-                "partition.assignment.strategy": "cooperative-sticky",
-                "session.timeout.ms": int(self.settings.coordinator.failover_timeout_s * 1000),
-                "heartbeat.interval.ms": 1000,
-            },
-        )
-        self.membership.subscribe(
-            [self.changes_topic],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
+        ensure_control_topics(self.control_conf)
+        self.membership.start(self)
+        self.heartbeats = HeartbeatSender(
+            self.control_conf, self.instance_id, "puller", self._heartbeat
+        ).start()
         log.info(
             "puller %s started for feed %s (%s -> %s)",
             self.instance_id,
@@ -145,7 +145,7 @@ class PullerWorker:
 
     def step(self) -> None:
         assert self.ctx is not None and self.discovery is not None
-        self.membership.poll(0)  # heartbeats and task (re)assignment callbacks
+        self.membership.poll()  # tasks start and stop here, on this thread
         now = time.monotonic()
         if now - self.last_refresh >= self.settings.puller.topic_refresh_s:
             self._refresh()
@@ -172,35 +172,16 @@ class PullerWorker:
     def shutdown(self) -> None:
         """Commit what is open and leave the group, so others take the tasks at once."""
         for s in list(self.tasks):
-            self._drop_task(s, commit=True)
-        if self.membership is not None:
-            self.membership.close()
-            self.membership = None
+            self.drop_task(s, commit=True)
+        self.membership.close()
+        if self.heartbeats is not None:
+            self.heartbeats.leave()
         if self.reader is not None:
             self.reader.close()
             self.reader = None
         log.info("puller %s stopped", self.instance_id)
 
     # -- tasks ----------------------------------------------------------------------
-
-    def _on_assign(self, consumer: Any, partitions: list[KafkaTP]) -> None:
-        consumer.incremental_assign(partitions)
-        consumer.pause(partitions)  # the group hands out task numbers; nothing is read
-        for kp in partitions:
-            self._start_task(kp.partition)
-        metrics.TASKS.labels(self.feed.name).set(len(self.tasks))
-
-    def _on_revoke(self, consumer: Any, partitions: list[KafkaTP]) -> None:
-        for kp in partitions:
-            self._drop_task(kp.partition, commit=True)
-        consumer.incremental_unassign(partitions)
-        metrics.TASKS.labels(self.feed.name).set(len(self.tasks))
-
-    def _on_lost(self, consumer: Any, partitions: list[KafkaTP]) -> None:
-        for kp in partitions:
-            self._drop_task(kp.partition, commit=False)
-        consumer.incremental_unassign(partitions)
-        metrics.TASKS.labels(self.feed.name).set(len(self.tasks))
 
     def _task_partitions(self, s: int) -> set[TopicPartition]:
         assert self.discovery is not None
@@ -211,7 +192,7 @@ class PullerWorker:
             if staging_partition(tp.topic, tp.partition, n) == s
         }
 
-    def _start_task(self, s: int) -> None:
+    def start_task(self, s: int) -> None:
         assert self.ctx is not None
         producer = clients.producer(
             self.target_conf,
@@ -235,6 +216,7 @@ class PullerWorker:
             starts.append(KafkaTP(tp.topic, tp.partition, offset))
             self.route[tp] = task
         self.tasks[s] = task
+        metrics.TASKS.labels(self.feed.name).set(len(self.tasks))
         if starts:
             self.reader.incremental_assign(starts)
         log.info(
@@ -252,7 +234,7 @@ class PullerWorker:
         # A partition missing from the marks appeared after the last commit: copy all of it.
         return recovered.get(tp, OFFSET_BEGINNING)
 
-    def _drop_task(self, s: int, *, commit: bool) -> None:
+    def drop_task(self, s: int, *, commit: bool) -> None:
         task = self.tasks.pop(s, None)
         if task is None:
             return
@@ -270,6 +252,7 @@ class PullerWorker:
         if owned and self.reader is not None:
             self.reader.incremental_unassign([KafkaTP(tp.topic, tp.partition) for tp in owned])
         task.close()
+        metrics.TASKS.labels(self.feed.name).set(len(self.tasks))
         log.info("task %d of feed %s released by %s", s, self.feed.name, self.instance_id)
 
     def _commit_or_raise(self, task: PullerTask) -> None:
@@ -289,7 +272,7 @@ class PullerWorker:
             self._commit_or_raise(task)
         except TaskFenced as err:
             log.warning("%s", err)
-            self._drop_task(task.staging_partition, commit=False)
+            self.drop_task(task.staging_partition, commit=False)
         except KafkaException as err:
             log.warning(
                 "task %d: transaction failed (%s); aborting and retrying",
@@ -333,6 +316,21 @@ class PullerWorker:
             metrics.LAG_SECONDS.labels(*state.labels).set(max(age, 0.0))
 
     # -- status ---------------------------------------------------------------------
+
+    def _heartbeat(self) -> HeartbeatContent:
+        discovery = self.discovery
+        tasks = list(self.tasks.items())
+        checkpoints: dict[str, int] = {}
+        for _, task in tasks:
+            for tp, state in list(task.partitions.items()):
+                checkpoints[str(tp)] = state.resolved_ts_us
+        return HeartbeatContent(
+            tasks=[f"{self.feed.name}/puller/{s}" for s, _ in tasks],
+            feeds=[self.feed.name],
+            address=self.address,
+            checkpoints=checkpoints,
+            last_error=(discovery.last_error or "") if discovery else "",
+        )
 
     def status(self) -> dict[str, Any]:
         discovery = self.discovery

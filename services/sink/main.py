@@ -10,9 +10,19 @@ from services.sink.mirror import MirrorSink
 
 
 def run(
-    settings: Settings, feed: FeedSpec, instance: str | None = None, metrics_port: int | None = None
+    settings: Settings,
+    feed: FeedSpec,
+    instance: str | None = None,
+    metrics_port: int | None = None,
+    *,
+    coordinated: bool = False,  # sinks share staging partitions by consumer group either way
 ) -> int:
     instance_id = service.instance_id("sink", instance)
     if feed.mode != "mirror":
         not_implemented("sink run for ordered feeds")
-    return service.run(settings, lambda: MirrorSink(settings, feed, instance_id), metrics_port)
+    target_alias = feed.sink.cluster
+    assert target_alias is not None
+    control_conf = settings.cluster(settings.control_cluster or target_alias).client_config()
+    return service.run(
+        settings, lambda: MirrorSink(settings, feed, instance_id, control_conf), metrics_port
+    )

@@ -30,6 +30,7 @@ from crossfeed.dlq import DeadLetter, FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
+from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
 from crossfeed.wire import codec, headers, topics
 from services.puller.worker import (
     DLQ_MAX_MESSAGE_BYTES,
@@ -50,8 +51,14 @@ class RetryLater(RuntimeError):
 
 
 class MirrorSink:
-    def __init__(self, settings: Settings, feed: FeedSpec, instance_id: str) -> None:
+    def __init__(
+        self, settings: Settings, feed: FeedSpec, instance_id: str, control_conf: dict[str, Any]
+    ) -> None:
         self.settings = settings
+        self.control_conf = control_conf
+        self.heartbeats: HeartbeatSender | None = None
+        self.address = ""
+        self.checkpoints: dict[str, int] = {}  # "topic/partition" -> checkpoint_ts (µs)
         self.feed = feed
         self.instance_id = instance_id
         target_alias = feed.sink.cluster
@@ -124,6 +131,10 @@ class MirrorSink:
         self.consumer.subscribe(
             [self.changes_topic], on_revoke=self._on_revoke, on_lost=self._on_lost
         )
+        ensure_control_topics(self.control_conf)
+        self.heartbeats = HeartbeatSender(
+            self.control_conf, self.instance_id, "sink", self._heartbeat
+        ).start()
         self.state = "normal"
         log.info(
             "sink %s started for feed %s (-> %s)",
@@ -152,6 +163,8 @@ class MirrorSink:
             self.consumer = None
         if self.producer is not None:
             self.producer.flush(5)
+        if self.heartbeats is not None:
+            self.heartbeats.leave()
         log.info("sink %s stopped", self.instance_id)
 
     # -- the loop -------------------------------------------------------------------
@@ -361,6 +374,8 @@ class MirrorSink:
         for src, ts in self.newest_ts_ms.items():
             metrics.LAG_SECONDS.labels(*self._labels(src)).set(max(0.0, (now_ms - ts) / 1000))
         for src, mark in self.marks.items():
+            # Everything of src up to this mark is now committed in the target.
+            self.checkpoints[str(src)] = mark["resolved_ts_us"]
             metrics.CHECKPOINT_TS.labels(*self._labels(src)).set(mark["resolved_ts_us"] / 1e6)
         if self.state == "error":
             log.info("feed %s: sink writing again", self.feed.name)
@@ -441,6 +456,16 @@ class MirrorSink:
         if labels is None:
             labels = self.labels[src] = (self.feed.name, src.topic, str(src.partition))
         return labels
+
+    def _heartbeat(self) -> HeartbeatContent:
+        assigned = self.consumer.assignment() if self.consumer else []
+        return HeartbeatContent(
+            tasks=[f"{self.feed.name}/sink/{tp.partition}" for tp in assigned],
+            feeds=[self.feed.name],
+            address=self.address,
+            checkpoints=dict(self.checkpoints),
+            last_error=self.last_error or "",
+        )
 
     def status(self) -> dict[str, Any]:
         return {

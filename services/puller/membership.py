@@ -1,0 +1,138 @@
+"""Who runs which puller task: the feed's consumer group, or the coordinator.
+
+- ``GroupMembership`` (a feed file, no coordinator): instances join the consumer group
+  ``crossfeed-puller.<feed>`` on the target cluster, subscribed to the changes topic.
+  The group only hands out task numbers (staging partitions); they stay paused and
+  are never read. A dead instance's tasks move after ``session.timeout.ms``.
+- ``CoordinatorMembership``: the leader writes ``assignment/<feed>/puller/<instance>``
+  records to ``_crossfeed.state``; an assignment is applied only if its leader epoch is
+  at least the highest seen, so a deposed leader's late writes change nothing.
+
+Either way, fencing does not depend on membership being right: a task's
+transactional.id is fixed, and its new owner's ``init_transactions`` fences the old one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Protocol
+
+from confluent_kafka import TopicPartition as KafkaTP
+
+from crossfeed.kafka import clients
+from crossfeed.membership import TopicTail
+from crossfeed.wire import codec, topics
+
+log = logging.getLogger(__name__)
+
+
+class TaskHost(Protocol):
+    """The worker side: starts and drops tasks on the main thread."""
+
+    tasks: dict[int, Any]
+
+    def start_task(self, staging_partition: int) -> None: ...
+
+    def drop_task(self, staging_partition: int, *, commit: bool) -> None: ...
+
+
+class GroupMembership:
+    def __init__(
+        self, target_conf: dict[str, Any], feed: str, instance_id: str, session_timeout_s: float
+    ) -> None:
+        self.consumer = clients.consumer(
+            target_conf,
+            **{
+                "group.id": f"crossfeed-puller.{feed}",
+                "client.id": instance_id,
+                "partition.assignment.strategy": "cooperative-sticky",
+                "session.timeout.ms": int(session_timeout_s * 1000),
+                "heartbeat.interval.ms": 1000,
+            },
+        )
+        self.changes_topic = topics.changes(feed)
+        self.host: TaskHost | None = None
+
+    def start(self, host: TaskHost) -> None:
+        self.host = host
+        self.consumer.subscribe(
+            [self.changes_topic],
+            on_assign=self._assign,
+            on_revoke=self._revoke,
+            on_lost=self._lost,
+        )
+
+    def poll(self) -> None:
+        self.consumer.poll(0)  # group heartbeats; (re)assignment callbacks run here
+
+    def _assign(self, consumer: Any, partitions: list[KafkaTP]) -> None:
+        consumer.incremental_assign(partitions)
+        consumer.pause(partitions)
+        assert self.host is not None
+        for kp in partitions:
+            self.host.start_task(kp.partition)
+
+    def _revoke(self, consumer: Any, partitions: list[KafkaTP]) -> None:
+        assert self.host is not None
+        for kp in partitions:
+            self.host.drop_task(kp.partition, commit=True)
+        consumer.incremental_unassign(partitions)
+
+    def _lost(self, consumer: Any, partitions: list[KafkaTP]) -> None:
+        assert self.host is not None
+        for kp in partitions:
+            self.host.drop_task(kp.partition, commit=False)
+        consumer.incremental_unassign(partitions)
+
+    def close(self) -> None:
+        self.consumer.close()  # leaving the group hands the tasks over at once
+
+
+class CoordinatorMembership:
+    def __init__(self, control_conf: dict[str, Any], feed: str, instance_id: str) -> None:
+        self.feed = feed
+        self.key = f"assignment/{feed}/puller/{instance_id}"
+        self.lock = threading.Lock()
+        self.max_epoch = -1
+        self.desired: set[int] = set()
+        self.generation = -1
+        self.host: TaskHost | None = None
+        self.tail = TopicTail(control_conf, topics.STATE, self._on_record, name="assignments")
+
+    def start(self, host: TaskHost) -> None:
+        self.host = host
+        self.tail.start()
+
+    def _on_record(self, key: str, value: bytes | None) -> None:
+        if not key.startswith(f"assignment/{self.feed}/") or value is None:
+            return
+        record = codec.decode("Assignment", value)
+        with self.lock:
+            if record["epoch"] < self.max_epoch:
+                log.warning(
+                    "ignoring assignment from a deposed leader (epoch %d < %d)",
+                    record["epoch"],
+                    self.max_epoch,
+                )
+                return
+            self.max_epoch = record["epoch"]
+            if key != self.key or record["generation"] < self.generation:
+                return
+            self.generation = record["generation"]
+            self.desired = {p["partition"] for p in record["partitions"]}
+
+    def poll(self) -> None:
+        assert self.host is not None
+        with self.lock:
+            desired = set(self.desired)
+            epoch, generation = self.max_epoch, self.generation
+        current = set(self.host.tasks)
+        for s in sorted(current - desired):
+            log.info("task %d taken away (epoch %d, generation %d)", s, epoch, generation)
+            self.host.drop_task(s, commit=True)
+        for s in sorted(desired - current):
+            self.host.start_task(s)
+
+    def close(self) -> None:
+        self.tail.stop()
