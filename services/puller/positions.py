@@ -22,6 +22,7 @@ from crossfeed.wire import codec, headers
 log = logging.getLogger(__name__)
 
 FIRST_WINDOW = 256
+MARK_HEADERS = [(headers.TYPE, headers.TYPE_RESOLVED.encode())]
 
 
 def _read_range(
@@ -44,8 +45,9 @@ def _read_range(
                 continue
             if msg.offset() >= end:
                 break
-            kind = next((v for k, v in (msg.headers() or []) if k == headers.TYPE), None)
-            out.append((kind == headers.TYPE_RESOLVED.encode(), msg.value()))
+            # Copied records end with crossfeed-src; a mark carries only its type header.
+            hdrs = msg.headers() or []
+            out.append((hdrs == MARK_HEADERS, msg.value()))
     consumer.unassign()
     return out
 

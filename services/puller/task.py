@@ -5,7 +5,9 @@ through a transactional producer whose transactional.id is fixed per task
 (``crossfeed-puller.<feed>.<s>``): a new owner's ``init_transactions`` fences any
 previous one, so a paused or partitioned instance can never write again.
 
-Each transaction carries copied records, dead letters, and — last — one ResolvedMark
+Each transaction carries copied records (the source records themselves, key, value,
+headers and timestamp byte for byte, plus provenance headers ending with
+``crossfeed-src``), dead letters, and — last — one ResolvedMark
 per source partition of the task with its ``next_offset``: the source positions are
 stored on the target in the same transaction as the data (see positions.py), never
 on a source cluster that may be gone.
@@ -27,11 +29,11 @@ from crossfeed.core.timestamps import commit_ts_us
 from crossfeed.dlq import DeadLetter, FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.wire import codec, headers, topics
+from crossfeed.wire.headers import HOPS, ORIGIN_CLUSTER, ORIGIN_TOPIC, SRC
 from services.puller import metrics
 
 log = logging.getLogger(__name__)
 
-TIMESTAMP_TYPES = {1: "create", 2: "log_append"}
 MARK_HEADERS = [(headers.TYPE, headers.TYPE_RESOLVED.encode())]
 
 
@@ -55,6 +57,11 @@ class FeedContext:
     @property
     def name(self) -> str:
         return self.feed.name
+
+    @property
+    def filtering(self) -> bool:
+        opts = self.feed.config
+        return bool(opts.filter_reject_header or opts.filter_reject_key_regex)
 
     def reject_reason(self, msg: Any) -> str | None:
         """Why a configured filter rejects this record, or None."""
@@ -80,6 +87,10 @@ class PartitionState:
     resolved_ts_us: int = 0  # resolved_ts of the last committed mark
     pending_resolved_us: int = 0  # resolved_ts of the mark in the open transaction
     labels: tuple[str, str, str] = ("", "", "")
+    src_prefix: bytes = b""  # crossfeed-src up to the offset
+    first_hop: tuple[tuple[str, bytes], ...] = ()  # origin and hops headers of a first hop
+    records: int = 0  # copied since the metrics were last updated
+    bytes: int = 0
 
 
 @dataclass
@@ -99,13 +110,27 @@ class PullerTask:
         return transactional_id(self.ctx.name, self.staging_partition)
 
     def add_partition(self, tp: TopicPartition, next_offset: int) -> None:
-        labels = (self.ctx.name, tp.topic, str(tp.partition))
-        self.partitions[tp] = PartitionState(next_offset, next_offset, labels=labels)
+        state = PartitionState(
+            next_offset,
+            next_offset,
+            labels=(self.ctx.name, tp.topic, str(tp.partition)),
+            src_prefix=f"{self.ctx.source_cluster_id}/{tp.topic}/{tp.partition}/".encode(),
+            first_hop=(
+                (ORIGIN_CLUSTER, self.ctx.source_cluster_id.encode()),
+                (ORIGIN_TOPIC, tp.topic.encode()),
+                (HOPS, self.ctx.source_cluster_id.encode()),
+            ),
+        )
+        self.partitions[tp] = state
 
     # -- the hot path ---------------------------------------------------------------
 
     def add(self, msg: Any) -> None:
-        """Copy one source record into the open transaction (or drop/dead-letter it)."""
+        """Copy one source record into the open transaction (or drop/dead-letter it).
+
+        The copy is the record itself — key, value, headers and timestamp as on the
+        source — plus the provenance headers, in the task's staging partition.
+        """
         tp = TopicPartition(msg.topic(), msg.partition())
         state = self.partitions.get(tp)
         if state is None:  # a record fetched just before its partition moved away
@@ -114,53 +139,70 @@ class PullerTask:
         if offset < state.next_offset:  # already copied (a re-fetch after a rewind)
             return
         self._begin()
-        hdrs = msg.headers() or []
-        if not provenance.should_copy(hdrs, self.ctx.target_cluster_id):
-            metrics.LOOP_DROPPED.labels(*state.labels).inc()
+        hdrs = msg.headers()
+        if hdrs is not None and self._is_loop(hdrs, state):
             state.next_offset = offset + 1
             return
-        reason = self.ctx.reject_reason(msg)
-        if reason is not None:
-            self._dead_letter(msg, "RejectedByFilter", reason, state)
-            state.next_offset = offset + 1
-            return
-        ts_type, ts_ms = msg.timestamp()
-        try:
-            commit_ts = commit_ts_us(hdrs, ts_ms)
-        except ValueError:
-            # Mirror feeds copy the header as it is; only ordered feeds need a valid one.
-            commit_ts = max(ts_ms, 0) * 1000
+        if self.ctx.filtering:
+            reason = self.ctx.reject_reason(msg)
+            if reason is not None:
+                self._dead_letter(msg, "RejectedByFilter", reason, state)
+                state.next_offset = offset + 1
+                return
+        ts_ms = msg.timestamp()[1]
         key, value = msg.key(), msg.value()
-        event = {
-            "source_cluster": self.ctx.source_cluster_id,
-            "topic": tp.topic,
-            "partition": tp.partition,
-            "offset": offset,
-            "timestamp_ms": ts_ms,
-            "timestamp_type": TIMESTAMP_TYPES.get(ts_type, "not_available"),
-            "key": key,
-            "value": value,
-            "headers": [
-                {"key": k, "value": v}
-                for k, v in provenance.stamp(
-                    hdrs,
-                    source_cluster_id=self.ctx.source_cluster_id,
-                    source_topic=tp.topic,
-                    partition=tp.partition,
-                    offset=offset,
-                )
-            ],
-            "commit_ts_us": commit_ts,
-        }
-        payload = codec.encode("ChangeEvent", event)
-        self._produce(self.ctx.changes_topic, payload, str(tp).encode(), None)
+        src = (SRC, state.src_prefix + str(offset).encode())
+        stamped: Any  # confluent-kafka header pairs
+        if hdrs is None:
+            stamped = [*state.first_hop, src]
+        elif any(name in provenance.STAMPED for name, _ in hdrs):
+            stamped = provenance.stamp(
+                hdrs,
+                source_cluster_id=self.ctx.source_cluster_id,
+                source_topic=tp.topic,
+                partition=tp.partition,
+                offset=offset,
+            )
+        else:  # first hop: the same result as provenance.stamp, without re-parsing
+            stamped = [*hdrs, *state.first_hop, src]
         size = (len(key) if key else 0) + (len(value) if value else 0)
+        while True:
+            try:
+                self.producer.produce(
+                    self.ctx.changes_topic,
+                    value=value,
+                    key=key,
+                    partition=self.staging_partition,
+                    headers=stamped,
+                    timestamp=ts_ms if ts_ms > 0 else 0,
+                )
+                break
+            except BufferError:
+                self.producer.poll(0.05)  # local queue full: let deliveries drain
         self.txn_records += 1
-        self.txn_bytes += len(payload)
+        self.txn_bytes += size
         state.next_offset = offset + 1
-        state.last_ts_us = commit_ts
-        metrics.RECORDS.labels(*state.labels).inc()
-        metrics.BYTES.labels(*state.labels).inc(size)
+        state.last_ts_us = self._commit_ts(hdrs, ts_ms)
+        state.records += 1
+        state.bytes += size
+
+    def _is_loop(self, hdrs: list[Any], state: PartitionState) -> bool:
+        """True (and counted) when the target cluster is already in the hop list."""
+        try:
+            copy = provenance.should_copy(hdrs, self.ctx.target_cluster_id)
+        except ValueError:  # unreadable provenance: copy it; the hop list is not ours
+            return False
+        if not copy:
+            metrics.LOOP_DROPPED.labels(*state.labels).inc()
+        return not copy
+
+    def _commit_ts(self, hdrs: list[Any] | None, ts_ms: int) -> int:
+        if hdrs is not None and self.ctx.feed.mode == "ordered":
+            try:
+                return commit_ts_us(hdrs, ts_ms)
+            except ValueError:
+                pass
+        return max(ts_ms, 0) * 1000
 
     def _dead_letter(self, msg: Any, error_class: str, reason: str, state: PartitionState) -> None:
         letter = DeadLetter(
@@ -245,6 +287,10 @@ class PullerTask:
             metrics.RESOLVED_TS.labels(*state.labels).set(max(resolved, 0) / 1e6)
         self._txn(self.producer.commit_transaction, 60)
         for state in self.partitions.values():
+            if state.records:
+                metrics.RECORDS.labels(*state.labels).inc(state.records)
+                metrics.BYTES.labels(*state.labels).inc(state.bytes)
+                state.records = state.bytes = 0
             state.committed = state.next_offset
             state.resolved_ts_us = state.pending_resolved_us
         self.in_txn = False
@@ -263,6 +309,7 @@ class PullerTask:
             self.txn_records = self.txn_bytes = 0
         for state in self.partitions.values():
             state.next_offset = state.committed
+            state.records = state.bytes = 0
         return {tp: state.committed for tp, state in self.partitions.items()}
 
     def _txn(self, call: Any, *args: Any) -> None:

@@ -6,6 +6,11 @@ each transaction holds the copies, the dead letters, the OffsetSync ranges of th
 copies and the group's input positions (``send_offsets_to_transaction`` with the
 group's metadata, so an instance whose generation is stale is fenced).
 
+A staged record is the source record itself plus provenance headers, the last being
+``crossfeed-src`` (``<cluster.id>/<topic>/<partition>/<offset>``): it says where the
+copy goes (the target topic named by rename-format, the same partition number) and
+which source offset it is, for the OffsetSync ranges.
+
 OffsetSync ranges come from delivery reports: per source partition one record per
 contiguous run, broken at a gap on either side — skipped source offsets (compaction,
 aborted transactions, filtered or loop-dropped records) or a target jump (the
@@ -18,6 +23,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -44,10 +50,29 @@ log = logging.getLogger(__name__)
 
 RESOLVED = headers.TYPE_RESOLVED.encode()
 FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+SIZE_SLACK = 64 << 10  # below max.message.bytes by this much, no exact size check is needed
 
 
 class RetryLater(RuntimeError):
     """The transaction cannot complete now (target not ready); abort, rewind, retry."""
+
+
+@dataclass
+class SourceRoute:
+    """One source partition as the sink sees it: where its copies go, what they cost."""
+
+    source: TopicPartition
+    cluster_id: str
+    target_topic: str
+    max_message_bytes: int
+    labels: tuple[str, str, str]
+    records: int = 0  # written in the open transaction
+    bytes: int = 0
+    newest_ts_ms: int = -1
+
+    @property
+    def target(self) -> tuple[str, int]:
+        return (self.target_topic, self.source.partition)
 
 
 class MirrorSink:
@@ -55,12 +80,9 @@ class MirrorSink:
         self, settings: Settings, feed: FeedSpec, instance_id: str, control_conf: dict[str, Any]
     ) -> None:
         self.settings = settings
-        self.control_conf = control_conf
-        self.heartbeats: HeartbeatSender | None = None
-        self.address = ""
-        self.checkpoints: dict[str, int] = {}  # "topic/partition" -> checkpoint_ts (µs)
         self.feed = feed
         self.instance_id = instance_id
+        self.control_conf = control_conf
         target_alias = feed.sink.cluster
         assert target_alias is not None
         self.target_alias = target_alias
@@ -68,10 +90,13 @@ class MirrorSink:
         self.changes_topic = topics.changes(feed.name)
         self.consumer: Any = None
         self.producer: Any = None
+        self.heartbeats: HeartbeatSender | None = None
         self.targets: TargetTopics | None = None
+        self.address = ""
+        self.routes: dict[bytes, SourceRoute] = {}  # by crossfeed-src prefix
+        self.by_target: dict[tuple[str, int], SourceRoute] = {}
         self.writers: dict[TopicPartition, OffsetSyncWriter] = {}
-        self.labels: dict[TopicPartition, tuple[str, str, str]] = {}
-        self.source_clusters: dict[TopicPartition, str] = {}  # cluster.id per source partition
+        self.checkpoints: dict[str, int] = {}  # "topic/partition" -> checkpoint_ts (µs)
         self.state = "starting"
         self.last_error: str | None = None
         self._reset_txn()
@@ -82,10 +107,13 @@ class MirrorSink:
         self.txn_records = 0
         self.first_offset: dict[int, int] = {}  # staging partition -> first offset in txn
         self.next_input: dict[int, int] = {}  # staging partition -> next offset after txn
-        self.delivered: dict[TopicPartition, list[tuple[int, int, int]]] = defaultdict(list)
+        # Per target partition: source offsets in produce order, target offsets as acked.
+        self.produced: dict[tuple[str, int], list[int]] = defaultdict(list)
+        self.acked: dict[tuple[str, int], list[int]] = defaultdict(list)
         self.marks: dict[TopicPartition, dict[str, Any]] = {}
-        self.newest_ts_ms: dict[TopicPartition, int] = {}
         self.delivery_error: KafkaError | None = None
+        for route in self.routes.values():
+            route.records = route.bytes = 0
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -198,84 +226,93 @@ class MirrorSink:
         p = msg.partition()
         self.first_offset.setdefault(p, msg.offset())
         self.next_input[p] = msg.offset() + 1
-        msg_headers = msg.headers()
-        if msg_headers and any(k == headers.TYPE and v == RESOLVED for k, v in msg_headers):
-            mark = codec.decode("ResolvedMark", msg.value())
-            self.marks[TopicPartition(mark["topic"], mark["partition"])] = mark
+        hdrs = msg.headers()
+        last: Any = hdrs[-1] if hdrs else (None, None)
+        if last[0] != headers.SRC:  # not a copied record: a resolved mark, or not ours
+            if last == (headers.TYPE, RESOLVED):
+                mark = codec.decode("ResolvedMark", msg.value())
+                self.marks[TopicPartition(mark["topic"], mark["partition"])] = mark
+            else:
+                self._dead_letter_raw(msg, "staging record without a crossfeed-src header")
             return
-        try:
-            event = codec.decode("ChangeEvent", msg.value())
-        except codec.CodecError as err:
-            self._dead_letter_raw(msg, str(err))
-            return
-        src = TopicPartition(event["topic"], event["partition"])
-        self.source_clusters[src] = event["source_cluster"]
-        labels = self._labels(src)
-        target_name = self.feed.target_topic(src.topic)
+        head, _, offset_text = last[1].rpartition(b"/")
+        route = self.routes.get(head) or self._route(head)
+        key, value = msg.key(), msg.value()
+        size = (len(key) if key else 0) + (len(value) if value else 0)
+        if size + SIZE_SLACK > route.max_message_bytes:
+            exact = record_size(key, value, hdrs)
+            if exact > route.max_message_bytes:
+                self._dead_letter(
+                    msg,
+                    route,
+                    int(offset_text),
+                    "RecordTooLarge",
+                    f"record of {exact} bytes exceeds max.message.bytes="
+                    f"{route.max_message_bytes} of target topic {route.target_topic}",
+                )
+                return
+        ts_ms = msg.timestamp()[1]
+        while True:
+            try:
+                self.producer.produce(
+                    route.target_topic,
+                    value=value,
+                    key=key,
+                    partition=route.source.partition,
+                    headers=hdrs,
+                    timestamp=max(ts_ms, 0),
+                    on_delivery=self._on_delivery,
+                )
+                break
+            except BufferError:
+                self.producer.poll(0.05)  # local queue full: let deliveries drain
+        self.produced[route.target].append(int(offset_text))
+        self.txn_records += 1
+        route.records += 1
+        route.bytes += size
+        route.newest_ts_ms = ts_ms
+
+    def _on_delivery(self, err: KafkaError | None, out: Any) -> None:
+        # Per target partition, reports arrive in produce order (idempotent producer).
+        if err is not None:
+            self.delivery_error = err
+        else:
+            self.acked[(out.topic(), out.partition())].append(out.offset())
+
+    def _route(self, head: bytes) -> SourceRoute:
+        """Where records of one source partition go (cached by their crossfeed-src prefix)."""
+        cluster_id, _, rest = head.decode().partition("/")
+        topic, _, partition = rest.rpartition("/")
+        source = TopicPartition(topic, int(partition))
+        target_name = self.feed.target_topic(topic)
         assert self.targets is not None
         target = self.targets.get(target_name)
         if target is None:
             raise RetryLater(
                 f"target topic {target_name!r} does not exist yet on {self.target_alias}"
             )
-        if src.partition >= target.partitions:
+        if source.partition >= target.partitions:
             raise RetryLater(
                 f"target topic {target_name!r} has {target.partitions} partition(s) but source "
-                f"partition {src} needs at least {src.partition + 1}; add partitions on "
+                f"partition {source} needs at least {source.partition + 1}; add partitions on "
                 f"{self.target_alias}"
             )
-        hdrs = event["headers"]
-        size = record_size(event["key"], event["value"], hdrs)
-        if size > target.max_message_bytes:
-            self._dead_letter(
-                event,
-                "RecordTooLarge",
-                f"record of {size} bytes exceeds max.message.bytes={target.max_message_bytes} "
-                f"of target topic {target_name}",
-                labels,
-            )
-            return
-        offset = event["offset"]
-        delivered = self.delivered[src]
-
-        def on_delivery(err: KafkaError | None, out: Any) -> None:
-            if err is not None:
-                self.delivery_error = err
-            else:
-                delivered.append((offset, out.partition(), out.offset()))
-
-        ts = event["timestamp_ms"]
-        self._produce(
-            target_name,
-            event["value"],
-            event["key"],
-            src.partition,
-            [(h["key"], h["value"]) for h in hdrs],
-            ts if ts >= 0 else 0,
-            on_delivery,
+        route = SourceRoute(
+            source=source,
+            cluster_id=cluster_id,
+            target_topic=target_name,
+            max_message_bytes=target.max_message_bytes,
+            labels=(self.feed.name, topic, partition),
         )
-        self.txn_records += 1
-        self.newest_ts_ms[src] = ts
-        metrics.RECORDS.labels(*labels).inc()
-        metrics.BYTES.labels(*labels).inc(
-            (len(event["key"]) if event["key"] else 0)
-            + (len(event["value"]) if event["value"] else 0)
-        )
+        self.routes[head] = route
+        self.by_target[route.target] = route
+        return route
 
-    def _produce(
-        self, topic: str, value: Any, key: Any, partition: int, hdrs: Any, ts: int, cb: Any
-    ) -> None:
+    def _produce(self, topic: str, value: Any, key: Any, hdrs: Any = None) -> None:
+        """A record of crossfeed's own (sync, dead letter) into the open transaction."""
         while True:
             try:
-                self.producer.produce(
-                    topic,
-                    value=value,
-                    key=key,
-                    partition=partition,
-                    headers=hdrs,
-                    timestamp=ts,
-                    on_delivery=cb,
-                )
+                self.producer.produce(topic, value=value, key=key, headers=hdrs)
                 return
             except BufferError:
                 self.producer.poll(0.05)
@@ -283,28 +320,23 @@ class MirrorSink:
     # -- dead letters ---------------------------------------------------------------
 
     def _dead_letter(
-        self, event: dict[str, Any], error_class: str, reason: str, labels: tuple[str, str, str]
+        self, msg: Any, route: SourceRoute, offset: int, error_class: str, reason: str
     ) -> None:
         letter = DeadLetter(
             feed=self.feed.name,
-            cluster_id=event["source_cluster"],
-            topic=event["topic"],
-            partition=event["partition"],
-            offset=event["offset"],
+            cluster_id=route.cluster_id,
+            topic=route.source.topic,
+            partition=route.source.partition,
+            offset=offset,
             stage="sink",
             error_class=error_class,
             error_message=reason,
         )
-        if self.feed.config.errors_tolerance == "none":
-            raise FeedStopped(letter)
-        log.warning("dead letter: %s", letter.describe())
-        original = [(h["key"], h["value"]) for h in event["headers"]]
-        self._produce(
-            topics.DLQ, event["value"], event["key"], 0, letter.headers(original), 0, None
-        )
-        metrics.DLQ.labels(*labels).inc()
+        self._send_dead_letter(msg, letter)
+        metrics.DLQ.labels(*route.labels).inc()
 
     def _dead_letter_raw(self, msg: Any, reason: str) -> None:
+        """A staging record that is not crossfeed's: kept with its staging position."""
         letter = DeadLetter(
             feed=self.feed.name,
             cluster_id=self.target_alias,
@@ -312,21 +344,16 @@ class MirrorSink:
             partition=msg.partition(),
             offset=msg.offset(),
             stage="sink",
-            error_class="UndecodableChangeEvent",
+            error_class="NotAStagedRecord",
             error_message=reason,
         )
+        self._send_dead_letter(msg, letter)
+
+    def _send_dead_letter(self, msg: Any, letter: DeadLetter) -> None:
         if self.feed.config.errors_tolerance == "none":
             raise FeedStopped(letter)
         log.warning("dead letter: %s", letter.describe())
-        self._produce(
-            topics.DLQ,
-            msg.value(),
-            msg.key(),
-            0,
-            letter.headers(list(msg.headers() or [])),
-            0,
-            None,
-        )
+        self._produce(topics.DLQ, msg.value(), msg.key(), letter.headers(msg.headers() or []))
 
     # -- transactions ---------------------------------------------------------------
 
@@ -336,51 +363,64 @@ class MirrorSink:
         if self.delivery_error is not None:
             raise KafkaException(self.delivery_error)
         syncs = 0
-        for src, pairs in self.delivered.items():
-            writer = self.writers.setdefault(src, OffsetSyncWriter())
-            target_topic = self.feed.target_topic(src.topic)
-            for source_offset, _target_partition, target_offset in sorted(pairs):
+        for target, source_offsets in self.produced.items():
+            route = self.by_target[target]
+            target_offsets = self.acked[target]
+            if len(target_offsets) != len(source_offsets):
+                raise KafkaException(
+                    KafkaError(KafkaError._FAIL, "delivery reports missing; retrying")
+                )
+            writer = self.writers.setdefault(route.source, OffsetSyncWriter())
+            for source_offset, target_offset in zip(source_offsets, target_offsets, strict=True):
                 writer.add(source_offset, target_offset)
             for run in writer.flush():
-                sync = {
-                    "source_cluster": self.source_clusters[src],
-                    "topic": src.topic,
-                    "partition": src.partition,
-                    "source_start": run.source_start,
-                    "source_end": run.source_end,
-                    "target_topic": target_topic,
-                    "target_partition": src.partition,
-                    "target_start": run.target_start,
-                    "feed": self.feed.name,
-                }
-                self._produce(
-                    topics.OFFSET_SYNCS,
-                    codec.encode("OffsetSync", sync),
-                    f"{self.feed.name}/{src}".encode(),
-                    0,
-                    None,
-                    0,
-                    None,
-                )
+                self._produce(topics.OFFSET_SYNCS, self._sync(route, run), self._sync_key(route))
                 syncs += 1
         offsets = [KafkaTP(self.changes_topic, p, o) for p, o in self.next_input.items()]
         self.producer.send_offsets_to_transaction(
             offsets, self.consumer.consumer_group_metadata(), 30
         )
         self.producer.commit_transaction(60)
+        self._after_commit(syncs)
+        self._reset_txn()
+
+    def _sync(self, route: SourceRoute, run: Any) -> bytes:
+        return codec.encode(
+            "OffsetSync",
+            {
+                "source_cluster": route.cluster_id,
+                "topic": route.source.topic,
+                "partition": route.source.partition,
+                "source_start": run.source_start,
+                "source_end": run.source_end,
+                "target_topic": route.target_topic,
+                "target_partition": route.source.partition,
+                "target_start": run.target_start,
+                "feed": self.feed.name,
+            },
+        )
+
+    def _sync_key(self, route: SourceRoute) -> bytes:
+        return f"{self.feed.name}/{route.source}".encode()
+
+    def _after_commit(self, syncs: int) -> None:
         metrics.TRANSACTIONS.labels(self.feed.name).inc()
         metrics.OFFSET_SYNCS.labels(self.feed.name).inc(syncs)
         now_ms = time.time() * 1000
-        for src, ts in self.newest_ts_ms.items():
-            metrics.LAG_SECONDS.labels(*self._labels(src)).set(max(0.0, (now_ms - ts) / 1000))
-        for src, mark in self.marks.items():
-            # Everything of src up to this mark is now committed in the target.
-            self.checkpoints[str(src)] = mark["resolved_ts_us"]
-            metrics.CHECKPOINT_TS.labels(*self._labels(src)).set(mark["resolved_ts_us"] / 1e6)
+        for route in self.routes.values():
+            if route.records:
+                metrics.RECORDS.labels(*route.labels).inc(route.records)
+                metrics.BYTES.labels(*route.labels).inc(route.bytes)
+                lag = max(0.0, (now_ms - route.newest_ts_ms) / 1000)
+                metrics.LAG_SECONDS.labels(*route.labels).set(lag)
+        for source, mark in self.marks.items():
+            # Everything of the source partition up to this mark is now in the target.
+            self.checkpoints[str(source)] = mark["resolved_ts_us"]
+            labels = (self.feed.name, source.topic, str(source.partition))
+            metrics.CHECKPOINT_TS.labels(*labels).set(mark["resolved_ts_us"] / 1e6)
         if self.state == "error":
             log.info("feed %s: sink writing again", self.feed.name)
             self.state, self.last_error = "normal", None
-        self._reset_txn()
 
     def _abort(self) -> None:
         """Abort the open transaction and rewind the input to where it began."""
@@ -451,12 +491,6 @@ class MirrorSink:
             log.error("feed %s: %s", self.feed.name, message)
         self.state, self.last_error = "error", message
 
-    def _labels(self, src: TopicPartition) -> tuple[str, str, str]:
-        labels = self.labels.get(src)
-        if labels is None:
-            labels = self.labels[src] = (self.feed.name, src.topic, str(src.partition))
-        return labels
-
     def _heartbeat(self) -> HeartbeatContent:
         assigned = self.consumer.assignment() if self.consumer else []
         return HeartbeatContent(
@@ -468,13 +502,12 @@ class MirrorSink:
         )
 
     def status(self) -> dict[str, Any]:
+        assigned = self.consumer.assignment() if self.consumer else []
         return {
             "role": "sink",
             "instance": self.instance_id,
             "feed": self.feed.name,
             "state": self.state,
             "last_error": self.last_error,
-            "tasks": sorted(
-                tp.partition for tp in (self.consumer.assignment() if self.consumer else [])
-            ),
+            "tasks": sorted(tp.partition for tp in assigned),
         }
