@@ -119,9 +119,15 @@ def demo() -> None:
 
 
 @app.command()
-def bench() -> None:
-    """Benchmarks side by side with MirrorMaker 2 and the broker's ceiling."""
-    not_implemented("bench")
+def bench(
+    records: int = typer.Option(1_000_000, help="records in the backlog"),
+    size: int = typer.Option(1024, help="bytes per record value"),
+) -> None:
+    """Benchmarks: mirror throughput, cost and end-to-end lag on the local stack."""
+    from crossfeed.bench import report, runner
+
+    path = runner.run(records, size)
+    typer.echo(report.summary(path))
 
 
 if __name__ == "__main__":
