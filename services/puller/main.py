@@ -30,7 +30,11 @@ def run(
             membership = CoordinatorMembership(control_conf, feed.name, instance_id)
         else:
             membership = GroupMembership(
-                target_conf, feed.name, instance_id, settings.coordinator.failover_timeout_s
+                target_conf,
+                feed.name,
+                instance_id,
+                settings.coordinator.failover_timeout_s,
+                static=instance is not None,
             )
         return PullerWorker(settings, feed, instance_id, membership, control_conf)
 

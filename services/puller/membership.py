@@ -39,18 +39,25 @@ class TaskHost(Protocol):
 
 class GroupMembership:
     def __init__(
-        self, target_conf: dict[str, Any], feed: str, instance_id: str, session_timeout_s: float
+        self,
+        target_conf: dict[str, Any],
+        feed: str,
+        instance_id: str,
+        session_timeout_s: float,
+        static: bool = False,
     ) -> None:
-        self.consumer = clients.consumer(
-            target_conf,
-            **{
-                "group.id": f"crossfeed-puller.{feed}",
-                "client.id": instance_id,
-                "partition.assignment.strategy": "cooperative-sticky",
-                "session.timeout.ms": int(session_timeout_s * 1000),
-                "heartbeat.interval.ms": 1000,
-            },
-        )
+        conf: dict[str, Any] = {
+            "group.id": f"crossfeed-puller.{feed}",
+            "client.id": instance_id,
+            "partition.assignment.strategy": "cooperative-sticky",
+            "session.timeout.ms": int(session_timeout_s * 1000),
+            "heartbeat.interval.ms": 1000,
+        }
+        if static:
+            # An instance with a stable id (--instance) takes its tasks back at once when
+            # restarted; the price: a static member does not leave the group on close.
+            conf["group.instance.id"] = instance_id
+        self.consumer = clients.consumer(target_conf, **conf)
         self.changes_topic = topics.changes(feed)
         self.host: TaskHost | None = None
 

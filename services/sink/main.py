@@ -24,5 +24,7 @@ def run(
     assert target_alias is not None
     control_conf = settings.cluster(settings.control_cluster or target_alias).client_config()
     return service.run(
-        settings, lambda: MirrorSink(settings, feed, instance_id, control_conf), metrics_port
+        settings,
+        lambda: MirrorSink(settings, feed, instance_id, control_conf, static=instance is not None),
+        metrics_port,
     )

@@ -77,9 +77,15 @@ class SourceRoute:
 
 class MirrorSink:
     def __init__(
-        self, settings: Settings, feed: FeedSpec, instance_id: str, control_conf: dict[str, Any]
+        self,
+        settings: Settings,
+        feed: FeedSpec,
+        instance_id: str,
+        control_conf: dict[str, Any],
+        static: bool = False,
     ) -> None:
         self.settings = settings
+        self.static = static
         self.feed = feed
         self.instance_id = instance_id
         self.control_conf = control_conf
@@ -144,18 +150,19 @@ class MirrorSink:
         )
         self.targets = TargetTopics(admin)
         self.producer = self._new_producer()
-        self.consumer = clients.consumer(
-            self.target_conf,
-            **{
-                "group.id": f"crossfeed-sink.{self.feed.name}",
-                "client.id": self.instance_id,
-                "partition.assignment.strategy": "cooperative-sticky",
-                "session.timeout.ms": int(self.settings.coordinator.failover_timeout_s * 1000),
-                "heartbeat.interval.ms": 1000,
-                "queued.max.messages.kbytes": 65536,
-                "fetch.wait.max.ms": 50,
-            },
-        )
+        conf: dict[str, Any] = {
+            "group.id": f"crossfeed-sink.{self.feed.name}",
+            "client.id": self.instance_id,
+            "partition.assignment.strategy": "cooperative-sticky",
+            "session.timeout.ms": int(self.settings.coordinator.failover_timeout_s * 1000),
+            "heartbeat.interval.ms": 1000,
+            "queued.max.messages.kbytes": 65536,
+            "fetch.wait.max.ms": 50,
+        }
+        if self.static:
+            # A stable id (--instance) resumes at once on restart; it does not leave on close.
+            conf["group.instance.id"] = self.instance_id
+        self.consumer = clients.consumer(self.target_conf, **conf)
         self.consumer.subscribe(
             [self.changes_topic], on_revoke=self._on_revoke, on_lost=self._on_lost
         )
