@@ -198,7 +198,8 @@ class PullerWorker:
             self.target_conf,
             **{
                 "transactional.id": transactional_id(self.feed.name, s),
-                "transaction.timeout.ms": 60000,
+                # A zombie's open transaction holds back read_committed readers this long.
+                "transaction.timeout.ms": 15000,
                 "linger.ms": 20,
                 "batch.size": 1 << 20,
                 "message.max.bytes": STAGING_MAX_MESSAGE_BYTES + 1024,

@@ -483,7 +483,8 @@ class MirrorSink:
             self.target_conf,
             **{
                 "transactional.id": f"crossfeed-sink.{self.feed.name}.{self.instance_id}",
-                "transaction.timeout.ms": 60000,
+                # A zombie's open transaction holds back read_committed readers this long.
+                "transaction.timeout.ms": 15000,
                 "linger.ms": 10,
                 "batch.size": 1 << 20,
                 "message.max.bytes": STAGING_MAX_MESSAGE_BYTES + 1024,
