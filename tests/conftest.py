@@ -13,6 +13,7 @@ from confluent_kafka.admin import NewTopic
 
 from crossfeed.kafka import clients
 from tests.support.clusters import Cluster, Clusters, two_clusters
+from tests.support.services import services  # noqa: F401  (fixture)
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +38,8 @@ TopicFactory = Callable[..., str]
 def topic_factory(clusters: Clusters, unique: Callable[[str], str]) -> TopicFactory:
     """Create a topic: ``topic_factory(clusters.a, partitions=6, config={...}, name=None)``."""
 
+    created: list[None] = []
+
     def create(
         cluster: Cluster,
         *,
@@ -44,7 +47,8 @@ def topic_factory(clusters: Clusters, unique: Callable[[str], str]) -> TopicFact
         config: dict[str, str] | None = None,
         name: str | None = None,
     ) -> str:
-        topic = name or unique("t")
+        created.append(None)
+        topic = name or f"{unique('t')}-{len(created)}"
         admin = clients.admin(cluster.config)
         futures = admin.create_topics(
             [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})]

@@ -91,6 +91,8 @@ class PartitionState:
     first_hop: tuple[tuple[str, bytes], ...] = ()  # origin and hops headers of a first hop
     records: int = 0  # copied since the metrics were last updated
     bytes: int = 0
+    dead_letters: int = 0
+    loop_dropped: int = 0
 
 
 @dataclass
@@ -193,7 +195,7 @@ class PullerTask:
         except ValueError:  # unreadable provenance: copy it; the hop list is not ours
             return False
         if not copy:
-            metrics.LOOP_DROPPED.labels(*state.labels).inc()
+            state.loop_dropped += 1
         return not copy
 
     def _commit_ts(self, hdrs: list[Any] | None, ts_ms: int) -> int:
@@ -224,7 +226,7 @@ class PullerTask:
             key=msg.key(),
             headers=letter.headers(msg.headers() or []),
         )
-        metrics.DLQ.labels(*state.labels).inc()
+        state.dead_letters += 1
 
     def _produce(self, topic: str, value: bytes, key: bytes, hdrs: list[Any] | None) -> None:
         while True:
@@ -290,7 +292,11 @@ class PullerTask:
             if state.records:
                 metrics.RECORDS.labels(*state.labels).inc(state.records)
                 metrics.BYTES.labels(*state.labels).inc(state.bytes)
-                state.records = state.bytes = 0
+            if state.dead_letters:
+                metrics.DLQ.labels(*state.labels).inc(state.dead_letters)
+            if state.loop_dropped:
+                metrics.LOOP_DROPPED.labels(*state.labels).inc(state.loop_dropped)
+            state.records = state.bytes = state.dead_letters = state.loop_dropped = 0
             state.committed = state.next_offset
             state.resolved_ts_us = state.pending_resolved_us
         self.in_txn = False
@@ -309,7 +315,7 @@ class PullerTask:
             self.txn_records = self.txn_bytes = 0
         for state in self.partitions.values():
             state.next_offset = state.committed
-            state.records = state.bytes = 0
+            state.records = state.bytes = state.dead_letters = state.loop_dropped = 0
         return {tp: state.committed for tp, state in self.partitions.items()}
 
     def _txn(self, call: Any, *args: Any) -> None:

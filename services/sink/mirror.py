@@ -68,6 +68,7 @@ class SourceRoute:
     labels: tuple[str, str, str]
     records: int = 0  # written in the open transaction
     bytes: int = 0
+    dead_letters: int = 0
     newest_ts_ms: int = -1
 
     @property
@@ -119,7 +120,7 @@ class MirrorSink:
         self.marks: dict[TopicPartition, dict[str, Any]] = {}
         self.delivery_error: KafkaError | None = None
         for route in self.routes.values():
-            route.records = route.bytes = 0
+            route.records = route.bytes = route.dead_letters = 0
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -340,7 +341,7 @@ class MirrorSink:
             error_message=reason,
         )
         self._send_dead_letter(msg, letter)
-        metrics.DLQ.labels(*route.labels).inc()
+        route.dead_letters += 1
 
     def _dead_letter_raw(self, msg: Any, reason: str) -> None:
         """A staging record that is not crossfeed's: kept with its staging position."""
@@ -415,6 +416,8 @@ class MirrorSink:
         metrics.OFFSET_SYNCS.labels(self.feed.name).inc(syncs)
         now_ms = time.time() * 1000
         for route in self.routes.values():
+            if route.dead_letters:
+                metrics.DLQ.labels(*route.labels).inc(route.dead_letters)
             if route.records:
                 metrics.RECORDS.labels(*route.labels).inc(route.records)
                 metrics.BYTES.labels(*route.labels).inc(route.bytes)

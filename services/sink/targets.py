@@ -44,9 +44,11 @@ class TargetTopics:
         return info
 
 
-def record_size(key: bytes | None, value: bytes | None, headers: list[dict[str, object]]) -> int:
+def record_size(
+    key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]] | None
+) -> int:
+    """A record's size as the broker counts it against max.message.bytes (upper bound)."""
     size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
-    for header in headers:
-        hv = header["value"]
-        size += len(str(header["key"])) + (len(hv) if isinstance(hv, bytes) else 0) + 8
+    for name, header_value in headers or []:
+        size += len(name) + (len(header_value) if header_value else 0) + 8
     return size

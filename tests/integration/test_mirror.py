@@ -1,0 +1,307 @@
+"""Mirror changefeeds against real brokers: exactly once, in order, byte for byte, no loops.
+
+Each test starts pullers and sinks as real processes (``crossfeed puller run`` /
+``crossfeed sink run`` with a feed file) and checks what lands on the target cluster.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from confluent_kafka.admin import NewPartitions, NewTopic
+
+from crossfeed.core.offset_ranges import OffsetRun, OffsetSyncIndex
+from crossfeed.core.partitions import TopicPartition
+from crossfeed.dlq import ERROR_CLASS, FEED, OFFSET, PARTITION, STAGE, TOPIC
+from crossfeed.kafka import clients
+from crossfeed.wire import codec, headers, topics
+from tests.support.services import EXIT_FEED_STOPPED
+from tests.support.verify import flatten, read_many, verify_active_active, verify_mirror
+from tests.support.workload import ContinuousProducer, produce_mixed
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+# Short group sessions keep takeover tests quick (the broker's minimum is 6 s).
+FAST_FAILOVER = {"coordinator": {"failover_timeout_s": 6}}
+
+
+def _source_and_target(clusters, source_topics, target_expect, timeout_s=180):
+    source = read_many(clusters.a.config, source_topics)
+    target = read_many(clusters.b.config, source_topics, expect=target_expect, timeout_s=timeout_s)
+    return source, target
+
+
+def _offset_syncs(config, feed):
+    """The feed's OffsetSync ranges by source partition, as an index each."""
+    records = read_many(config, [topics.OFFSET_SYNCS])[topics.OFFSET_SYNCS]
+    index: dict[TopicPartition, OffsetSyncIndex] = {}
+    for record in flatten({topics.OFFSET_SYNCS: records}):
+        sync = codec.decode("OffsetSync", record.value)
+        if sync["feed"] != feed:
+            continue
+        tp = TopicPartition(sync["topic"], sync["partition"])
+        index.setdefault(tp, OffsetSyncIndex()).add(
+            OffsetRun(sync["source_start"], sync["source_end"], sync["target_start"])
+        )
+    return index
+
+
+def test_200k_records_exactly_once_in_order_with_provenance(clusters, services, topic_factory):
+    names = [topic_factory(clusters.a, partitions=6) for _ in range(3)]
+    produced = produce_mixed(clusters.a.config, names, 6, 200_000, seed=7)
+    feed = services.start_feed("exact", clusters, names, pullers=2, sinks=2)
+
+    source, target = _source_and_target(clusters, names, len(produced))
+    verify_mirror(
+        source,
+        target,
+        source_cluster_id=clusters.a.cluster_id,
+        target_cluster_id=clusters.b.cluster_id,
+    ).assert_ok(feed.logs())
+    assert len(flatten(source)) == 200_000  # the aborted records were never committed
+
+    # Target topics were created like their sources.
+    meta = clients.admin(clusters.b.config).list_topics(timeout=10).topics
+    assert all(len(meta[name].partitions) == 6 for name in names)
+
+    # OffsetSync ranges translate source offsets exactly onto the copies.
+    index = _offset_syncs(clusters.b.config, feed.name)
+    copies = {(r.header(headers.SRC)): r for r in flatten(target)}
+    rng = random.Random(3)
+    sample = rng.sample(flatten(source), 300)
+    for record in sample:
+        tp = TopicPartition(record.topic, record.partition)
+        translation = index[tp].translate(record.offset)
+        assert translation is not None and translation.exact, (tp, record.offset)
+        src = f"{clusters.a.cluster_id}/{record.topic}/{record.partition}/{record.offset}".encode()
+        assert copies[src].offset == translation.target_offset, (tp, record.offset)
+
+
+def test_kill_9_puller_and_sink_repeatedly_still_exactly_once(clusters, services, topic_factory):
+    names = [topic_factory(clusters.a, partitions=4) for _ in range(2)]
+    backlog = produce_mixed(clusters.a.config, names, 4, 40_000, seed=11)
+    feed = services.start_feed("kill9", clusters, names, settings=FAST_FAILOVER)
+    rng = random.Random(5)
+    with ContinuousProducer(clusters.a.config, names, 1500) as live:
+        for round_ in range(6):
+            time.sleep(rng.uniform(0.5, 3.0))
+            victim = feed.pullers[0] if round_ % 2 == 0 else feed.sinks[0]
+            victim.kill()
+            victim.restart()
+            time.sleep(rng.uniform(0.2, 1.5))
+            other = feed.sinks[0] if round_ % 2 == 0 else feed.pullers[0]
+            other.kill()
+            other.restart()
+        time.sleep(2)
+    produced = len(backlog) + len(live.acked)
+    for proc in feed.processes:
+        assert len(proc.exit_codes) >= 6, proc.describe()  # killed and restarted each round
+
+    source, target = _source_and_target(clusters, names, produced, timeout_s=240)
+    assert len(flatten(source)) == produced
+    verify_mirror(
+        source,
+        target,
+        source_cluster_id=clusters.a.cluster_id,
+        target_cluster_id=clusters.b.cluster_id,
+    ).assert_ok(feed.logs())
+
+
+def test_active_active_same_topic_names_no_loop(clusters, services, unique):
+    name = unique("aa")
+    for cluster in (clusters.a, clusters.b):  # the same name and partitions on both sides
+        admin = clients.admin(cluster.config)  # kept alive until the future resolves
+        admin.create_topics([NewTopic(name, 4, 1)])[name].result(30)
+    ab = services.start_feed("ab", clusters, [name], source="dc-a", target="dc-b")
+    ba = services.start_feed("ba", clusters, [name], source="dc-b", target="dc-a")
+    with (
+        ContinuousProducer(clusters.a.config, [name], 400, name="on-a") as on_a,
+        ContinuousProducer(clusters.b.config, [name], 400, name="on-b") as on_b,
+    ):
+        time.sleep(12)
+    expect_each = len(on_a.acked) + len(on_b.acked)
+    a_records = read_many(clusters.a.config, [name], expect=expect_each, timeout_s=120)
+    b_records = read_many(clusters.b.config, [name], expect=expect_each, timeout_s=120)
+    time.sleep(3)  # a looping copy would arrive after the expected ones
+    a_records = read_many(clusters.a.config, [name])
+    b_records = read_many(clusters.b.config, [name])
+    verify_active_active(
+        on_a.acked, on_b.acked, a_records, b_records, clusters.a.cluster_id, clusters.b.cluster_id
+    ).assert_ok(ab.logs() + ba.logs())
+    # Each puller saw the other direction's copies and dropped them, counted.
+    dropped = sum(
+        feed.pullers[0].metric("crossfeed_puller_loop_dropped_records_total") or 0
+        for feed in (ab, ba)
+    )
+    assert dropped >= expect_each - 10  # every copy came back to a puller and was dropped
+
+
+def test_paused_instances_are_fenced_after_takeover(clusters, services, topic_factory):
+    names = [topic_factory(clusters.a, partitions=4)]
+    first = produce_mixed(clusters.a.config, names, 4, 5_000, seed=1, abort_every=None)
+    feed = services.start_feed(
+        "zombie", clusters, names, pullers=2, sinks=2, settings=FAST_FAILOVER
+    )
+    read_many(clusters.b.config, names, expect=len(first), timeout_s=60)
+    zombie_puller, zombie_sink = feed.pullers[0], feed.sinks[0]
+    zombie_puller.pause()
+    zombie_sink.pause()
+    second = produce_mixed(clusters.a.config, names, 4, 5_000, seed=2, abort_every=None)
+    staging = 8  # the default staging.partitions: one puller task each
+    feed.pullers[1].wait_status(
+        lambda s: len(s.get("tasks", [])) == staging, 60, "the live puller owns every task"
+    )
+    feed.sinks[1].wait_status(
+        lambda s: len(s.get("tasks", [])) == staging, 60, "the live sink owns every partition"
+    )
+    read_many(clusters.b.config, names, expect=len(first) + len(second), timeout_s=90)
+    zombie_puller.resume()
+    zombie_sink.resume()
+    third = produce_mixed(clusters.a.config, names, 4, 5_000, seed=3, abort_every=None)
+    time.sleep(8)  # room for the zombies to try whatever they had in flight
+    total = len(first) + len(second) + len(third)
+    source, target = _source_and_target(clusters, names, total)
+    verify_mirror(
+        source,
+        target,
+        source_cluster_id=clusters.a.cluster_id,
+        target_cluster_id=clusters.b.cluster_id,
+    ).assert_ok(feed.logs())
+    assert "fenced" in zombie_puller.log_text() or zombie_puller.status()["tasks"] == [], (
+        zombie_puller.describe()
+    )
+
+
+def _dead_letters(config, feed_name):
+    records = read_many(config, [topics.DLQ])[topics.DLQ]
+    return [r for r in flatten({topics.DLQ: records}) if r.header(FEED) == feed_name.encode()]
+
+
+def test_oversized_and_filtered_records_go_to_the_dlq_and_the_feed_goes_on(
+    clusters, services, topic_factory, producer_factory
+):
+    name = topic_factory(clusters.a, partitions=2)
+    topic_factory(clusters.b, partitions=2, name=name, config={"max.message.bytes": "4000"})
+    producer = producer_factory(clusters.a)
+    producer.produce(name, key=b"ok-1", value=b"small", partition=0)
+    producer.produce(name, key=b"big", value=b"x" * 10_000, partition=0)
+    producer.produce(name, key=b"ok-2", value=b"small", partition=1)
+    producer.produce(name, key=b"bad", value=b"v", partition=1, headers=[("reject-me", b"1")])
+    producer.produce(name, key=b"ok-3", value=b"small", partition=1)
+    producer.flush(10)
+    feed = services.start_feed(
+        "dlq", clusters, [name], config={"filter.reject.header": "reject-me"}
+    )
+    target = read_many(clusters.b.config, [name], expect=3, timeout_s=60)
+    assert sorted(r.key for r in flatten(target)) == [b"ok-1", b"ok-2", b"ok-3"]
+
+    deadline = time.monotonic() + 30
+    letters = []
+    while time.monotonic() < deadline and len(letters) < 2:
+        letters = _dead_letters(clusters.b.config, feed.name)
+        time.sleep(0.5)
+    by_key = {r.key: r for r in letters}
+    assert set(by_key) == {b"big", b"bad"}, feed.logs()
+    big, bad = by_key[b"big"], by_key[b"bad"]
+    assert big.value == b"x" * 10_000
+    assert big.header(ERROR_CLASS) == b"RecordTooLarge"
+    assert big.header(STAGE) == b"sink"
+    assert (big.header(TOPIC), big.header(PARTITION), big.header(OFFSET)) == (
+        name.encode(),
+        b"0",
+        b"1",
+    )
+    assert bad.header(ERROR_CLASS) == b"RejectedByFilter"
+    assert bad.header(STAGE) == b"puller"
+    assert (bad.header(PARTITION), bad.header(OFFSET)) == (b"1", b"1")
+    assert bad.header("reject-me") == b"1"  # the record's own headers are kept
+
+    # The feed goes on.
+    producer.produce(name, key=b"ok-4", value=b"small", partition=0)
+    producer.flush(10)
+    target = read_many(clusters.b.config, [name], expect=4, timeout_s=60)
+    assert b"ok-4" in {r.key for r in flatten(target)}
+    assert feed.sinks[0].metric("crossfeed_sink_dlq_records_total") == 1
+    assert feed.pullers[0].metric("crossfeed_puller_dlq_records_total") == 1
+
+
+def test_errors_tolerance_none_stops_the_feed_with_a_clear_error(
+    clusters, services, topic_factory, producer_factory
+):
+    name = topic_factory(clusters.a, partitions=1)
+    producer = producer_factory(clusters.a)
+    producer.produce(name, key=b"ok", value=b"v")
+    producer.produce(name, key=b"bad", value=b"v", headers=[("reject-me", b"1")])
+    producer.flush(10)
+    feed = services.start_feed(
+        "strict",
+        clusters,
+        [name],
+        config={"filter.reject.header": "reject-me", "errors.tolerance": "none"},
+        sinks=0,
+        wait=False,
+    )
+    puller = feed.pullers[0]
+    assert puller.wait_exit(60) == EXIT_FEED_STOPPED, puller.describe()
+    log = puller.log_text()
+    assert "errors.tolerance=none" in log and "RejectedByFilter" in log
+    assert f"{name}/0/1" in log  # names the record that stopped it
+    assert not _dead_letters(clusters.b.config, feed.name)  # stopped, not dead-lettered
+
+
+def test_target_with_fewer_partitions_puts_the_feed_in_error_until_fixed(
+    clusters, services, topic_factory, producer_factory
+):
+    name = topic_factory(clusters.a, partitions=4)
+    topic_factory(clusters.b, partitions=2, name=name)
+    producer = producer_factory(clusters.a)
+    for p in range(4):
+        producer.produce(name, value=b"v", partition=p)
+    producer.flush(10)
+    feed = services.start_feed("fewer", clusters, [name], wait=True)
+    status = feed.pullers[0].wait_state("error", 30)
+    assert "2 partition(s)" in status["last_error"] and "4" in status["last_error"]
+    assert name in status["last_error"]
+
+    admin = clients.admin(clusters.b.config)  # kept alive until the future resolves
+    admin.create_partitions([NewPartitions(name, 4)])[name].result(30)
+    feed.pullers[0].wait_state("normal", 30)
+    target = read_many(clusters.b.config, [name], expect=4, timeout_s=60)
+    assert len(flatten(target)) == 4
+
+
+def test_new_matching_topics_are_picked_up_with_their_configs(
+    clusters, services, unique, topic_factory, producer_factory
+):
+    prefix = unique("dyn")
+    first = topic_factory(clusters.a, partitions=1, name=f"{prefix}-first")
+    feed = services.start_feed("dyn", clusters, [f"{prefix}-.*"], exclude=[f"{prefix}-skip.*"])
+    feed.wait_state("normal")
+    config = {
+        "cleanup.policy": "compact",
+        "retention.ms": "12345678",
+        "max.message.bytes": "200000",
+    }
+    created_at = time.monotonic()
+    late = topic_factory(clusters.a, partitions=3, name=f"{prefix}-late", config=config)
+    skipped = topic_factory(clusters.a, partitions=1, name=f"{prefix}-skipped")
+    producer = producer_factory(clusters.a)
+    for p in range(3):
+        producer.produce(late, key=b"k", value=b"v", partition=p)
+    producer.produce(first, key=b"k", value=b"v")
+    producer.produce(skipped, key=b"k", value=b"v")
+    producer.flush(10)
+
+    admin_b = clients.admin(clusters.b.config)
+    while late not in admin_b.list_topics(timeout=5).topics:
+        assert time.monotonic() - created_at < 10, feed.logs()
+        time.sleep(0.2)
+    target = read_many(clusters.b.config, [late], expect=3, timeout_s=30)
+    assert len(flatten(target)) == 3
+    assert len(admin_b.list_topics(timeout=5).topics[late].partitions) == 3
+    from crossfeed.kafka.topics import MIRRORED_CONFIGS, overridden_configs
+
+    assert overridden_configs(admin_b, late, MIRRORED_CONFIGS) == config
+    assert skipped not in admin_b.list_topics(timeout=5).topics
