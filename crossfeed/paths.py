@@ -33,3 +33,9 @@ def local_config() -> Path:
 def classpath_file(name: str) -> Path:
     """Resolved JVM classpath written by ``make setup`` (``kafka`` or ``spark``)."""
     return home() / "lib" / f"{name}.classpath"
+
+
+def port_offset() -> int:
+    """``$CROSSFEED_LOCAL_PORT_OFFSET``: shifts every local-stack port, so a second stack
+    (with its own ``$CROSSFEED_HOME``) can run beside the first. 0 by default."""
+    return int(os.environ.get("CROSSFEED_LOCAL_PORT_OFFSET", "0"))

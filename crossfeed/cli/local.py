@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from crossfeed import paths
 from crossfeed.cli.common import clean_errors, fail, out_console
+from crossfeed.local.postgres import PORT as POSTGRES_PORT
 from crossfeed.local import stack
 from crossfeed.local.kafka import SetupMissing
 
@@ -24,8 +26,8 @@ def up(
     for alias, cluster_id in ids.items():
         out_console.print(f"{alias} up, cluster.id {cluster_id}", highlight=False)
     if not no_postgres:
-        out_console.print("postgres up on 127.0.0.1:25432", highlight=False)
-    out_console.print("wrote .crossfeed/local.yaml", highlight=False)
+        out_console.print(f"postgres up on 127.0.0.1:{POSTGRES_PORT}", highlight=False)
+    out_console.print(f"wrote {paths.local_config()}", highlight=False)
 
 
 @app.command()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from crossfeed import paths
 
-PORT = 25432
+PORT = 25432 + paths.port_offset()
 USER = "crossfeed"
 DATABASE = "crossfeed"
 URI = f"postgresql://{USER}@127.0.0.1:{PORT}/{DATABASE}"
@@ -44,7 +44,7 @@ def _run_as() -> list[str]:
 
 
 class Postgres:
-    """Data under ``.crossfeed/postgres``, listening on 127.0.0.1:25432 only."""
+    """Data under ``.crossfeed/postgres``, on 127.0.0.1:25432 (+ port offset) only."""
 
     @property
     def dir(self) -> Path:

@@ -16,10 +16,15 @@ from crossfeed import paths
 from crossfeed.kafka import clients
 from crossfeed.local import processes
 from crossfeed.local.kafka import KafkaNode
+from crossfeed.local.postgres import PORT as POSTGRES_PORT
 from crossfeed.local.postgres import URI as POSTGRES_URI
 from crossfeed.local.postgres import Postgres
 
-CLUSTERS = (KafkaNode("dc-a", 19092, 19093), KafkaNode("dc-b", 29092, 29093))
+_OFF = paths.port_offset()
+CLUSTERS = (
+    KafkaNode("dc-a", 19092 + _OFF, 19093 + _OFF),
+    KafkaNode("dc-b", 29092 + _OFF, 29093 + _OFF),
+)
 READY_TIMEOUT_S = 60.0
 
 
@@ -83,7 +88,7 @@ def up(*, postgres: bool = True) -> dict[str, str]:
     if postgres:
         if not processes.wait_until(pg.answers, max(1.0, deadline - time.monotonic())):
             raise StackError(
-                f"PostgreSQL did not answer SELECT 1 on 127.0.0.1:25432 within "
+                f"PostgreSQL did not answer SELECT 1 on 127.0.0.1:{POSTGRES_PORT} within "
                 f"{READY_TIMEOUT_S:.0f}s; see {pg.log_file}:\n{processes.tail(pg.log_file)}"
             )
         pg.ensure_database()
@@ -142,7 +147,7 @@ def status() -> list[PartStatus]:
     parts.append(
         PartStatus(
             "postgres",
-            "127.0.0.1:25432",
+            f"127.0.0.1:{POSTGRES_PORT}",
             _pg_pid(pg) if running else None,
             running and pg.answers(),
             POSTGRES_URI if running else "",
