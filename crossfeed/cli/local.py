@@ -6,9 +6,9 @@ import typer
 
 from crossfeed import paths
 from crossfeed.cli.common import clean_errors, fail, out_console
-from crossfeed.local.postgres import PORT as POSTGRES_PORT
 from crossfeed.local import stack
 from crossfeed.local.kafka import SetupMissing
+from crossfeed.local.postgres import PORT as POSTGRES_PORT
 
 app = typer.Typer(help="Run two local Kafka clusters (dc-a, dc-b) and PostgreSQL on loopback.")
 
