@@ -305,3 +305,20 @@ def test_new_matching_topics_are_picked_up_with_their_configs(
 
     assert overridden_configs(admin_b, late, MIRRORED_CONFIGS) == config
     assert skipped not in admin_b.list_topics(timeout=5).topics
+
+
+def test_rename_format_names_the_target_topics(clusters, services, topic_factory):
+    name = topic_factory(clusters.a, partitions=2)
+    produced = produce_mixed(clusters.a.config, [name], 2, 500, seed=4, abort_every=None)
+    feed = services.start_feed("rename", clusters, [name], rename_format="${topic}.from-a")
+    renamed = f"{name}.from-a"
+    source = read_many(clusters.a.config, [name])
+    target = read_many(clusters.b.config, [renamed], expect=len(produced), timeout_s=60)
+    verify_mirror(
+        source,
+        target,
+        source_cluster_id=clusters.a.cluster_id,
+        target_cluster_id=clusters.b.cluster_id,
+        rename=lambda topic: f"{topic}.from-a",
+    ).assert_ok(feed.logs())
+    assert name not in clients.admin(clusters.b.config).list_topics(timeout=10).topics
