@@ -8,6 +8,7 @@ record goes to its task's open transaction. The instance heartbeats to
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -30,6 +31,7 @@ from services.puller.task import FeedContext, PullerTask, TaskFenced, transactio
 
 log = logging.getLogger(__name__)
 
+SOURCE_UP_WINDOW_S = 3.0  # statistics arrive every second; allow for two missing
 STAGING_MAX_MESSAGE_BYTES = 64 << 20  # a ChangeEvent wraps a source record up to this size
 DLQ_MAX_MESSAGE_BYTES = 64 << 20
 
@@ -78,6 +80,7 @@ class PullerWorker:
         self.control_conf = control_conf
         self.heartbeats: HeartbeatSender | None = None
         self.address = ""
+        self.source_seen_up = 0.0  # when the source last had a broker connection up
         self.last_refresh = 0.0
         self.last_metrics = 0.0
 
@@ -119,6 +122,9 @@ class PullerWorker:
                 "group.id": f"crossfeed-puller.{self.feed.name}",  # never joined: assign only
                 "queued.max.messages.kbytes": 32768,  # bounded prefetch
                 "fetch.wait.max.ms": 100,
+                # Broker states once a second: is the source reachable at all?
+                "statistics.interval.ms": 1000,
+                "stats_cb": self._on_stats,
             },
         )
         ensure_control_topics(self.control_conf)
@@ -262,11 +268,21 @@ class PullerWorker:
         fetched = self.reader.position(kafka_tps) if kafka_tps else []
         positions_now = {tp: kp.offset for tp, kp in zip(tps, fetched, strict=True)}
         caught_up = set()
+        # A partition is caught up only if the source answers now: its cached high
+        # watermark says nothing about records written while it is out of reach.
+        source_up = time.monotonic() - self.source_seen_up < SOURCE_UP_WINDOW_S
         for tp, kp in zip(tps, kafka_tps, strict=True):
+            if not source_up:
+                break
             _, high = self.reader.get_watermark_offsets(kp, cached=True)
             if high >= 0 and positions_now[tp] >= high:
                 caught_up.add(tp)
         task.commit(positions_now, caught_up)
+
+    def _on_stats(self, stats_json: str) -> None:
+        stats = json.loads(stats_json)
+        if any(b.get("state") == "UP" for b in stats.get("brokers", {}).values()):
+            self.source_seen_up = time.monotonic()
 
     def _commit(self, task: PullerTask) -> None:
         try:
