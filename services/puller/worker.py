@@ -12,6 +12,7 @@ import json
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException
@@ -81,6 +82,7 @@ class PullerWorker:
         self.heartbeats: HeartbeatSender | None = None
         self.address = ""
         self.source_seen_up = 0.0  # when the source last had a broker connection up
+        self.committer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="commit")
         self.last_refresh = 0.0
         self.last_metrics = 0.0
 
@@ -168,9 +170,9 @@ class PullerWorker:
             if task is not None:
                 task.add(msg)
         now = time.monotonic()
-        for task in list(self.tasks.values()):
-            if task.due(now):
-                self._commit(task)
+        due = [task for task in self.tasks.values() if task.due(now)]
+        if due:
+            self._commit_all(due)
         if now - self.last_metrics >= 1.0:
             self._update_lag()
             self.last_metrics = now
@@ -263,6 +265,10 @@ class PullerWorker:
         log.info("task %d of feed %s released by %s", s, self.feed.name, self.instance_id)
 
     def _commit_or_raise(self, task: PullerTask) -> None:
+        task.commit(*self._positions(task))
+
+    def _positions(self, task: PullerTask) -> tuple[dict[TopicPartition, int], set[TopicPartition]]:
+        """The reader's positions for the task's partitions, and which ones are caught up."""
         tps = list(task.partitions)
         kafka_tps = [KafkaTP(tp.topic, tp.partition) for tp in tps]
         fetched = self.reader.position(kafka_tps) if kafka_tps else []
@@ -277,20 +283,39 @@ class PullerWorker:
             _, high = self.reader.get_watermark_offsets(kp, cached=True)
             if high >= 0 and positions_now[tp] >= high:
                 caught_up.add(tp)
-        task.commit(positions_now, caught_up)
+        return positions_now, caught_up
 
     def _on_stats(self, stats_json: str) -> None:
         stats = json.loads(stats_json)
         if any(b.get("state") == "UP" for b in stats.get("brokers", {}).values()):
             self.source_seen_up = time.monotonic()
 
-    def _commit(self, task: PullerTask) -> None:
-        try:
-            self._commit_or_raise(task)
-        except TaskFenced as err:
+    def _commit_all(self, due: list[PullerTask]) -> None:
+        """Commit the due tasks' transactions side by side (each has its own producer, and
+        a commit mostly waits on the broker), then deal with failures on this thread."""
+        prepared = [(task, self._positions(task)) for task in due]
+
+        def commit(item: tuple[PullerTask, Any]) -> Exception | None:
+            task, (positions_now, caught_up) = item
+            try:
+                task.commit(positions_now, caught_up)
+            except (TaskFenced, KafkaException) as err:
+                return err
+            return None
+
+        if len(prepared) == 1:
+            results = [commit(prepared[0])]
+        else:
+            results = list(self.committer.map(commit, prepared))
+        for (task, _), err in zip(prepared, results, strict=True):
+            if err is not None:
+                self._commit_failed(task, err)
+
+    def _commit_failed(self, task: PullerTask, err: Exception) -> None:
+        if isinstance(err, TaskFenced):
             log.warning("%s", err)
             self.drop_task(task.staging_partition, commit=False)
-        except KafkaException as err:
+        else:
             log.warning(
                 "task %d: transaction failed (%s); aborting and retrying",
                 task.staging_partition,
