@@ -70,6 +70,36 @@ class FeedOptions(BaseModel):
                 ) from None
         return value
 
+    translate_groups: str = Field(
+        ".*",
+        alias="translate.groups",
+        description="consumer groups whose offsets are translated to the target "
+        "(regex, full match)",
+    )
+    translate_groups_exclude: str | None = Field(
+        None,
+        alias="translate.groups.exclude",
+        description="consumer groups never translated (regex, full match)",
+    )
+    translate_topics_exclude: str | None = Field(
+        None,
+        alias="translate.topics.exclude",
+        description="source topics whose group offsets are not translated (regex, full match)",
+    )
+
+    @field_validator("translate_groups", "translate_groups_exclude", "translate_topics_exclude")
+    @classmethod
+    def _translate_regex_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as err:
+                raise ValueError(
+                    f"{value!r} is not a regular expression ({err}); translate.* options "
+                    "take one regex matched against whole names"
+                ) from None
+        return value
+
 
 class SinkUri(BaseModel):
     """A parsed ``--sink-uri``."""

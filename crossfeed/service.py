@@ -61,12 +61,14 @@ def run(settings: Settings, make_worker: Callable[[], Worker], metrics_port: int
         return {"state": "busy"}
 
     server = httpserve.serve(
-        status, settings.metrics_port if metrics_port is None else metrics_port
+        status,
+        settings.metrics_port if metrics_port is None else metrics_port,
+        settings.metrics_host,
     )
     port = server.server_address[1]
     if hasattr(worker, "address"):
-        worker.address = f"127.0.0.1:{port}"  # announced in heartbeats
-    log.info("metrics and status on http://127.0.0.1:%d/", port)
+        worker.address = f"{settings.metrics_host}:{port}"  # announced in heartbeats
+    log.info("metrics and status on http://%s:%d/", settings.metrics_host, port)
     try:
         worker.run(stop)
     except FeedStopped as err:

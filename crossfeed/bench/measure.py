@@ -1,70 +1,34 @@
-"""Measuring tools shared by the benchmark scenarios: load, counting, lag, process cost."""
+"""Measuring tools shared by the benchmark scenarios: counting, lag, process cost."""
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from crossfeed.kafka import clients
 
 
-def produce_backlog(conf: dict[str, Any], topic: str, records: int, size: int) -> float:
-    """Write ``records`` values of ``size`` bytes as fast as the producer can; seconds taken."""
-    producer = clients.producer(
-        conf,
-        **{
-            "enable.idempotence": False,
-            "linger.ms": 20,
-            "batch.size": 1 << 20,
-            "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 1 << 20,
-        },
-    )
-    value = b"x" * size
-    started = time.monotonic()
-    for i in range(records):
-        while True:
-            try:
-                producer.produce(topic, value=value, key=str(i).encode())
-                break
-            except BufferError:
-                producer.poll(0.01)
-    producer.flush(120)
-    return time.monotonic() - started
-
-
-def produce_steady(
-    conf: dict[str, Any], topic: str, rate: float, seconds: float, size: int, stop: threading.Event
-) -> int:
-    """Write ``rate`` records/s for ``seconds``, each stamped with its send time; count sent."""
-    producer = clients.producer(conf, **{"linger.ms": 1, "enable.idempotence": False})
-    value = b"y" * size
-    started = time.monotonic()
-    sent = 0
-    while not stop.is_set():
-        elapsed = time.monotonic() - started
-        if elapsed >= seconds:
-            break
-        due = int(elapsed * rate)
-        while sent < due:
-            producer.produce(topic, value=value, timestamp=int(time.time() * 1000))
-            sent += 1
-        producer.poll(0)
-        time.sleep(0.002)
-    producer.flush(60)
-    return sent
+def create_topics(conf: dict[str, Any], names: list[str], partitions: int) -> None:
+    admin = clients.admin(conf)
+    futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    for future in futures.values():
+        future.result(timeout=60)
 
 
 @dataclass
 class TargetWatch:
-    """Counts records visible (read_committed) on the target, and their end-to-end lag."""
+    """Counts records visible (read_committed) on the target, and their end-to-end lag
+    (from each record's producer timestamp to the moment this reader sees it)."""
 
     conf: dict[str, Any]
     topic: str
@@ -72,60 +36,91 @@ class TargetWatch:
     count: int = 0
     lags_ms: list[float] = field(default_factory=list)
     record_lag: bool = False
+    lag_since_ms: float = 0.0
+    """Only records stamped at or after this (epoch ms) count for the lag (warm-up)."""
+    on_first: Callable[[], None] | None = None
     first_at: float | None = None
     last_at: float | None = None
+    error: str | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     def start(self) -> TargetWatch:
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
 
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception as err:  # reported by wait_for's caller
+            self.error = f"{type(err).__name__}: {err}"
+
     def _loop(self) -> None:
         consumer = clients.consumer(
-            self.conf, **{"group.id": f"crossfeed-bench-{time.time_ns()}", "fetch.wait.max.ms": 10}
+            self.conf,
+            **{
+                "group.id": f"crossfeed-bench-watch-{time.time_ns()}",
+                "fetch.wait.max.ms": 10,
+                "enable.partition.eof": False,
+            },
         )
-        deadline = time.monotonic() + 120
-        while not self._stop.is_set() and time.monotonic() < deadline:
-            meta = consumer.list_topics(self.topic, timeout=5).topics.get(self.topic)
-            if meta is not None and meta.error is None and len(meta.partitions) >= self.partitions:
-                break
-            time.sleep(0.2)
-        consumer.assign(
-            [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)]
-        )
-        while not self._stop.is_set():
-            batch = consumer.consume(10_000, timeout=0.1)
-            if not batch:
-                continue
-            now_ms = time.time() * 1000
-            good = [m for m in batch if not m.error()]
-            if good and self.first_at is None:
-                self.first_at = time.monotonic()
-            if self.record_lag:
-                self.lags_ms.extend(now_ms - m.timestamp()[1] for m in good)
-            self.count += len(good)
-            self.last_at = time.monotonic()
-        consumer.close()
+        try:
+            deadline = time.monotonic() + 180
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                meta = consumer.list_topics(self.topic, timeout=5).topics.get(self.topic)
+                if (
+                    meta is not None
+                    and meta.error is None
+                    and len(meta.partitions) >= self.partitions
+                ):
+                    break
+                time.sleep(0.2)
+            consumer.assign(
+                [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)]
+            )
+            while not self._stop.is_set():
+                batch = consumer.consume(10_000, timeout=0.1)
+                if not batch:
+                    continue
+                now_ms = time.time() * 1000
+                good = [m for m in batch if not m.error()]
+                if not good:
+                    continue
+                if self.first_at is None:
+                    self.first_at = time.monotonic()
+                    if self.on_first is not None:
+                        self.on_first()
+                if self.record_lag:
+                    since = self.lag_since_ms
+                    stamps = (m.timestamp()[1] for m in good)
+                    self.lags_ms.extend(now_ms - ts for ts in stamps if ts >= since)
+                self.count += len(good)
+                self.last_at = time.monotonic()
+        finally:
+            consumer.close()
 
-    def wait_for(self, count: int, timeout_s: float) -> bool:
+    def wait_for(self, count: int, timeout_s: float, idle_s: float | None = None) -> bool:
+        """True once ``count`` records were seen; False after ``timeout_s``, or after
+        ``idle_s`` with no new record once the first arrived."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.error is None:
             if self.count >= count:
                 return True
+            if idle_s and self.last_at and time.monotonic() - self.last_at > idle_s:
+                return False
             time.sleep(0.05)
-        return False
+        return self.count >= count
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread:
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=15)
 
 
-def percentiles(values: list[float]) -> dict[str, float]:
+def percentiles(values: list[float]) -> dict[str, float | None]:
     if not values:
-        return {"p50": float("nan"), "p99": float("nan"), "max": float("nan")}
+        return {"p50": None, "p99": None, "max": None}
     ordered = sorted(values)
     return {
         "p50": ordered[len(ordered) // 2],
@@ -139,39 +134,75 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
-class ProcessCost:
-    """CPU seconds and peak RSS of a set of processes (and their children), sampled."""
+def _cpu(proc: psutil.Process) -> float | None:
+    try:
+        times = proc.cpu_times()
+        return float(times.user + times.system)
+    except psutil.Error:
+        return None
 
-    def __init__(self, pids: list[int]) -> None:
-        self.procs = [psutil.Process(pid) for pid in pids]
-        self.peak_rss: dict[int, int] = {p.pid: 0 for p in self.procs}
-        self.cpu_start = {p.pid: self._cpu(p) for p in self.procs}
+
+class ProcessCost:
+    """CPU seconds and peak RSS of labelled processes, sampled every ``interval_s`` so the
+    CPU spent in any window of the run (e.g. first to last record) can be read back."""
+
+    def __init__(self, pids: dict[str, int], interval_s: float = 0.2) -> None:
+        self.procs = {label: psutil.Process(pid) for label, pid in pids.items()}
+        self.peak_rss = dict.fromkeys(self.procs, 0)
+        self.interval_s = interval_s
+        self.times: list[float] = []
+        self.cpu: list[dict[str, float]] = []
+        self._last: dict[str, float] = {}
         self._stop = threading.Event()
+        self._sample()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
 
-    @staticmethod
-    def _cpu(proc: psutil.Process) -> float:
-        try:
-            times = proc.cpu_times()
-            return float(times.user + times.system)
-        except psutil.Error:
-            return 0.0
+    def _sample(self) -> None:
+        now = time.monotonic()
+        row: dict[str, float] = {}
+        for label, proc in self.procs.items():
+            cpu = _cpu(proc)
+            # A process that is gone keeps its last reading.
+            row[label] = cpu if cpu is not None else self._last.get(label, 0.0)
+            with contextlib.suppress(psutil.Error):
+                self.peak_rss[label] = max(self.peak_rss[label], proc.memory_info().rss)
+        self._last = row
+        self.times.append(now)
+        self.cpu.append(row)
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
-            for proc in self.procs:
-                with contextlib.suppress(psutil.Error):
-                    self.peak_rss[proc.pid] = max(self.peak_rss[proc.pid], proc.memory_info().rss)
-            self._stop.wait(0.2)
+        while not self._stop.wait(self.interval_s):
+            self._sample()
 
-    def finish(self) -> dict[int, dict[str, float]]:
+    def cpu_at(self, when: float) -> dict[str, float]:
+        """CPU seconds of each process at monotonic time ``when`` (interpolated)."""
+        i = bisect.bisect_left(self.times, when)
+        if i <= 0:
+            return dict(self.cpu[0])
+        if i >= len(self.times):
+            return dict(self.cpu[-1])
+        t0, t1 = self.times[i - 1], self.times[i]
+        w = (when - t0) / (t1 - t0) if t1 > t0 else 1.0
+        a, b = self.cpu[i - 1], self.cpu[i]
+        return {k: a[k] + (b[k] - a[k]) * w for k in a}
+
+    def finish(self, window: tuple[float, float] | None = None) -> dict[str, dict[str, float]]:
+        """Per process: CPU seconds since start (``cpu_s``); if ``window`` is given, in it
+        (``cpu_window_s``) and from start to its end (``cpu_to_last_s``); peak RSS in MB."""
         self._stop.set()
         self._thread.join(timeout=5)
-        return {
-            p.pid: {
-                "cpu_s": self._cpu(p) - self.cpu_start[p.pid],
-                "peak_rss_mb": self.peak_rss[p.pid] / 2**20,
+        self._sample()
+        start, end = self.cpu[0], self.cpu[-1]
+        inside = (self.cpu_at(window[0]), self.cpu_at(window[1])) if window else None
+        out: dict[str, dict[str, float]] = {}
+        for label in self.procs:
+            row = {
+                "cpu_s": end[label] - start[label],
+                "peak_rss_mb": self.peak_rss[label] / 2**20,
             }
-            for p in self.procs
-        }
+            if inside:
+                row["cpu_window_s"] = inside[1][label] - inside[0][label]
+                row["cpu_to_last_s"] = inside[1][label] - start[label]
+            out[label] = row
+        return out

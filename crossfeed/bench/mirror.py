@@ -1,163 +1,198 @@
-"""crossfeed's mirror path under load: throughput, cost, and end-to-end lag.
+"""One replicator under load: throughput and cost on a backlog, then end-to-end lag.
 
-One run: create a source topic with a backlog of ``records`` values of ``size`` bytes,
-start one puller and one sink (separate processes, as operators run them), and count
-the records as they become visible on the target (read_committed). Then, with the feed
-caught up, a steady load at ``lag_fraction`` of the measured rate on a second topic
-gives the lag from each record's producer timestamp to its visibility on the target.
+The backlog (``records`` values already on dc-a) is copied by the replicator's own
+processes while a reader counts the copies as they become visible on dc-b
+(read_committed). Throughput is records / (last visible − first visible), so process
+start-up does not count; it is reported apart (``elapsed_with_startup_s``). CPU per
+million records is the CPU the replicator's processes spent from their start to the
+last record, minus what the same processes spend starting up with nothing to copy
+(:func:`startup_cost`, measured once per run: a JVM's start-up costs far more than a
+Python process's, and is no cost per record) — but never less than the CPU they spent
+while the records were arriving (a lower bound that needs no calibration; start-up
+CPU varies from one start to the next on a busy machine).
+
+Then, with the replicator caught up, ProducerPerformance writes a steady load at
+``lag_fraction`` of the rate just measured to a second topic the replicator also copies;
+the lag of a record is the time from its producer timestamp to the reader seeing it on
+dc-b. The first ``LAG_WARMUP_S`` of the load are left out (JVM warm-up).
 """
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
-import sys
-import tempfile
-import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-import yaml
-from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
-
-from crossfeed.bench.measure import (
-    ProcessCost,
-    TargetWatch,
-    percentiles,
-    produce_backlog,
-    produce_steady,
-)
+from crossfeed.bench import perf
+from crossfeed.bench.cleanup import Janitor
+from crossfeed.bench.jvm import spawn
+from crossfeed.bench.measure import ProcessCost, TargetWatch, create_topics, percentiles
+from crossfeed.bench.systems import Replicator
 from crossfeed.kafka import clients
-from crossfeed.wire import topics as wire_topics
 
-
-def _create(conf: dict[str, Any], names: list[str], partitions: int) -> None:
-    admin = clients.admin(conf)
-    futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names])
-    for future in futures.values():
-        future.result(timeout=60)
-
-
-def _delete(conf: dict[str, Any], names: list[str]) -> None:
-    admin = clients.admin(conf)
-    for future in admin.delete_topics(names, operation_timeout=30).values():
-        with contextlib.suppress(Exception):  # already gone, or never created
-            future.result(timeout=60)
-
-
-def _service(role: str, feed: str, feed_file: Path, log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "crossfeed.cli.main",
-            role,
-            "run",
-            "--feed",
-            feed,
-            "--feed-file",
-            str(feed_file),
-        ],
-        stdout=open(log, "wb"),
-        stderr=subprocess.STDOUT,
-    )
+LAG_WARMUP_S = 2.0
 
 
 def run(
+    system: Replicator,
     source: dict[str, Any],
     target: dict[str, Any],
+    janitor: Janitor,
     *,
+    backlog_topic: str,
     records: int,
     size: int,
-    partitions: int = 8,
+    partitions: int,
+    payloads: Path,
+    workdir: Path,
+    brokers: dict[str, int],
+    startup_cpu: dict[str, float] | None = None,
     lag_fraction: float = 0.5,
     lag_seconds: float = 20.0,
 ) -> dict[str, Any]:
-    run_id = uuid.uuid4().hex[:8]
-    feed = f"bench-{run_id}"
-    backlog_topic, lag_topic = f"bench-{run_id}-backlog", f"bench-{run_id}-steady"
-    _create(source, [backlog_topic, lag_topic], partitions)
-    produce_s = produce_backlog(source, backlog_topic, records, size)
-    workdir = Path(tempfile.mkdtemp(prefix="crossfeed-bench-"))
-    feed_file = workdir / "feed.yaml"
-    feed_file.write_text(
-        yaml.safe_dump(
-            {
-                "name": feed,
-                "source": "dc-a",
-                "sink-uri": "kafka://dc-b",
-                "topics": [backlog_topic, lag_topic],
-            }
-        )
-    )
+    lag_topic = f"{backlog_topic}-{system.name}-steady"
+    create_topics(source, [lag_topic], partitions)
+    janitor.topics(source, [lag_topic])
+    janitor.topics(target, [backlog_topic, lag_topic])
     watch = TargetWatch(target, backlog_topic, partitions).start()
     started = time.monotonic()
-    procs = [
-        _service("puller", feed, feed_file, workdir / "puller.log"),
-        _service("sink", feed, feed_file, workdir / "sink.log"),
-    ]
-    cost = ProcessCost([p.pid for p in procs])
     try:
-        done = watch.wait_for(records, timeout_s=max(120.0, records / 2000))
+        pids = system.start([backlog_topic, lag_topic])
+        cost = ProcessCost({**pids, **brokers})
+        done = watch.wait_for(records, timeout_s=max(300.0, records / 1000), idle_s=90)
         watch.stop()
         if not done:
+            cost.finish()
             raise RuntimeError(
-                f"only {watch.count} of {records} records reached the target; logs in {workdir}"
+                f"{system.name}: only {watch.count:,} of {records:,} records reached the "
+                f"target{f' ({watch.error})' if watch.error else ''}\n{system.log_tail()}"
             )
-        costs = cost.finish()
         assert watch.first_at is not None and watch.last_at is not None
-        steady_s = max(watch.last_at - watch.first_at, 1e-3)
-        rate = records / steady_s
-        lag = _lag(source, target, lag_topic, partitions, rate * lag_fraction, lag_seconds, size)
+        window = (watch.first_at, watch.last_at)
+        costs = cost.finish(window)
+        seconds = max(watch.last_at - watch.first_at, 1e-3)
+        rate = records / seconds
+        lag = steady_lag(
+            source,
+            target,
+            janitor,
+            topic=lag_topic,
+            partitions=partitions,
+            rate=rate * lag_fraction,
+            seconds=lag_seconds,
+            payloads=payloads,
+            workdir=workdir,
+        )
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        _delete(source, [backlog_topic, lag_topic])
-        _delete(target, [backlog_topic, lag_topic, wire_topics.changes(feed)])
-    cpu_s = sum(c["cpu_s"] for c in costs.values())
+        watch.stop()
+        system.stop()
+        janitor.drop_topics(target, [backlog_topic, lag_topic])
+        janitor.drop_topics(source, [lag_topic])
+    own = {label: costs[label] for label in pids}
+    cpu_total = sum(c["cpu_to_last_s"] for c in own.values())
+    cpu_window = sum(c["cpu_window_s"] for c in own.values())
+    startup = sum((startup_cpu or {}).get(label, 0.0) for label in pids)
+    cpu_work = max(cpu_total - startup, cpu_window)
     return {
-        "system": "crossfeed",
+        "system": system.name,
         "records": records,
         "record_bytes": size,
         "partitions": partitions,
-        "produce_backlog_s": produce_s,
-        "elapsed_with_startup_s": (watch.last_at or started) - started,
         "records_per_s": rate,
         "mb_per_s": rate * size / 1e6,
-        "cpu_s_per_million": cpu_s / records * 1e6,
-        "processes": {
-            "puller": costs[procs[0].pid],
-            "sink": costs[procs[1].pid],
-        },
+        "seconds": seconds,
+        "elapsed_with_startup_s": watch.last_at - started,
+        "copies_seen": watch.count,
+        "cpu_s_per_million": cpu_work / records * 1e6,
+        "cpu_s_per_million_window": cpu_window / records * 1e6,
+        "cpu_s_per_million_with_startup": cpu_total / records * 1e6,
+        "processes": own,
+        "brokers": {label: costs[label] for label in brokers},
         "lag": lag,
-        "logs": str(workdir),
     }
 
 
-def _lag(
+def startup_cost(
+    system: Replicator,
     source: dict[str, Any],
     target: dict[str, Any],
+    janitor: Janitor,
+    *,
+    topic: str,
+    partitions: int,
+    idle_cores: float = 0.2,
+) -> dict[str, Any]:
+    """Start the replicator on an empty topic; once its copy of the topic exists on the
+    target and its processes idle (under ``idle_cores`` for 2 s), the CPU they spent."""
+    create_topics(source, [topic], partitions)
+    janitor.topics(source, [topic])
+    janitor.topics(target, [topic])
+    admin = clients.admin(target)
+    started = time.monotonic()
+    try:
+        pids = system.start([topic])
+        cost = ProcessCost(pids)
+        deadline = started + 180
+        while topic not in admin.list_topics(timeout=10).topics:
+            if time.monotonic() > deadline:
+                cost.finish()
+                raise RuntimeError(f"{system.name} did not start in 180s\n{system.log_tail()}")
+            time.sleep(0.2)
+        calm = 0
+        while calm < 2 and time.monotonic() < deadline:
+            before = sum(cost.cpu_at(time.monotonic()).values())
+            time.sleep(1.0)
+            used = sum(cost.cpu_at(time.monotonic()).values()) - before
+            calm = calm + 1 if used < idle_cores else 0
+        costs = cost.finish()
+    finally:
+        system.stop()
+        janitor.drop_topics(target, [topic])
+        janitor.drop_topics(source, [topic])
+    return {
+        "ready_s": time.monotonic() - started,
+        "cpu_s": {label: c["cpu_s"] for label, c in costs.items()},
+        "peak_rss_mb": {label: c["peak_rss_mb"] for label, c in costs.items()},
+    }
+
+
+def steady_lag(
+    source: dict[str, Any],
+    target: dict[str, Any],
+    janitor: Janitor,
+    *,
     topic: str,
     partitions: int,
     rate: float,
     seconds: float,
-    size: int,
-) -> dict[str, float]:
-    watch = TargetWatch(target, topic, partitions, record_lag=True).start()
-    stop = threading.Event()
-    sent = produce_steady(source, topic, rate, seconds, size, stop)
-    watch.wait_for(sent, timeout_s=60)
-    watch.stop()
+    payloads: Path,
+    workdir: Path,
+) -> dict[str, Any]:
+    total = max(1, int(rate * seconds))
+    watch = TargetWatch(target, topic, partitions, record_lag=True)
+    watch.lag_since_ms = time.time() * 1000 + LAG_WARMUP_S * 1000
+    watch.start()
+    log = workdir / f"steady-{topic}.log"
+    cmd = perf.command(
+        str(source["bootstrap.servers"]),
+        topic,
+        total,
+        payloads,
+        throughput=rate,
+        workdir=workdir,
+        tuning=perf.STEADY_TUNING,
+    )
+    try:
+        proc = janitor.process(spawn(cmd, log))
+        summary = perf.finish(proc, log, timeout_s=seconds * 4 + 60)
+        janitor.stop(proc)
+        watch.wait_for(total, timeout_s=60)
+    finally:
+        watch.stop()
     return {
-        "rate_per_s": rate,
-        "sent": sent,
+        "target_rate_per_s": rate,
+        "rate_per_s": summary.records_per_s,
+        "sent": summary.records,
         "seen": watch.count,
         **{f"{k}_ms": v for k, v in percentiles(watch.lags_ms).items()},
     }

@@ -1,25 +1,110 @@
-"""Readable summary of a benchmark result file."""
+"""Readable summary of a benchmark result file (medians, [min–max] over repetitions)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+NAMES = {"ceiling": "dc-b ceiling", "crossfeed": "crossfeed", "mm2": "MirrorMaker 2"}
+
+
+def fmt(spread: Mapping[str, float] | None, digits: int = 0, unit: str = "") -> str:
+    """``12,345 [12,001–12,900]``; "n/a" when there is no figure."""
+    if spread is None:
+        return "n/a"
+    m, lo, hi = spread["median"], spread["min"], spread["max"]
+    if lo == hi:
+        return f"{m:,.{digits}f}{unit}"
+    return f"{m:,.{digits}f}{unit} [{lo:,.{digits}f}–{hi:,.{digits}f}]"
+
+
+def _system_lines(name: str, s: Mapping[str, Any]) -> list[str]:
+    if not s or s.get("records_per_s") is None:
+        errors = "; ".join(e.splitlines()[0] for e in (s or {}).get("failed", [])) or "not run"
+        return [f"  {NAMES.get(name, name)}: n/a ({errors})"]
+    line = (
+        f"  {NAMES.get(name, name)}: {fmt(s['records_per_s'])} records/s, "
+        f"{fmt(s['mb_per_s'], 1)} MB/s, {fmt(s['cpu_s_per_million'], 1)} CPU s per million"
+    )
+    lines = [line]
+    lag = s.get("lag") or {}
+    if any(v is not None for v in lag.values()):
+        lines.append(
+            f"    lag at {fmt(lag.get('rate_per_s'))} records/s: "
+            f"p50 {fmt(lag.get('p50_ms'))} ms, p99 {fmt(lag.get('p99_ms'))} ms, "
+            f"max {fmt(lag.get('max_ms'))} ms"
+        )
+    procs = s.get("processes", {})
+    if procs:
+        lines.append(
+            "    peak RSS: "
+            + ", ".join(f"{p} {fmt(c.get('peak_rss_mb'), unit=' MB')}" for p, c in procs.items())
+        )
+    if s.get("failed"):
+        lines.append(f"    {len(s['failed'])} repetition(s) failed: {s['failed'][0][:200]}")
+    return lines
+
+
+def _failover_lines(name: str, side: Mapping[str, Any]) -> list[str]:
+    label = NAMES.get(name, name)
+    if not side.get("available"):
+        return [f"  {label}: not available — {side.get('reason', 'not run')}"]
+    if side.get("ready_s") is None:
+        errors = "; ".join(e.splitlines()[0] for e in side.get("failed", [])) or "no figure"
+        return [f"  {label}: n/a ({errors})"]
+    return [
+        f"  {label}: {fmt(side['ready_s'], 1, ' s')} to a group reading every partition "
+        f"(first record {fmt(side.get('first_record_s'), 1, ' s')}); re-read "
+        f"{fmt(side.get('re_read'))}, skipped {fmt(side.get('skipped'))} records"
+    ]
 
 
 def summary(path: Path) -> str:
     data = json.loads(path.read_text())
-    lines = [f"results: {path}"]
-    for name, s in data["scenarios"].items():
-        lag = s["lag"]
+    settings, machine, versions = data["settings"], data["machine"], data["versions"]
+    lines = [f"results: {path}", f"chart:   {path.with_suffix('.png')}"]
+    lines.append(
+        f"machine: {machine['cpus']} cores, load {machine.get('load_avg_start')} at start"
+        + (" — BUSY: figures are noisy" if machine.get("busy") else "")
+        + (" — QUICK RUN: not for comparison" if settings.get("quick") else "")
+    )
+    lines.append(
+        "versions: "
+        + ", ".join(f"{k} {v}" for k, v in versions.items() if v is not None)
+        + f"; took {data.get('duration_s', 0) / 60:.1f} min"
+    )
+    if data.get("interrupted"):
+        lines.append("INTERRUPTED: partial results")
+    for name, start in data.get("startup", {}).items():
+        if "error" in start:
+            lines.append(f"start-up of {NAMES.get(name, name)}: failed ({start['error'][:200]})")
+            continue
+        cpu = sum(start.get("cpu_s", {}).values())
         lines.append(
-            f"{name}: {s['records']:,} x {s['record_bytes']} B over {s['partitions']} partitions: "
-            f"{s['records_per_s']:,.0f} records/s, {s['mb_per_s']:.1f} MB/s, "
-            f"{s['cpu_s_per_million']:.1f} CPU s per million records; "
-            f"lag at {lag['rate_per_s']:,.0f}/s: p50 {lag['p50_ms']:.0f} ms, "
-            f"p99 {lag['p99_ms']:.0f} ms, max {lag['max_ms']:.0f} ms"
+            f"start-up of {NAMES.get(name, name)} with nothing to copy: {start['ready_s']:.0f} s, "
+            f"{cpu:.1f} CPU s (left out of CPU per record)"
         )
-        for proc, cost in s["processes"].items():
-            lines.append(
-                f"  {proc}: {cost['cpu_s']:.1f} CPU s, peak RSS {cost['peak_rss_mb']:.0f} MB"
-            )
+    for size, section in data.get("throughput", {}).items():
+        lines.append(
+            f"mirror throughput, {settings['records']:,} x {size} B over "
+            f"{settings['partitions']} partitions, median [min–max] of {settings['repeat']}:"
+        )
+        for name in ("ceiling", "crossfeed", "mm2"):
+            lines += _system_lines(name, section.get(name, {}))
+        r = section.get("ratios", {})
+        lines.append(
+            f"  crossfeed/MM2 {fmt(r.get('crossfeed/mm2'), 2)}, "
+            f"crossfeed/ceiling {fmt(r.get('crossfeed/ceiling'), 2)}, "
+            f"MM2/ceiling {fmt(r.get('mm2/ceiling'), 2)}; CPU per record crossfeed/MM2 "
+            f"{fmt(r.get('cpu crossfeed/mm2'), 2)}"
+        )
+    if "failover" in data:
+        lines.append("consumer failover (kill -9 dc-a → the group reading on dc-b):")
+        for name in ("crossfeed", "mm2"):
+            lines += _failover_lines(name, data["failover"].get(name, {}))
+    ordered = data.get("ordered", {})
+    if not ordered.get("available"):
+        lines.append(f"ordered feeds: not available — {ordered.get('reason', 'not run')}")
     return "\n".join(lines)

@@ -1,42 +1,273 @@
-"""``crossfeed bench`` / ``make bench``: run the scenarios, write JSON and a chart."""
+"""``crossfeed bench`` / ``make bench``: every scenario in one run, on the same two local
+clusters; writes ``bench/results/<timestamp>.json`` and a PNG chart next to it."""
 
 from __future__ import annotations
 
+import fcntl
 import json
-import os
-import platform
+import sys
 import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from crossfeed import __version__, paths
-from crossfeed.bench import mirror
+from crossfeed import log as logsetup
+from crossfeed import paths
+from crossfeed.bench import aggregate, chart, facts, failover, load, mirror
+from crossfeed.bench.cleanup import Janitor, delete_topics, stale_topics
+from crossfeed.bench.failover_sides import (
+    CrossfeedSide,
+    FailoverSide,
+    Mm2Side,
+    crossfeed_translation,
+)
+from crossfeed.bench.measure import create_topics
+from crossfeed.bench.perf import payload_file
+from crossfeed.bench.systems import Crossfeed, MirrorMaker2, Replicator
 from crossfeed.local import stack
 
 
-def machine() -> dict[str, Any]:
-    import psutil
+@dataclass(frozen=True)
+class Plan:
+    records: int = 1_000_000
+    sizes: tuple[int, ...] = (1024, 100)
+    partitions: int = 8
+    repeat: int = 3
+    lag_fraction: float = 0.5
+    lag_seconds: float = 15.0
+    throughput: bool = True
+    failover: bool = True
+    failover_rate: float = 1000.0
+    quick: bool = False
 
-    return {
-        "cpus": os.cpu_count(),
-        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "crossfeed": __version__,
+    @classmethod
+    def quick_plan(cls, repeat: int | None = None) -> Plan:
+        return cls(records=100_000, repeat=repeat or 1, lag_seconds=8.0, quick=True)
+
+
+ORDERED_UNAVAILABLE = (
+    "the sorter (ordered feeds) has not landed yet: services/sorter has no runnable job"
+)
+
+
+Say = Callable[[str], None]
+
+
+def _say(began: float) -> Say:
+    def say(message: str) -> None:
+        elapsed = time.monotonic() - began
+        print(f"[{int(elapsed // 60):02d}:{int(elapsed % 60):02d}] {message}", file=sys.stderr)
+
+    return say
+
+
+def _attempt(say: Say, what: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """One repetition; a failure is recorded as such (and the run goes on)."""
+    began = time.monotonic()
+    try:
+        result = fn()
+    except Exception as err:
+        say(f"{what}: FAILED: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
+        return {"error": f"{type(err).__name__}: {err}", "trace": traceback.format_exc()[-3000:]}
+    say(f"{what}: done in {time.monotonic() - began:.0f}s")
+    return result
+
+
+def _throughput(
+    plan: Plan,
+    a: dict[str, Any],
+    b: dict[str, Any],
+    janitor: Janitor,
+    run_id: str,
+    say: Say,
+    into: dict[str, Any],
+) -> None:
+    """Fills ``into["startup"]`` and ``into["throughput"][size]`` (after every repetition,
+    so an interrupted run keeps what it measured)."""
+    workdir = janitor.tempdir("load")
+    brokers = {n: pid for n in ("dc-a", "dc-b") if (pid := stack.node(n).pid())}
+    startup: dict[str, Any] = into.setdefault("startup", {})
+    starters: list[Replicator] = [
+        Crossfeed(janitor, f"{run_id}-cf0", a, b),
+        MirrorMaker2(janitor, f"{run_id}-mm0", a, b),
+    ]
+    for starter in starters:
+        calibrate = partial(
+            mirror.startup_cost,
+            starter,
+            a,
+            b,
+            janitor,
+            topic=f"bench-{run_id}-startup-{starter.name}",
+            partitions=plan.partitions,
+        )
+        startup[starter.name] = _attempt(say, f"start-up cost of {starter.name}", calibrate)
+    cpu = {name: s.get("cpu_s", {}) for name, s in startup.items()}
+    out: dict[str, Any] = into.setdefault("throughput", {})
+    for size in plan.sizes:
+        payloads = payload_file(workdir, size)
+        common: dict[str, Any] = {
+            "records": plan.records,
+            "size": size,
+            "partitions": plan.partitions,
+            "payloads": payloads,
+            "workdir": workdir,
+        }
+        runs: dict[str, list[Any]] = {"ceiling": [], "crossfeed": [], "mm2": []}
+        for rep in range(plan.repeat):
+            tag = f"{run_id}-{size}b-r{rep}"
+            backlog = f"bench-{tag}"
+            create_topics(a, [backlog], plan.partitions)
+            janitor.topics(a, [backlog])
+            say(f"{size} B, repetition {rep + 1}/{plan.repeat}: backlog of {plan.records:,}")
+            load.backlog(a, backlog, plan.records, payloads, workdir, janitor)
+            ceiling = partial(
+                load.ceiling,
+                b,
+                f"bench-{tag}-ceiling",
+                janitor=janitor,
+                broker_pid=brokers.get("dc-b"),
+                **common,
+            )
+            runs["ceiling"].append(_attempt(say, f"{size} B r{rep + 1} ceiling", ceiling))
+            systems: list[Replicator] = [
+                Crossfeed(janitor, f"{tag}-cf", a, b),
+                MirrorMaker2(janitor, f"{tag}-mm2", a, b),
+            ]
+            if rep % 2:  # alternate who reads the backlog first (page cache, warm broker)
+                systems.reverse()
+            for system in systems:
+                measure = partial(
+                    mirror.run,
+                    system,
+                    a,
+                    b,
+                    janitor,
+                    backlog_topic=backlog,
+                    brokers={f"{n} broker": pid for n, pid in brokers.items()},
+                    startup_cpu=cpu[system.name],
+                    lag_fraction=plan.lag_fraction,
+                    lag_seconds=plan.lag_seconds,
+                    **common,
+                )
+                label = f"{size} B r{rep + 1} {system.name}"
+                runs[system.name].append(_attempt(say, label, measure))
+            janitor.drop_topics(a, [backlog])
+            out[str(size)] = aggregate.throughput_section(runs)
+
+
+def _kill_dc_a() -> None:
+    stack.stop("dc-a", hard=True)
+
+
+def _start_dc_a() -> None:
+    stack.start("dc-a")
+
+
+def _failover(
+    plan: Plan,
+    a: dict[str, Any],
+    b: dict[str, Any],
+    janitor: Janitor,
+    run_id: str,
+    say: Say,
+    into: dict[str, Any],
+) -> None:
+    unavailable = {"crossfeed": crossfeed_translation()[1], "mm2": None}
+    for name, reason in unavailable.items():
+        if reason:
+            say(f"failover, {name}: not available: {reason}")
+    runs: dict[str, list[Any]] = {name: [] for name in unavailable}
+    into["failover"] = {
+        name: aggregate.failover_section([], reason) for name, reason in unavailable.items()
     }
+    for rep in range(plan.repeat):
+        tag = f"{run_id}-r{rep}"
+        sides: list[FailoverSide] = []
+        if not unavailable["crossfeed"]:
+            sides.append(CrossfeedSide(Crossfeed(janitor, f"{tag}-cf", a, b)))
+        sides.append(Mm2Side(MirrorMaker2(janitor, f"{tag}-mm2", a, b)))
+        if rep % 2:
+            sides.reverse()
+        for side in sides:
+            measure = partial(
+                failover.run,
+                side,
+                a,
+                b,
+                janitor,
+                run_id=tag,
+                kill_source=_kill_dc_a,
+                restart_source=_start_dc_a,
+                partitions=plan.partitions,
+                rate=plan.failover_rate,
+            )
+            runs[side.name].append(_attempt(say, f"failover r{rep + 1} {side.name}", measure))
+            into["failover"] = {
+                name: aggregate.failover_section(runs[name], unavailable[name])
+                for name in unavailable
+            }
 
 
-def run(records: int, size: int, out_dir: Path | None = None) -> Path:
+def run(plan: Plan, out_dir: Path | None = None) -> Path:
+    began = time.monotonic()
+    say = _say(began)
+    # Failing connections to a killed dc-a are the failover scenario, not news.
+    logsetup.setup("ERROR")
+    lock = _lock()
+    running = {c.alias for c in stack.CLUSTERS if c.pid()}
     stack.up(postgres=False)
     a = {"bootstrap.servers": stack.node("dc-a").bootstrap}
     b = {"bootstrap.servers": stack.node("dc-b").bootstrap}
-    result = {
+    run_id = uuid.uuid4().hex[:6]
+    result: dict[str, Any] = {
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": machine(),
-        "scenarios": {"mirror_crossfeed": mirror.run(a, b, records=records, size=size)},
+        "machine": facts.machine(),
+        "versions": facts.versions(),
+        "settings": {**asdict(plan), **facts.tuning()},
     }
+    try:
+        with Janitor() as janitor:
+            for conf in (a, b):
+                delete_topics(conf, stale_topics(conf))
+            try:
+                if plan.throughput:
+                    _throughput(plan, a, b, janitor, run_id, say, result)
+                if plan.failover:
+                    _failover(plan, a, b, janitor, run_id, say, result)
+            except KeyboardInterrupt:
+                result["interrupted"] = True
+                say("interrupted: cleaning up, writing what was measured")
+    finally:
+        for alias in sorted({c.alias for c in stack.CLUSTERS} - running):
+            stack.node(alias).stop()  # the benchmark started it: leave the machine as found
+        lock.close()
+    result["ordered"] = aggregate.not_available(ORDERED_UNAVAILABLE)
+    result["machine"]["load_avg_end"] = facts.load_avg()
+    result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    result["duration_s"] = time.monotonic() - began
     out_dir = out_dir or paths.project_root() / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(result, indent=2))
+    path.write_text(json.dumps(result, indent=2, default=str))
+    chart.render(result, path.with_suffix(".png"))
+    if result.get("interrupted"):
+        raise KeyboardInterrupt(str(path))
     return path
+
+
+def _lock() -> Any:
+    """One benchmark at a time per stack: it sweeps what earlier runs left behind."""
+    path = paths.home() / "bench.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "w")  # noqa: SIM115 - held for the whole run
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise RuntimeError(f"another benchmark runs on this stack ({path} is locked)") from None
+    return handle

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from crossfeed import __version__
-from crossfeed.cli import local, services
+from crossfeed.cli import admin, local, services
 from crossfeed.cli.common import State, not_implemented
 
 app = typer.Typer(
@@ -40,34 +40,68 @@ def version() -> None:
 
 app.add_typer(local.app, name="local")
 
-changefeed = typer.Typer(help="Create and manage changefeeds (through the coordinator's REST API).")
-app.add_typer(changefeed, name="changefeed")
-for _verb in ("create", "list", "get", "pause", "resume", "remove"):
+app.add_typer(admin.changefeed, name="changefeed")
+app.command("status")(admin.status)
 
-    def _make(verb: str) -> None:
-        @changefeed.command(verb, help=f"{verb.capitalize()} changefeeds.")
-        def _cmd() -> None:
-            not_implemented(f"changefeed {verb}")
 
-    _make(_verb)
+_FeedOpt = typer.Option(..., "--feed", help="feed name")
+_FeedFileOpt = typer.Option(
+    None, "--feed-file", help="the feed's file, for a feed the coordinator does not run"
+)
 
 
 @app.command()
-def status() -> None:
-    """Feeds, tasks, owners, lag and timestamps at a glance."""
-    not_implemented("status")
-
-
-@app.command()
-def failover() -> None:
+@admin.api_errors
+def failover(
+    feed: str = _FeedOpt,
+    feed_file: Optional[str] = _FeedFileOpt,  # noqa: UP045
+    drain_timeout: float = typer.Option(
+        30.0, "--drain-timeout", help="seconds to let running sinks apply what is staged"
+    ),
+    as_json: bool = admin.JsonOpt,
+    server: Optional[str] = admin.ServerOpt,  # noqa: UP045
+) -> None:
     """Stop a feed and move its consumer groups to the destination at their exact records."""
-    not_implemented("failover")
+    from crossfeed.translation import commands
+
+    commands.failover(feed, feed_file, drain_timeout, as_json, server)
 
 
 @app.command()
-def failback() -> None:
+@admin.api_errors
+def failback(
+    feed: str = _FeedOpt,
+    feed_file: Optional[str] = _FeedFileOpt,  # noqa: UP045
+    replay_extra: bool = typer.Option(
+        False, "--replay-extra", help="copy the old primary's unreplicated records over first"
+    ),
+    reverse_feed: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--reverse-feed", help="name of the reverse feed (default FEED-reverse)"
+    ),
+    reverse_feed_file: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--reverse-feed-file", help="write the reverse feed's file here (feed-file feeds)"
+    ),
+    reverse_start: str = typer.Option(
+        "frontier", "--reverse-start", help="frontier (default) or earliest"
+    ),
+    wait: float = typer.Option(0.0, "--wait", help="seconds to wait for the reverse feed"),
+    as_json: bool = admin.JsonOpt,
+    server: Optional[str] = admin.ServerOpt,  # noqa: UP045
+) -> None:
     """Return to the old primary: report extra data, start the reverse feed, translate back."""
-    not_implemented("failback")
+    from crossfeed.translation import commands
+
+    commands.failback(
+        feed,
+        feed_file,
+        replay_extra=replay_extra,
+        reverse_feed=reverse_feed,
+        reverse_feed_file=reverse_feed_file,
+        reverse_start=reverse_start,
+        wait_s=wait,
+        as_json=as_json,
+        server=server,
+    )
 
 
 groups = typer.Typer(help="Consumer group offsets across clusters.")
@@ -75,9 +109,18 @@ app.add_typer(groups, name="groups")
 
 
 @groups.command("translate")
-def groups_translate() -> None:
+@admin.api_errors
+def groups_translate(
+    feed: str = _FeedOpt,
+    group: str = typer.Option(..., "--group", help="consumer group id"),
+    feed_file: Optional[str] = _FeedFileOpt,  # noqa: UP045
+    as_json: bool = admin.JsonOpt,
+    server: Optional[str] = admin.ServerOpt,  # noqa: UP045
+) -> None:
     """Source offsets of a group and their exact destination offsets."""
-    not_implemented("groups translate")
+    from crossfeed.translation import commands
+
+    commands.translate(feed, group, feed_file, as_json, server)
 
 
 for _service, _what in (
@@ -92,6 +135,8 @@ for _service, _what in (
         _sub.command("run")(services.puller_run)
     elif _service == "sink":
         _sub.command("run")(services.sink_run)
+    elif _service == "coordinator":
+        _sub.command("run")(admin.coordinator_run)
     else:
 
         def _make_run(sub: typer.Typer, service: str) -> None:
@@ -120,13 +165,44 @@ def demo() -> None:
 
 @app.command()
 def bench(
-    records: int = typer.Option(1_000_000, help="records in the backlog"),
-    size: int = typer.Option(1024, help="bytes per record value"),
+    records: Optional[int] = typer.Option(  # noqa: UP045
+        None, help="records per backlog (default 1,000,000; 100,000 with --quick)"
+    ),
+    size: Optional[list[int]] = typer.Option(  # noqa: UP045
+        None, "--size", help="bytes per record value; repeat for several (default 1024 and 100)"
+    ),
+    repeat: Optional[int] = typer.Option(  # noqa: UP045
+        None, min=1, help="repetitions of every scenario (default 3; 1 with --quick)"
+    ),
+    quick: bool = typer.Option(False, "--quick", help="a small validation run, not for comparison"),
+    only: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--only", help="run one part: throughput or failover"
+    ),
 ) -> None:
-    """Benchmarks: mirror throughput, cost and end-to-end lag on the local stack."""
+    """Benchmarks vs MirrorMaker 2 and dc-b's produce ceiling: throughput, cost, lag, failover."""
+    import dataclasses
+
     from crossfeed.bench import report, runner
 
-    path = runner.run(records, size)
+    plan = runner.Plan.quick_plan(repeat) if quick else runner.Plan()
+    changes: dict[str, object] = {}
+    if records is not None:
+        changes["records"] = records
+    if size:
+        changes["sizes"] = tuple(size)
+    if repeat is not None:
+        changes["repeat"] = repeat
+    if only not in (None, "throughput", "failover"):
+        raise typer.BadParameter("--only takes throughput or failover")
+    if only:
+        changes["throughput"] = only == "throughput"
+        changes["failover"] = only == "failover"
+    plan = dataclasses.replace(plan, **changes)  # type: ignore[arg-type]
+    try:
+        path = runner.run(plan)
+    except KeyboardInterrupt as stopped:
+        typer.echo(f"interrupted; cleaned up; partial results: {stopped}", err=True)
+        raise typer.Exit(130) from None
     typer.echo(report.summary(path))
 
 

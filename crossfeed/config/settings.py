@@ -111,6 +111,9 @@ class CoordinatorSettings(BaseModel):
         10.0, description="an instance silent this long loses its tasks; a leader its lease"
     )
     translate_interval_s: Seconds = Field(1.0, description="how often group offsets are translated")
+    error_stuck_s: Seconds = Field(
+        1800.0, description="a feed in the error state this long becomes failed (tasks stop)"
+    )
 
 
 class Settings(BaseSettings):
@@ -134,6 +137,11 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field("text", description="log line format")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     metrics_port: int = Field(0, ge=0, le=65535, description="/metrics port; 0 picks a free one")
+    metrics_host: str = Field(
+        "127.0.0.1",
+        description="address /metrics and /status listen on (0.0.0.0 in containers, so "
+        "Prometheus can scrape them)",
+    )
     puller: PullerSettings = Field(default_factory=PullerSettings)  # type: ignore[arg-type]
     sink: SinkSettings = Field(default_factory=SinkSettings)  # type: ignore[arg-type]
     coordinator: CoordinatorSettings = Field(

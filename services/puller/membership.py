@@ -112,6 +112,10 @@ class CoordinatorMembership:
         self.tail.start()
 
     def _on_record(self, key: str, value: bytes | None) -> None:
+        if key == "lease/coordinator" and value is not None:
+            with self.lock:  # a new leader's epoch outdates every older assignment
+                self.max_epoch = max(self.max_epoch, codec.decode("Lease", value)["epoch"])
+            return
         if not key.startswith(f"assignment/{self.feed}/") or value is None:
             return
         record = codec.decode("Assignment", value)
@@ -139,7 +143,12 @@ class CoordinatorMembership:
             log.info("task %d taken away (epoch %d, generation %d)", s, epoch, generation)
             self.host.drop_task(s, commit=True)
         for s in sorted(desired - current):
-            self.host.start_task(s)
+            # Starting a task takes a while (fencing, recovery); a newer assignment may have
+            # moved it on meanwhile, and starting it anyway would fence its new owner.
+            with self.lock:
+                still_mine = s in self.desired
+            if still_mine:
+                self.host.start_task(s)
 
     def close(self) -> None:
         self.tail.stop()

@@ -346,7 +346,10 @@ class PullerTask:
         call(*args)
 
     def close(self) -> None:
-        self.producer.flush(5)
+        try:
+            self.producer.flush(5)
+        except KafkaException as err:  # a fenced producer has nothing left to deliver
+            log.info("task %d: producer closed (%s)", self.staging_partition, err)
 
 
 def transactional_id(feed: str, staging_partition: int) -> str:

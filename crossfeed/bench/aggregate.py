@@ -1,0 +1,131 @@
+"""Repetitions -> min/median/max, and the ratios between systems (pure, unit-tested).
+
+A failed repetition is kept (``{"error": ...}``) and left out of the figures; a figure
+no repetition produced is None ("not available"), never zero.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+Spread = dict[str, float]
+
+THROUGHPUT_FIGURES = (
+    "records_per_s",
+    "mb_per_s",
+    "cpu_s_per_million",
+    "cpu_s_per_million_with_startup",
+    "cpu_s_per_million_window",
+    "elapsed_with_startup_s",
+    "lag.rate_per_s",
+    "lag.p50_ms",
+    "lag.p99_ms",
+    "lag.max_ms",
+)
+FAILOVER_FIGURES = (
+    "ready_s",
+    "first_record_s",
+    "failover_step_s",
+    "re_read",
+    "skipped",
+)
+
+
+def spread(values: Iterable[float | int | None]) -> Spread | None:
+    """min/median/max of the values that exist; None if none does."""
+    present = [float(v) for v in values if v is not None]
+    if not present:
+        return None
+    return {
+        "min": min(present),
+        "median": statistics.median(present),
+        "max": max(present),
+        "n": len(present),
+    }
+
+
+def lookup(run: Mapping[str, Any], path: str) -> Any:
+    """``lookup(run, "lag.p99_ms")``; None where any step is missing."""
+    value: Any = run
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def place(out: dict[str, Any], path: str, value: Any) -> None:
+    """``place(d, "lag.p99_ms", v)``: d["lag"]["p99_ms"] = v."""
+    *parents, last = path.split(".")
+    for part in parents:
+        out = out.setdefault(part, {})
+    out[last] = value
+
+
+def ok(runs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [r for r in runs if "error" not in r]
+
+
+def summarize(runs: Sequence[Mapping[str, Any]], figures: Iterable[str]) -> dict[str, Any]:
+    """Every figure over the runs, plus the peak RSS and CPU of every process."""
+    good = ok(runs)
+    out: dict[str, Any] = {}
+    for figure in figures:
+        place(out, figure, spread(lookup(r, figure) for r in good))
+    for group in ("processes", "brokers"):
+        labels = sorted({label for r in good for label in r.get(group, {})})
+        if labels:
+            out[group] = {
+                label: {
+                    key: spread(lookup(r, f"{group}.{label}.{key}") for r in good)
+                    for key in ("cpu_s", "cpu_window_s", "peak_rss_mb")
+                }
+                for label in labels
+            }
+    out["repetitions"] = len(runs)
+    out["failed"] = [r["error"] for r in runs if "error" in r]
+    return out
+
+
+def ratios(
+    numerator: Sequence[Mapping[str, Any]],
+    denominator: Sequence[Mapping[str, Any]],
+    figure: str = "records_per_s",
+) -> Spread | None:
+    """Repetition i of one system over repetition i of another (measured side by side)."""
+    values = []
+    for num, den in zip(numerator, denominator, strict=False):
+        a, b = lookup(num, figure), lookup(den, figure)
+        if "error" in num or "error" in den or a is None or not b:
+            continue
+        values.append(a / b)
+    return spread(values)
+
+
+def throughput_section(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+    """One record size: ``runs`` maps system (crossfeed, mm2, ceiling) -> repetitions."""
+    out: dict[str, Any] = {name: summarize(rs, THROUGHPUT_FIGURES) for name, rs in runs.items()}
+    cf, mm, ceiling = runs.get("crossfeed", []), runs.get("mm2", []), runs.get("ceiling", [])
+    out["ratios"] = {
+        "crossfeed/mm2": ratios(cf, mm),
+        "crossfeed/ceiling": ratios(cf, ceiling),
+        "mm2/ceiling": ratios(mm, ceiling),
+        "cpu crossfeed/mm2": ratios(cf, mm, "cpu_s_per_million"),
+    }
+    for name, rs in runs.items():
+        out[name]["runs"] = list(rs)
+    return out
+
+
+def failover_section(runs: Sequence[Mapping[str, Any]], unavailable: str | None) -> dict[str, Any]:
+    if unavailable is not None:
+        return {"available": False, "reason": unavailable}
+    out = {"available": True, **summarize(runs, FAILOVER_FIGURES)}
+    out["runs"] = list(runs)
+    return out
+
+
+def not_available(reason: str) -> dict[str, Any]:
+    return {"available": False, "reason": reason}

@@ -1,0 +1,161 @@
+"""The PNG next to each result file: medians as bars, min..max as error bars, and
+"n/a" where a figure is not available (never a zero-height bar)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from crossfeed.bench.aggregate import lookup
+
+SYSTEMS: tuple[tuple[str, str, str], ...] = (
+    ("ceiling", "dc-b ceiling", "#999999"),
+    ("crossfeed", "crossfeed", "#1f77b4"),
+    ("mm2", "MirrorMaker 2", "#ff7f0e"),
+)
+
+
+def _bars(ax: Any, groups: list[str], series: list[tuple[str, str, list[Any]]]) -> None:
+    """Grouped bars: ``series`` is (label, colour, [spread or None per group])."""
+    width = 0.8 / max(1, len(series))
+    top = max([s["max"] for _, _, spreads in series for s in spreads if s is not None] or [1.0])
+    for i, (label, colour, spreads) in enumerate(series):
+        labelled = False
+        for g, s in enumerate(spreads):
+            x = g + (i - (len(series) - 1) / 2) * width
+            if s is None:
+                ax.text(x, top * 0.02, "n/a", ha="center", va="bottom", fontsize=8, rotation=90)
+                continue
+            err = [[s["median"] - s["min"]], [s["max"] - s["median"]]]
+            ax.bar(
+                x,
+                s["median"],
+                width,
+                color=colour,
+                yerr=err,
+                capsize=3,
+                label=None if labelled else label,
+            )
+            labelled = True
+            ax.text(x, s["max"], _short(s["median"]), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(groups)), groups)
+    if ax.get_legend_handles_labels()[1]:
+        ax.legend(fontsize=7, loc="upper right")
+
+
+def _short(v: float) -> str:
+    if abs(v) >= 10_000:
+        return f"{v / 1000:.0f}k"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    return f"{v:.2g}" if abs(v) < 10 else f"{v:.1f}"
+
+
+def render(result: Mapping[str, Any], path: Path) -> Path:
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    sizes = sorted(result.get("throughput", {}), key=int, reverse=True)
+    tp = result.get("throughput", {})
+    groups = [f"{int(s):,} B records" for s in sizes]
+
+    def series(figure: str, systems: tuple[tuple[str, str, str], ...]) -> list[Any]:
+        return [
+            (label, colour, [lookup(tp[s], f"{key}.{figure}") for s in sizes])
+            for key, label, colour in systems
+        ]
+
+    ax = axes[0][0]
+    _bars(ax, groups, series("records_per_s", SYSTEMS))
+    ax.set_title("mirror throughput, records/s (dc-a → dc-b)")
+    for g, s in enumerate(sizes):
+        r = lookup(tp[s], "ratios.crossfeed/mm2.median")
+        c = lookup(tp[s], "ratios.crossfeed/ceiling.median")
+        note = f"crossfeed/MM2 {r:.2f}" if r else "crossfeed/MM2 n/a"
+        note += f"\ncrossfeed/ceiling {c:.2f}" if c else "\ncrossfeed/ceiling n/a"
+        ax.annotate(
+            note,
+            (g, 0),
+            xytext=(0, -28),
+            textcoords="offset points",
+            ha="center",
+            va="top",
+            fontsize=7,
+        )
+
+    ax = axes[0][1]
+    _bars(ax, groups, series("cpu_s_per_million", SYSTEMS))
+    ax.set_title("CPU seconds per million records (replicator processes)")
+
+    ax = axes[1][0]
+    lag_series = []
+    for key, label, colour in SYSTEMS[1:]:
+        for figure, alpha in (("p50_ms", "p50"), ("p99_ms", "p99")):
+            lag_series.append(
+                (
+                    f"{label} {alpha}",
+                    colour if alpha == "p50" else _darker(colour),
+                    [lookup(tp[s], f"{key}.lag.{figure}") for s in sizes],
+                )
+            )
+    _bars(ax, groups, lag_series)
+    ax.set_title("end-to-end lag at 50% of each system's capacity, ms")
+
+    ax = axes[1][1]
+    fo = result.get("failover", {})
+    fo_series = []
+    for key, label, colour in SYSTEMS[1:]:
+        side = fo.get(key, {})
+        fo_series.append((label, colour, [side.get("ready_s") if side.get("available") else None]))
+    _bars(ax, ["kill dc-a → group reading on dc-b"], fo_series)
+    ax.set_title("consumer failover, seconds")
+    lines = []
+    for key, label, _ in SYSTEMS[1:]:
+        side = fo.get(key, {})
+        if not side.get("available"):
+            lines.append(f"{label}: not available — {side.get('reason', 'not run')}")
+            continue
+        rr, sk = lookup(side, "re_read.median"), lookup(side, "skipped.median")
+        lines.append(f"{label}: re-read {_num(rr)}, skipped {_num(sk)} (median)")
+    ordered = result.get("ordered", {})
+    if not ordered.get("available"):
+        lines.append(f"ordered feeds: not available — {ordered.get('reason', '')}")
+    ax.text(
+        0.02,
+        -0.12,
+        "\n".join(_wrap(line) for line in lines),
+        transform=ax.transAxes,
+        fontsize=7,
+        va="top",
+    )
+
+    machine, versions = result.get("machine", {}), result.get("versions", {})
+    fig.suptitle(
+        f"crossfeed {versions.get('crossfeed')} vs MirrorMaker 2 {versions.get('mirrormaker2')}"
+        f" (Kafka {versions.get('kafka')}) — {result.get('settings', {}).get('records', 0):,} "
+        f"records, {result.get('settings', {}).get('repeat')} repetition(s), "
+        f"{machine.get('cpus')} cores, load {machine.get('load_avg_start')}"
+        f"{' — QUICK RUN' if result.get('settings', {}).get('quick') else ''}",
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, 0.04, 1, 0.96))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _num(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:,.0f}"
+
+
+def _wrap(line: str, width: int = 95) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _darker(colour: str) -> str:
+    r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"#{int(r * 0.6):02x}{int(g * 0.6):02x}{int(b * 0.6):02x}"

@@ -1,0 +1,150 @@
+"""The replicators under test, behind one small interface: start on some topics, list
+the processes that do the work, stop, and remove what they left on the clusters."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from crossfeed.bench import jvm, mm2
+from crossfeed.bench.cleanup import Janitor
+from crossfeed.wire import topics as wire_topics
+
+
+class Replicator(Protocol):
+    name: str
+
+    def start(self, topics: list[str], groups: list[str] | None = None) -> dict[str, int]:
+        """Start replicating ``topics`` dc-a -> dc-b; returns process label -> pid."""
+        ...
+
+    def stop(self) -> None:
+        """Stop the processes and delete the replicator's own topics."""
+        ...
+
+    def log_tail(self) -> str: ...
+
+
+def bench_config(workdir: Path, clusters: dict[str, dict[str, Any]]) -> Path:
+    """A crossfeed configuration file for the benchmark's clusters (``--config``)."""
+    path = workdir / "crossfeed.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "clusters": {alias: dict(conf) for alias, conf in clusters.items()},
+                "control_cluster": "dc-b",
+                "log_level": "WARNING",
+            }
+        )
+    )
+    return path
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return f"--- {path} ---\n" + "\n".join(text[-lines:])
+
+
+class Crossfeed:
+    """One puller and one sink process on a feed file, as an operator runs them."""
+
+    name = "crossfeed"
+
+    def __init__(
+        self, janitor: Janitor, run_id: str, source: dict[str, Any], target: dict[str, Any]
+    ) -> None:
+        self.janitor = janitor
+        self.run_id = run_id
+        self.source, self.target = source, target
+        self.workdir = janitor.tempdir(f"crossfeed-{run_id}")
+        self.config = bench_config(self.workdir, {"dc-a": source, "dc-b": target})
+        self.feed = f"bench-{run_id}"
+        self.feed_file = self.workdir / "feed.yaml"
+        self.procs: dict[str, Any] = {}
+
+    def feed_spec(self, topics: list[str]) -> dict[str, Any]:
+        return {
+            "name": self.feed,
+            "source": "dc-a",
+            "sink-uri": "kafka://dc-b",
+            "topics": topics,
+            "start": "earliest",
+        }
+
+    def start(self, topics: list[str], groups: list[str] | None = None) -> dict[str, int]:
+        self.feed_file.write_text(yaml.safe_dump(self.feed_spec(topics)))
+        self.janitor.topics(self.target, [wire_topics.changes(self.feed)])
+        for role in ("puller", "sink"):
+            cmd = [
+                sys.executable,
+                "-m",
+                "crossfeed.cli.main",
+                "--config",
+                str(self.config),
+                role,
+                "run",
+                "--feed",
+                self.feed,
+                "--feed-file",
+                str(self.feed_file),
+            ]
+            log = self.workdir / f"{role}.log"
+            self.procs[role] = self.janitor.process(jvm.spawn(cmd, log))
+        return {role: p.pid for role, p in self.procs.items()}
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            self.janitor.stop(proc)
+        self.procs.clear()
+        self.janitor.drop_topics(self.target, [wire_topics.changes(self.feed)])
+
+    def log_tail(self) -> str:
+        return "\n".join(_tail(self.workdir / f"{r}.log") for r in ("puller", "sink"))
+
+
+class MirrorMaker2:
+    """MirrorMaker 2, dedicated mode, one JVM (see :mod:`crossfeed.bench.mm2`)."""
+
+    name = "mm2"
+
+    def __init__(
+        self, janitor: Janitor, run_id: str, source: dict[str, Any], target: dict[str, Any]
+    ) -> None:
+        self.janitor = janitor
+        self.run_id = run_id
+        self.source, self.target = source, target
+        self.workdir = janitor.tempdir(f"mm2-{run_id}")
+        self.cfg: mm2.Mm2Config | None = None
+        self.proc: Any = None
+
+    def start(self, topics: list[str], groups: list[str] | None = None) -> dict[str, int]:
+        self.cfg = mm2.Mm2Config(
+            run_id=self.run_id,
+            source_bootstrap=str(self.source["bootstrap.servers"]),
+            target_bootstrap=str(self.target["bootstrap.servers"]),
+            topics=tuple(topics),
+            groups=tuple(groups or ()),
+        )
+        self.janitor.topics(self.target, self.cfg.internal_topics_target)
+        self.janitor.topics(self.source, self.cfg.internal_topics_source)
+        props = mm2.write(self.cfg, self.workdir)
+        cmd = mm2.command(props, self.workdir)
+        self.proc = self.janitor.process(jvm.spawn(cmd, self.workdir / "mm2.log"))
+        return {"mm2": self.proc.pid}
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.janitor.stop(self.proc, grace_s=20)
+            self.proc = None
+        if self.cfg is not None:
+            self.janitor.drop_topics(self.target, self.cfg.internal_topics_target)
+            self.janitor.drop_topics(self.source, self.cfg.internal_topics_source)
+
+    def log_tail(self) -> str:
+        return _tail(self.workdir / "mm2.log")

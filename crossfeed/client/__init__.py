@@ -1,0 +1,6 @@
+"""The small client library applications and the CLI import (no service code)."""
+
+from crossfeed.client.consumer import TimestampedConsumer, is_watermark, user_headers
+from crossfeed.client.producer import Change, ChangeProducer
+
+__all__ = ["Change", "ChangeProducer", "TimestampedConsumer", "is_watermark", "user_headers"]

@@ -1,0 +1,30 @@
+"""Consumer-group offset translation across clusters (DESIGN.md §2 item 5, §4 Coordinator).
+
+A group that committed offset ``O`` of a source partition resumes on the destination at
+the copy of the record at ``O`` — zero re-reads, zero skips — whenever that record was
+replicated; otherwise at the replicated frontier, with the gap counted.
+
+Pure decisions (no I/O, unit- and property-tested):
+
+* :mod:`~crossfeed.translation.scan` — what a range of source offsets holds, as far as
+  translation cares (records the feed copies, copies of target records, nothing);
+* :mod:`~crossfeed.translation.rules` — the translation of one committed offset;
+* :mod:`~crossfeed.translation.books` — the OffsetSync and consumer-timestamp tables folded
+  from their compacted topics;
+* :mod:`~crossfeed.translation.filters` — which groups and topics are translated;
+* :mod:`~crossfeed.translation.rpo` — what a failover loses, per partition.
+
+I/O: :mod:`~crossfeed.translation.kafka_io` (admin calls and bounded reads),
+:mod:`~crossfeed.translation.follow` (tails of compacted topics that survive a cluster
+being down) and :mod:`~crossfeed.translation.translator` (the per-feed translator the
+coordinator leader ticks, and one-shot translation).
+
+Why not faust-streaming (on the design card for these tables): a faust app is one
+asyncio worker bound to one Kafka cluster, whose tables are changelog topics partitioned
+by the app's own consumer group. The translator needs the opposite: two clusters (offset
+syncs on the target, consumer timestamps on the source), tables that must stay readable
+— and be used — while the source cluster is down, admin calls (group offsets, describe,
+alter) that faust does not wrap, and ownership decided by the coordinator's lease rather
+than by a consumer group. Two plain tails folding into dicts (``follow.py``, ``books.py``)
+do that in a few dozen lines, with nothing extra to deploy.
+"""

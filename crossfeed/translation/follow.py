@@ -1,0 +1,152 @@
+"""Tails of compacted topics that outlive a lost cluster.
+
+:class:`crossfeed.membership.TopicTail` gives up when its cluster does not answer at
+start; a translator must not: ``__consumer_timestamps`` lives on the source cluster,
+which is exactly the one that may be down (and may come back), and the topic may not
+exist yet. A :class:`Follower` keeps trying, resumes from where it was, and folds every
+record into a table under a lock the reader shares.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Final, Generic, Protocol, TypeVar
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+
+from crossfeed.kafka import clients
+from crossfeed.translation.books import StampBook, SyncBook
+from crossfeed.translation.kafka_io import QUIET_CONF
+from crossfeed.wire import topics
+
+log = logging.getLogger(__name__)
+
+RETRY_S: Final = 2.0
+LOOK_S: Final = 10.0
+
+
+class Book(Protocol):
+    def apply(self, key: str, value: bytes | None) -> None: ...
+
+
+T = TypeVar("T", bound=Book)
+
+
+class Follower(Generic[T]):
+    """Reads every partition of ``topic`` from its start, forever, into ``book``."""
+
+    def __init__(self, conf: Mapping[str, Any], topic: str, book: T, name: str) -> None:
+        self.conf = dict(conf)
+        self.topic = topic
+        self.book = book
+        self.name = name
+        self.lock = threading.RLock()
+        self.caught_up = threading.Event()
+        """Set once everything that existed when the tail (re)started was read; also when
+        the topic does not exist (there is nothing to read)."""
+        self._apply: Callable[[str, bytes | None], None] = book.apply
+        self._next: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> Follower[T]:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    @contextmanager
+    def locked(self) -> Iterator[T]:
+        """The book, with the tail held off while the caller reads it."""
+        with self.lock:
+            yield self.book
+
+    def wait(self, timeout_s: float) -> bool:
+        return self.caught_up.wait(timeout_s)
+
+    def _run(self) -> None:
+        complained = False
+        while not self._stop.is_set():
+            consumer = clients.consumer(
+                self.conf,
+                **QUIET_CONF,
+                **{"group.id": f"crossfeed-{self.name}-{os.getpid()}-{uuid.uuid4().hex[:6]}"},
+            )
+            try:
+                self._follow(consumer)
+                complained = False
+            except KafkaException as err:
+                if not complained:
+                    log.warning(
+                        "%s: cannot read %s on %s (%s); retrying every %.0fs",
+                        self.name,
+                        self.topic,
+                        self.conf.get("bootstrap.servers"),
+                        err,
+                        RETRY_S,
+                    )
+                    complained = True
+            finally:
+                consumer.close()
+            self._stop.wait(RETRY_S)
+
+    def _follow(self, consumer: Any) -> None:
+        meta = consumer.list_topics(self.topic, timeout=5)
+        info = meta.topics.get(self.topic)
+        if info is None or info.error is not None or not info.partitions:
+            self.caught_up.set()  # nothing to read yet; look again later
+            return
+        parts = sorted(info.partitions)
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=5)[1]
+            for p in parts
+        }
+        consumer.assign(
+            [TopicPartition(self.topic, p, self._next.get(p, OFFSET_BEGINNING)) for p in parts]
+        )
+        next_look = time.monotonic() + LOOK_S
+        while not self._stop.is_set():
+            batch: list[Any] = consumer.consume(1000, timeout=0.2)
+            with self.lock:
+                for msg in batch:
+                    if msg.error() is not None:
+                        continue
+                    key = (msg.key() or b"").decode("utf-8", "replace")
+                    try:
+                        self._apply(key, msg.value())
+                    except ValueError as err:  # a value we cannot decode: skip it, say so
+                        log.warning(
+                            "%s: skipping %s record %r: %s", self.name, self.topic, key, err
+                        )
+                    self._next[msg.partition()] = msg.offset() + 1
+            if not self.caught_up.is_set():
+                positions = consumer.position([TopicPartition(self.topic, p) for p in parts])
+                if all(
+                    tp.offset >= ends[tp.partition] or ends[tp.partition] == 0 for tp in positions
+                ):
+                    self.caught_up.set()
+            if time.monotonic() >= next_look:
+                # Raises while the cluster is down (the caller reconnects); returns to assign
+                # again when partitions were added.
+                now = consumer.list_topics(self.topic, timeout=5).topics.get(self.topic)
+                if now is None or len(now.partitions) != len(parts):
+                    return
+                next_look = time.monotonic() + LOOK_S
+
+
+def follow_syncs(target_conf: Mapping[str, Any]) -> Follower[SyncBook]:
+    """A started tail of ``_crossfeed.offset-syncs`` on one target cluster."""
+    return Follower(target_conf, topics.OFFSET_SYNCS, SyncBook(), "offset-syncs").start()
+
+
+def follow_stamps(source_conf: Mapping[str, Any]) -> Follower[StampBook]:
+    """A started tail of ``__consumer_timestamps`` on one source cluster."""
+    return Follower(source_conf, topics.CONSUMER_TIMESTAMPS, StampBook(), "consumer-ts").start()

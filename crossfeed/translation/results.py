@@ -1,0 +1,73 @@
+"""What a translation round produces: per group partition, per group, per round."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionTranslation:
+    """One group's position on one source partition and where it resumes on the target."""
+
+    group: str
+    topic: str
+    partition: int
+    source_offset: int
+    target_topic: str
+    target_partition: int
+    target_offset: int | None
+    exact: bool
+    method: str
+    gap: int
+    """Records the group consumed past the replicated frontier (-1 unknown)."""
+    consumer_timestamp_ms: int
+    translated_at_ms: int
+
+    def checkpoint(self, feed: str, source_cluster: str) -> dict[str, Any]:
+        """Its GroupCheckpoint record (only for a translation with a target offset)."""
+        assert self.target_offset is not None
+        return {
+            "feed": feed,
+            "group": self.group,
+            "topic": self.topic,
+            "partition": self.partition,
+            "source_offset": self.source_offset,
+            "target_topic": self.target_topic,
+            "target_partition": self.target_partition,
+            "target_offset": self.target_offset,
+            "exact": self.exact,
+            "gap_records": self.gap,
+            "source_cluster": source_cluster,
+            "translated_at_ms": self.translated_at_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GroupTranslation:
+    """One group, every partition of the feed it committed on the source."""
+
+    feed: str
+    group: str
+    source_reachable: bool
+    translated: bool
+    """True if the feed's filters let the translator move this group."""
+    active_members: int | None
+    """Members of the group on the destination now (None: unknown)."""
+    partitions: list[PartitionTranslation]
+
+
+@dataclass
+class TickReport:
+    feed: str
+    ready: bool
+    source_reachable: bool = False
+    groups: int = 0
+    partitions: int = 0
+    checkpoints_written: int = 0
+    committed: dict[str, int] = field(default_factory=dict)
+    """Group -> destination partitions moved this tick."""
+    active: list[str] = field(default_factory=list)
+    """Groups left alone: they have active members on the destination."""
+    took_s: float = 0.0
+    note: str = ""

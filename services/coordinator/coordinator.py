@@ -1,0 +1,324 @@
+"""One coordinator instance: follows the state and the heartbeats, competes for the lease,
+and — while it leads — assigns puller tasks and publishes each feed's status.
+
+Every ``TICK_S`` the instance takes one lease step (``leadership.py``); a leader then
+decides on one snapshot (state + live members): the assignment rounds of
+``scheduler.py`` and the statuses of ``status.py``, written together in one fenced
+transaction, each decision logged as one line. REST mutations (``api.py``) take the same
+lock as the tick, so decisions never interleave.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import replace
+from typing import Any
+
+from confluent_kafka import KafkaException
+
+from crossfeed.config import ConfigError, Settings
+from crossfeed.feeds import FeedSpec
+from crossfeed.kafka import clients
+from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
+from services.coordinator import lifecycle, metrics, scheduler
+from services.coordinator.api import NotLeaderNow, make_app
+from services.coordinator.fold import StateView
+from services.coordinator.leadership import LeaderInfo, Leadership, now_ms
+from services.coordinator.members import Members, MembersView
+from services.coordinator.records import FeedStatus, StoredFeed, feed_key, status_key
+from services.coordinator.rest_server import RestServer
+from services.coordinator.status import next_status
+from services.coordinator.store import StateStore
+from services.coordinator.writer import Fenced, NotLeader, Record, StateWriter, WriteFailed
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.5
+STATUS_EVERY_MS = 1000
+"""Timestamps-only status changes are written at most this often per feed."""
+INITIAL_DELAY_MS = 2000
+"""A feed's first assignment waits until its live pullers have not changed for this long
+(like Kafka's group.initial.rebalance.delay.ms): pullers starting together then get
+their tasks once, instead of having them handed from one to the next while starting."""
+PROBE_TIMEOUT_S = 5.0
+READ_SYNC_TIMEOUT_S = 2.0
+PAST = {"pause": "paused", "resume": "resumed", "remove": "removed", "fail_over": "failed over"}
+
+
+class Coordinator:
+    def __init__(self, settings: Settings, instance_id: str, host: str, port: int) -> None:
+        self.settings = settings
+        self.instance_id = instance_id
+        control = settings.control_cluster or next(iter(settings.clusters), None)
+        if control is None:
+            raise ConfigError("no clusters configured: run 'crossfeed local up' or pass --config")
+        self.control = control
+        self.conf = settings.cluster(control).client_config()
+        self.timeout_ms = int(settings.coordinator.failover_timeout_s * 1000)
+        # The lease expires well within failover.timeout, so a standby leads within it.
+        ttl_ms = max(self.timeout_ms // 2, 1000)
+        self.store = StateStore(self.conf)
+        self.writer = StateWriter(self.conf, self.store, max(2 * ttl_ms, 10_000))
+        self.leadership = Leadership(self.store, self.writer, instance_id, ttl_ms)
+        self.members = Members(self.conf)
+        self.lock = threading.RLock()
+        self.error_since: dict[str, int] = {}
+        self.pullers_since: dict[str, tuple[frozenset[str], int]] = {}
+        self.rest = RestServer(make_app(self, settings.api_token), host, port)
+        self.heartbeats: HeartbeatSender | None = None
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        try:
+            ensure_control_topics(self.conf)
+        except KafkaException as err:
+            raise RuntimeError(
+                f"cannot use the control cluster {self.control} "
+                f"({self.conf.get('bootstrap.servers')}): {err.args[0].str()}; start it "
+                f"('crossfeed local up') or fix control_cluster in the configuration"
+            ) from None
+        self.store.start()
+        self.members.start()
+        if not self.store.sync(30) or not self.members.caught_up.wait(30):
+            raise RuntimeError(f"could not read the control topics on {self.control} in 30s")
+        self.rest.start()
+        address = self.rest.advertised_address()
+        self.heartbeats = HeartbeatSender(
+            self.conf,
+            self.instance_id,
+            "coordinator",
+            lambda: HeartbeatContent(address=address),
+        ).start()
+        log.info(
+            "coordinator %s: REST API on http://%s (docs at /docs), control cluster %s, "
+            "failover timeout %.1fs",
+            self.instance_id,
+            address,
+            self.control,
+            self.timeout_ms / 1000,
+        )
+        try:
+            while not stop.is_set():
+                try:
+                    self.tick()
+                except Exception:  # one bad tick must not take the coordinator down
+                    log.exception("tick failed; trying again in %.1fs", TICK_S)
+                stop.wait(TICK_S)
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        with self.lock:
+            self.leadership.release()
+        if self.heartbeats is not None:
+            self.heartbeats.leave()
+        self.rest.stop()
+        self.store.stop()
+        self.members.stop()
+        log.info("coordinator %s stopped", self.instance_id)
+
+    def status(self) -> dict[str, Any]:
+        info = self.leadership.info()
+        return {
+            "role": "coordinator",
+            "instance": self.instance_id,
+            "state": "leader" if info.leading else "standby",
+            "leader": info.holder,
+            "epoch": info.epoch,
+            "address": self.rest.advertised_address(),
+            "feeds": len(self.store.snapshot().feeds),
+        }
+
+    # -- the tick ------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        with self.lock:
+            self.leadership.step()
+            now = now_ms()
+            members = self.members.view(now, self.timeout_ms)
+            self.members.forget_silent(now, 10 * self.timeout_ms)
+            if self.leadership.is_leader():
+                self._lead(now, members)
+            metrics.publish(self.store.snapshot(), self.members.ages_ms(now), now)
+
+    def _lead(self, now: int, members: MembersView) -> None:
+        view = self.store.snapshot()
+        epoch = self.leadership.leading_epoch
+        assert epoch is not None
+        live = self._schedulable(view, members, now)
+        rounds = scheduler.plan(view, live, epoch)
+        statuses = self._next_statuses(view, members, now, epoch)
+        records: list[Record] = [(a.key, a.encode()) for r in rounds for a in r.assignments]
+        records += [(status_key(s.feed), s.encode()) for s in statuses]
+        if not self._write(records):
+            return
+        for round_ in rounds:
+            for line in round_.lines:
+                log.info("%s", line)
+        for status in statuses:
+            before = view.statuses.get(status.feed)
+            if before is None or before.state != status.state:
+                why = f": {status.last_error}" if status.last_error else ""
+                log.info("changefeed %s is now %s%s", status.feed, status.state, why)
+
+    def _schedulable(self, view: StateView, members: MembersView, now: int) -> dict[str, list[str]]:
+        """Live pullers per feed, leaving out feeds waiting for their first assignment
+        until their pullers have settled (INITIAL_DELAY_MS)."""
+        out = {}
+        for name in view.feeds:
+            pullers = frozenset(members.of_role("puller", name))
+            seen = self.pullers_since.get(name)
+            if seen is None or seen[0] != pullers:
+                seen = self.pullers_since[name] = (pullers, now)
+            started = any(a.tasks for a in view.assignments.get(name, {}).values())
+            if started or now - seen[1] >= INITIAL_DELAY_MS:
+                out[name] = sorted(pullers)
+        return out
+
+    def _next_statuses(
+        self, view: StateView, members: MembersView, now: int, epoch: int
+    ) -> list[FeedStatus]:
+        out = []
+        stuck_ms = int(self.settings.coordinator.error_stuck_s * 1000)
+        for name in sorted(view.feeds):
+            previous = view.statuses.get(name) or FeedStatus(name, "normal")
+            if previous.state == "removed":
+                continue
+            if previous.state == "error":
+                since = self.error_since.setdefault(name, now)
+            else:
+                self.error_since.pop(name, None)
+                since = now
+            new = next_status(
+                previous,
+                members.of_feed(name),
+                now_ms=now,
+                epoch=epoch,
+                error_age_ms=now - since,
+                stuck_after_ms=stuck_ms,
+            )
+            moved = (new.state, new.last_error) != (previous.state, previous.last_error)
+            due = now - previous.updated_at_ms >= STATUS_EVERY_MS
+            if moved or (due and not new.same_content(previous)):
+                out.append(new)
+        return out
+
+    def _write(self, records: list[Record]) -> bool:
+        try:
+            self.writer.write(records, guard=self.leadership.is_leader)
+            return True
+        except Fenced as err:
+            self.leadership.fenced(err)  # decisions are made again next tick
+        except NotLeader as err:
+            log.warning("decisions not written: %s", err)
+        except WriteFailed as err:
+            log.warning("decisions not written, retrying next tick: %s", err)
+        return False
+
+    # -- what the REST API calls ---------------------------------------------------------
+
+    def views(self) -> tuple[StateView, MembersView, int]:
+        # Read the log to its end first (milliseconds), so a client reading from a standby
+        # right after a change sees it; when that fails, answer from what we have.
+        self.store.sync(READ_SYNC_TIMEOUT_S)
+        now = now_ms()
+        return self.store.snapshot(), self.members.view(now, self.timeout_ms), now
+
+    def leader(self) -> LeaderInfo:
+        return self.leadership.info()
+
+    def create(self, spec: FeedSpec) -> None:
+        # Probing clusters takes up to seconds: outside the lock, so the lease keeps ticking.
+        lifecycle.check_new_feed(spec, self.store.snapshot(), self.settings, self._probe)
+        with self.lock:
+            self._require_leader()
+            view = self.store.snapshot()
+            lifecycle.check_new_feed(spec, view, self.settings, lambda _alias: None)
+            now = now_ms()
+            epoch = self._epoch()
+            records: list[Record] = [
+                (feed_key(spec.name), StoredFeed(spec, now).encode()),
+                (
+                    status_key(spec.name),
+                    FeedStatus(spec.name, "normal", updated_at_ms=now, leader_epoch=epoch).encode(),
+                ),
+            ]
+            self._write_or_moved(records)
+            log.info(
+                "created changefeed %s: %s -> %s, %s mode, topics %s%s, %d task(s)",
+                spec.name,
+                spec.source,
+                spec.sink_uri,
+                spec.mode,
+                spec.topics,
+                f" excluding {spec.exclude}" if spec.exclude else "",
+                spec.config.staging_partitions,
+            )
+            self._lead(now_ms(), self.members.view(now_ms(), self.timeout_ms))
+
+    def act(self, name: str, action: lifecycle.Action) -> None:
+        with self.lock:
+            self._require_leader()
+            view = self.store.snapshot()
+            state = (view.state(name) or "normal") if name in view.feeds else None
+            new_state = lifecycle.transition(name, state, action)
+            if new_state == state:
+                return
+            previous = view.statuses.get(name) or FeedStatus(name, "normal")
+            status = replace(
+                previous,
+                state=new_state,  # type: ignore[arg-type]
+                last_error=None if new_state == "normal" else previous.last_error,
+                updated_at_ms=now_ms(),
+                leader_epoch=self._epoch(),
+            )
+            self._write_or_moved([(status_key(name), status.encode())])
+            self.error_since.pop(name, None)
+            log.info("%s changefeed %s (was %s)", PAST[action], name, state)
+            self._lead(now_ms(), self.members.view(now_ms(), self.timeout_ms))
+
+    def find_feed(self, name: str) -> FeedSpec | None:
+        """A stored feed that is not removed (for the failover routes)."""
+        view = self.store.snapshot()
+        stored = view.feeds.get(name)
+        return stored.spec if stored and view.state(name) != "removed" else None
+
+    def mark_failed_over(self, name: str) -> None:
+        """Set a feed failed_over: its tasks stop (leader only, like ``act``)."""
+        self.act(name, "fail_over")
+
+    def _require_leader(self) -> None:
+        if not self.leadership.is_leader():
+            raise NotLeaderNow()
+
+    def _epoch(self) -> int:
+        epoch = self.leadership.leading_epoch
+        if epoch is None:
+            raise NotLeaderNow()
+        return epoch
+
+    def _write_or_moved(self, records: list[Record]) -> None:
+        """Write for a REST request; once more if we were fenced but still lead."""
+        for attempt in (1, 2):
+            try:
+                self.writer.write(records, guard=self.leadership.is_leader)
+                return
+            except Fenced as err:
+                if not self.leadership.fenced(err) or attempt == 2:
+                    raise NotLeaderNow() from None
+            except NotLeader:
+                raise NotLeaderNow() from None
+            except WriteFailed as err:
+                raise lifecycle.LifecycleError(503, f"could not store the change: {err}") from None
+
+    def _probe(self, alias: str) -> str | None:
+        conf = self.settings.cluster(alias).client_config()
+        if clients.cluster_id(conf, PROBE_TIMEOUT_S):
+            return None
+        return (
+            f"no broker answers at {conf.get('bootstrap.servers')} (waited "
+            f"{PROBE_TIMEOUT_S:.0f}s); start the cluster ('crossfeed local start {alias}' for "
+            f"the local stack) or fix {alias}.bootstrap.servers in the configuration"
+        )

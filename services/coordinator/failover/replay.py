@@ -1,0 +1,249 @@
+"""``failback --replay-extra``: copy the old primary's extra data to the standby, once.
+
+The extra data of a source partition is what lies between the forward feed's replicated
+frontier and the old primary's end. It is copied the way the feed itself would have —
+provenance stamped, read_committed, loops dropped — in transactions that also hold the
+copies' OffsetSyncs and the feed's new puller positions (ResolvedMarks in its staging
+partition, under the puller task's own transactional.id, which fences a puller of that
+task still running). So the copy is exactly once: a crash aborts it, a rerun finds the
+frontier moved, and the forward feed, if ever resumed, starts after the copied records.
+
+Before copying, the forward sink group is moved to the end of the staging topic: copies
+staged before the failover but never applied are part of the extra data and are copied
+here; a sink resumed later must not apply them again. The sinks must not run meanwhile.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Final
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaTP
+
+from crossfeed.config import Settings
+from crossfeed.core import provenance
+from crossfeed.core.offset_ranges import OffsetSyncWriter
+from crossfeed.core.partitions import TopicPartition, staging_partition
+from crossfeed.feeds import FeedSpec
+from crossfeed.kafka import clients
+from crossfeed.translation import kafka_io
+from crossfeed.translation.kafka_io import shared_admin
+from crossfeed.wire import codec, topics
+from services.coordinator.failover.common import sink_group
+from services.puller import positions
+from services.puller.task import MARK_HEADERS, transactional_id
+
+_MARKS: Any = MARK_HEADERS  # confluent-kafka's stubs want str | bytes values
+CHUNK: Final = 5_000
+"""Records per transaction."""
+READ_TIMEOUT_S: Final = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraRange:
+    """Source offsets ``[start, end)`` of one partition to copy."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+@dataclass
+class Copied:
+    records: int = 0
+    target_next: int = -1
+    """Target offset after the last copy (-1: nothing copied)."""
+
+
+def skip_staged(settings: Settings, feed: FeedSpec) -> None:
+    """Move the forward sink group to the end of the staging topic (see module doc)."""
+    conf = settings.cluster(str(feed.sink.cluster)).client_config()
+    admin = shared_admin(conf)
+    staging = topics.changes(feed.name)
+    info = admin.list_topics(staging, timeout=10).topics.get(staging)
+    if info is None or info.error is not None:
+        return
+    ends = kafka_io.end_offsets(admin, [(staging, p) for p in info.partitions])
+    if ends:
+        kafka_io.commit_group_offsets(admin, sink_group(feed.name), ends)
+
+
+def replay(
+    settings: Settings,
+    feed: FeedSpec,
+    ranges: list[ExtraRange],
+    source_cluster_id: str,
+    target_cluster_id: str,
+) -> dict[tuple[str, int], Copied]:
+    """Copy every range; returns what was copied per source partition."""
+    source_conf = settings.cluster(feed.source).client_config()
+    target_conf = settings.cluster(str(feed.sink.cluster)).client_config()
+    tasks: dict[int, list[ExtraRange]] = defaultdict(list)
+    for r in ranges:
+        tasks[staging_partition(r.topic, r.partition, feed.config.staging_partitions)].append(r)
+    reader = clients.consumer(source_conf, **{"group.id": f"crossfeed-replay-{feed.name}"})
+    copied: dict[tuple[str, int], Copied] = {}
+    try:
+        for s, task_ranges in sorted(tasks.items()):
+            copier = _TaskCopier(feed, s, target_conf, reader, source_cluster_id, target_cluster_id)
+            try:
+                for r in task_ranges:
+                    copied[(r.topic, r.partition)] = copier.copy(r)
+            finally:
+                copier.producer.flush(10)
+    finally:
+        reader.close()
+    return copied
+
+
+class _TaskCopier:
+    """Copies the ranges of one puller task under that task's transactional.id."""
+
+    def __init__(
+        self,
+        feed: FeedSpec,
+        task: int,
+        target_conf: dict[str, Any],
+        reader: Any,
+        source_cluster_id: str,
+        target_cluster_id: str,
+    ) -> None:
+        self.feed = feed
+        self.task = task
+        self.reader = reader
+        self.source_id = source_cluster_id
+        self.target_id = target_cluster_id
+        self.changes = topics.changes(feed.name)
+        self.producer = clients.producer(
+            target_conf,
+            **{
+                "transactional.id": transactional_id(feed.name, task),
+                "transaction.timeout.ms": 60_000,
+                "linger.ms": 10,
+            },
+        )
+        self.producer.init_transactions(30)  # fences the task's puller, if one still runs
+        recovered = positions.recover(target_conf, self.changes, task, set())
+        self.marks: dict[TopicPartition, int] = dict(recovered or {})
+
+    def copy(self, r: ExtraRange) -> Copied:
+        done = Copied()
+        position = r.start
+        while position < r.end:
+            position = self._chunk(r, position, done)
+        return done
+
+    def _chunk(self, r: ExtraRange, start: int, done: Copied) -> int:
+        """One transaction: up to CHUNK copies, their syncs, the task's marks."""
+        target_topic = self.feed.target_topic(r.topic)
+        self.reader.assign([KafkaTP(r.topic, r.partition, start)])
+        sources: list[int] = []
+        targets: list[int] = []
+        errors: list[KafkaError] = []
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                targets.append(msg.offset())
+
+        self.producer.begin_transaction()
+        position = start
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        try:
+            while position < r.end and len(sources) < CHUNK:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"reading {r.topic}/{r.partition} from {start} stalled at {position}"
+                    )
+                batch: list[Any] = self.reader.consume(500, timeout=0.5)
+                if not batch:
+                    here = self.reader.position([KafkaTP(r.topic, r.partition)])[0].offset
+                    position = max(position, min(here, r.end))
+                for msg in batch:
+                    if msg.error() is not None:
+                        continue
+                    if msg.offset() >= r.end:
+                        position = r.end
+                        break
+                    position = msg.offset() + 1
+                    hdrs = msg.headers() or []
+                    if not provenance.should_copy(hdrs, self.target_id):
+                        continue  # it came from the standby: never copy it back
+                    stamped: Any = provenance.stamp(
+                        hdrs,
+                        source_cluster_id=self.source_id,
+                        source_topic=r.topic,
+                        partition=r.partition,
+                        offset=msg.offset(),
+                    )
+                    self.producer.produce(
+                        target_topic,
+                        value=msg.value(),
+                        key=msg.key(),
+                        partition=r.partition,
+                        headers=stamped,
+                        timestamp=max(msg.timestamp()[1], 0),
+                        on_delivery=delivered,
+                    )
+                    sources.append(msg.offset())
+                    if len(sources) >= CHUNK:
+                        break
+            self.producer.flush(60)
+            if errors or len(targets) != len(sources):
+                raise KafkaException(errors[0] if errors else KafkaError(KafkaError._FAIL))
+            writer = OffsetSyncWriter()
+            for s, t in zip(sources, targets, strict=True):
+                writer.add(s, t)
+            for run in writer.flush():
+                self.producer.produce(
+                    topics.OFFSET_SYNCS, key=self._sync_key(r), value=self._sync(r, run)
+                )
+            self.marks[TopicPartition(r.topic, r.partition)] = position
+            now_us = int(time.time() * 1_000_000)
+            for tp, next_offset in sorted(self.marks.items()):
+                mark = {
+                    "source_cluster": self.source_id,
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "resolved_ts_us": now_us,
+                    "next_offset": next_offset,
+                }
+                self.producer.produce(
+                    self.changes,
+                    value=codec.encode("ResolvedMark", mark),
+                    key=str(tp).encode(),
+                    partition=self.task,
+                    headers=_MARKS,
+                )
+            self.producer.commit_transaction(60)
+        except BaseException:
+            self.producer.abort_transaction(30)
+            raise
+        done.records += len(sources)
+        if targets:
+            done.target_next = targets[-1] + 1
+        return position
+
+    def _sync_key(self, r: ExtraRange) -> bytes:
+        return f"{self.feed.name}/{r.topic}/{r.partition}".encode()
+
+    def _sync(self, r: ExtraRange, run: Any) -> bytes:
+        return codec.encode(
+            "OffsetSync",
+            {
+                "source_cluster": self.source_id,
+                "topic": r.topic,
+                "partition": r.partition,
+                "source_start": run.source_start,
+                "source_end": run.source_end,
+                "target_topic": self.feed.target_topic(r.topic),
+                "target_partition": r.partition,
+                "target_start": run.target_start,
+                "feed": self.feed.name,
+            },
+        )

@@ -1,0 +1,82 @@
+"""A feed's next FeedStatus from its instances' heartbeats: state and timestamps, no I/O.
+
+State (DESIGN.md §1, the lifecycle of ``lifecycle.py``): a running feed is ``error``
+while any live instance of the feed reports a ``last_error`` (the first one, by instance
+id, becomes the feed's ``last_error``) and ``normal`` again when none does; the instances
+keep retrying meanwhile. A feed stuck in ``error`` for ``stuck_after_ms`` becomes
+``failed``: its tasks stop until an operator resumes it. Other states change only by
+operator command.
+
+Timestamps, all "≤ ts is complete", microseconds:
+
+* the feed's source partitions are the keys of its pullers' ``checkpoints`` (each
+  puller reports resolved_ts per source partition it reads);
+* ``resolved_ts_us`` = min over those partitions of their resolved_ts (the global
+  resolved_ts);
+* ``checkpoint_ts_us`` = min over those partitions of the sinks' checkpoint_ts, 0
+  (unknown) while a partition has none yet;
+* ``consistency_ts_us`` = the same min, published only when every partition has a
+  checkpoint, and never below its previous value
+  (:func:`crossfeed.core.timestamps.consistency_ts`).
+
+With no live puller (a paused feed, say) nothing is known and the timestamps stay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from crossfeed.core.timestamps import consistency_ts
+from services.coordinator.members import Member
+from services.coordinator.records import RUNNING_STATES, FeedStatus
+
+
+def merged(members: Iterable[Member]) -> dict[str, int]:
+    """Per source partition, the highest timestamp any of ``members`` reports."""
+    out: dict[str, int] = {}
+    for member in members:
+        for partition, ts in member.checkpoints.items():
+            out[partition] = max(ts, out.get(partition, ts))
+    return out
+
+
+def next_status(
+    previous: FeedStatus,
+    instances: Sequence[Member],
+    *,
+    now_ms: int,
+    epoch: int,
+    error_age_ms: int,
+    stuck_after_ms: int,
+) -> FeedStatus:
+    """``previous`` updated from the live ``instances`` of the feed (any role).
+
+    ``error_age_ms`` is how long the feed has been in ``error`` (0 if it is not).
+    """
+    state, last_error = previous.state, previous.last_error
+    if state in RUNNING_STATES:
+        errors = sorted((m.instance_id, m.last_error) for m in instances if m.last_error)
+        if not errors:
+            state, last_error = "normal", None
+        elif state == "error" and error_age_ms >= stuck_after_ms:
+            state = "failed"
+        else:
+            state, last_error = "error", f"{errors[0][0]}: {errors[0][1]}"
+
+    resolved = merged(m for m in instances if m.role == "puller")
+    checkpoints = merged(m for m in instances if m.role == "sink")
+    status = replace(
+        previous, state=state, last_error=last_error, updated_at_ms=now_ms, leader_epoch=epoch
+    )
+    if not resolved:
+        return status
+    status = replace(status, resolved_ts_us=min(resolved.values()))
+    if any(p not in checkpoints for p in resolved):
+        return replace(status, checkpoint_ts_us=0)
+    known = {p: checkpoints[p] for p in resolved}
+    return replace(
+        status,
+        checkpoint_ts_us=min(known.values()),
+        consistency_ts_us=consistency_ts(known, previous.consistency_ts_us),
+    )

@@ -1,0 +1,173 @@
+"""What the REST API returns (pydantic models, so OpenAPI documents them), built from a
+state snapshot and the live members — the same data on the leader and on standbys."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from services.coordinator.fold import StateView
+from services.coordinator.leadership import LeaderInfo
+from services.coordinator.members import MembersView
+from services.coordinator.records import task_name
+
+
+class FeedInfo(BaseModel):
+    """A changefeed as created, with its lifecycle state."""
+
+    name: str
+    source: str
+    sink_uri: str
+    mode: str
+    topics: list[str]
+    exclude: list[str]
+    rename_format: str
+    start: str
+    config: dict[str, str] = Field(description="options given with --config")
+    created_at_ms: int
+    state: str
+    last_error: str | None
+
+
+class TaskInfo(BaseModel):
+    task: str = Field(description="<feed>/<staging partition>")
+    owner: str | None = Field(description="puller instance running it, null if none")
+
+
+class FeedStatusInfo(BaseModel):
+    """Runtime view of one feed."""
+
+    name: str
+    state: str
+    last_error: str | None
+    tasks: list[TaskInfo]
+    generation: int = Field(description="latest puller assignment generation")
+    epoch: int = Field(description="leader epoch of that assignment")
+    pullers: list[str] = Field(description="live puller instances of the feed")
+    sinks: list[str] = Field(description="live sink instances of the feed")
+    resolved_ts_us: int = Field(description="global resolved_ts, µs; 0 if unknown")
+    checkpoint_ts_us: int = Field(description="checkpoint_ts, µs; 0 if unknown")
+    consistency_ts_us: int = Field(description="consistency_ts (safe point), µs; never goes back")
+    lag_s: float | None = Field(description="now - consistency_ts, seconds; null if unknown")
+    updated_at_ms: int
+
+
+class Capture(BaseModel):
+    """One live instance (TiCDC calls them captures)."""
+
+    instance_id: str
+    role: str
+    host: str
+    pid: int
+    version: str
+    address: str
+    state: str
+    feeds: list[str]
+    tasks: list[str]
+    started_at_ms: int
+    heartbeat_age_ms: int
+    last_error: str
+
+
+class Peer(BaseModel):
+    instance_id: str
+    address: str
+    heartbeat_age_ms: int
+
+
+class HaStatus(BaseModel):
+    """Leadership as this coordinator sees it (seed 004's /_ha/status)."""
+
+    instance_id: str
+    role: Literal["leader", "standby"]
+    leader: str | None = Field(description="instance holding a live lease, null if none")
+    leader_address: str | None
+    epoch: int
+    lease_expires_in_ms: int | None
+    peers: list[Peer] = Field(description="other live coordinators")
+
+
+def feed_info(view: StateView, name: str) -> FeedInfo:
+    stored = view.feeds[name]
+    record = stored.record()
+    status = view.statuses.get(name)
+    return FeedInfo(
+        name=name,
+        source=record["source"],
+        sink_uri=record["sink_uri"],
+        mode=record["mode"],
+        topics=record["topics"],
+        exclude=record["exclude"],
+        rename_format=record["rename_format"],
+        start=record["start"],
+        config=record["config"],
+        created_at_ms=stored.created_at_ms,
+        state=status.state if status else "normal",
+        last_error=status.last_error if status else None,
+    )
+
+
+def feed_status(view: StateView, members: MembersView, name: str, now_ms: int) -> FeedStatusInfo:
+    spec = view.feeds[name].spec
+    status = view.statuses.get(name)
+    assignments = view.assignments.get(name, {})
+    owner = {s: i for i, a in assignments.items() for s in a.tasks}
+    latest = max(assignments.values(), key=lambda a: a.generation, default=None)
+    consistency = status.consistency_ts_us if status else 0
+    return FeedStatusInfo(
+        name=name,
+        state=status.state if status else "normal",
+        last_error=status.last_error if status else None,
+        tasks=[
+            TaskInfo(task=task_name(name, s), owner=owner.get(s))
+            for s in range(spec.config.staging_partitions)
+        ],
+        generation=latest.generation if latest else 0,
+        epoch=latest.epoch if latest else 0,
+        pullers=sorted(members.of_role("puller", name)),
+        sinks=sorted(members.of_role("sink", name)),
+        resolved_ts_us=status.resolved_ts_us if status else 0,
+        checkpoint_ts_us=status.checkpoint_ts_us if status else 0,
+        consistency_ts_us=consistency,
+        lag_s=round(max(now_ms / 1000 - consistency / 1e6, 0.0), 3) if consistency else None,
+        updated_at_ms=status.updated_at_ms if status else 0,
+    )
+
+
+def captures(members: MembersView) -> list[Capture]:
+    return [
+        Capture(
+            instance_id=m.instance_id,
+            role=m.role,
+            host=m.host,
+            pid=m.pid,
+            version=m.version,
+            address=m.address,
+            state=m.state,
+            feeds=list(m.feeds),
+            tasks=list(m.tasks),
+            started_at_ms=m.started_at_ms,
+            heartbeat_age_ms=entry.age_ms,
+            last_error=m.last_error,
+        )
+        for _, entry in sorted(members.live.items())
+        for m in (entry.member,)
+    ]
+
+
+def ha_status(info: LeaderInfo, members: MembersView) -> HaStatus:
+    peers = [
+        Peer(instance_id=i, address=entry.member.address, heartbeat_age_ms=entry.age_ms)
+        for i, entry in sorted(members.live.items())
+        if entry.member.role == "coordinator" and i != info.me
+    ]
+    return HaStatus(
+        instance_id=info.me,
+        role="leader" if info.leading else "standby",
+        leader=info.holder,
+        leader_address=members.address_of(info.holder) if info.holder else None,
+        epoch=info.epoch,
+        lease_expires_in_ms=info.expires_in_ms,
+        peers=peers,
+    )

@@ -1,0 +1,131 @@
+"""End to end: a mirror feed created through the REST API and run by real pullers that take
+their tasks from the coordinator, while the leader coordinator and a puller are killed
+with kill -9. Nothing may be lost or duplicated."""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from crossfeed.client.rest import CoordinatorClient
+from tests.integration.test_coordinator_process import (
+    FAILOVER_S,
+    TOKEN,
+    AssignmentReader,
+    Coordinators,
+    balanced,
+    remove_feed_quietly,
+    wait_for,
+)
+from tests.support.clusters import Clusters
+from tests.support.services import ServiceProcess
+from tests.support.verify import read_many, verify_mirror
+from tests.support.workload import ContinuousProducer
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+
+class CoordinatedProcess(ServiceProcess):
+    """``crossfeed <role> run --feed F`` without a feed file: the feed comes from
+    ``_crossfeed.state`` and (for pullers) the tasks from the coordinator."""
+
+    @property
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "crossfeed.cli.main",
+            "--config",
+            str(self.config_file),
+            self.role,
+            "run",
+            "--feed",
+            self.feed,
+            "--metrics-port",
+            str(self.port),
+            "--instance",
+            self.instance,
+        ]
+
+
+def test_mirror_feed_survives_kill_9_of_the_leader_and_of_a_puller(
+    clusters: Clusters, topic_factory: object, tmp_path: Path
+) -> None:
+    make_topic = topic_factory  # tests/conftest.py: topic_factory(cluster, partitions=N)
+    names = [make_topic(clusters.a, partitions=4) for _ in range(2)]  # type: ignore[operator]
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    group = Coordinators(clusters, tmp_path)
+    procs: list[ServiceProcess] = []
+
+    def start(role: str, n: int) -> ServiceProcess:
+        # sinks share partitions by consumer group: 6 s is the broker's minimum session
+        env = {"CROSSFEED_COORDINATOR__FAILOVER_TIMEOUT_S": str(FAILOVER_S)}
+        proc = CoordinatedProcess(
+            role,
+            feed=name,
+            feed_file=Path("-"),
+            config_file=group.config_file,
+            workdir=tmp_path,
+            instance=f"{role}-{name}-{n}",
+            env=env,
+        )
+        procs.append(proc.start())
+        return proc
+
+    try:
+        group.start(2)
+        leader = group.settle()
+        standby = group.standbys(leader)[0]
+        with CoordinatorClient(leader.url, TOKEN) as api:
+            api.create_feed(
+                {
+                    "name": name,
+                    "source": "dc-a",
+                    "sink-uri": "kafka://dc-b",
+                    "topics": names,
+                    "config": {"staging.partitions": "6"},
+                }
+            )
+        pullers = [start("puller", n) for n in range(3)]
+        start("sink", 0)
+        ids = {p.instance for p in pullers}
+        with (
+            AssignmentReader(clusters, name) as reader,
+            ContinuousProducer(clusters.a.config, names, 400) as live,
+        ):
+            reader.wait_tasks(balanced(3, 6, ids), 60, "6 tasks on 3 real pullers")
+            time.sleep(1)
+
+            leader.kill()
+            killed = time.monotonic()
+            wait_for(standby.leads, FAILOVER_S + 5, "the standby leading", every=0.05)
+            assert time.monotonic() - killed < FAILOVER_S
+
+            victim = pullers[0]
+            victim.kill()
+            killed = time.monotonic()
+            rest = ids - {victim.instance}
+            reader.wait_tasks(balanced(2, 6, rest), FAILOVER_S + 5, "the victim's tasks moved")
+            assert time.monotonic() - killed < FAILOVER_S + 2
+            for proc in pullers[1:]:
+                proc.wait_status(lambda s: len(s.get("tasks", [])) == 3, 30, "running its 3 tasks")
+            time.sleep(2)
+        produced = live.acked
+        source = read_many(clusters.a.config, names)
+        target = read_many(clusters.b.config, names, expect=len(produced), timeout_s=120)
+        logs = "\n".join(f"  {p.describe()}" for p in [*procs, *group.procs])
+        verify_mirror(
+            source,
+            target,
+            source_cluster_id=clusters.a.cluster_id,
+            target_cluster_id=clusters.b.cluster_id,
+        ).assert_ok(logs)
+    finally:
+        for proc in procs:
+            proc.kill()
+        remove_feed_quietly(group, name)
+        group.stop()

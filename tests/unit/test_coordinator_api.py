@@ -1,0 +1,161 @@
+"""The REST API over a fake coordinator: auth, routing to the leader, error bodies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from crossfeed.feeds import FeedSpec
+from services.coordinator.api import NotLeaderNow, make_app
+from services.coordinator.fold import StateView
+from services.coordinator.leadership import LeaderInfo
+from services.coordinator.lifecycle import Action, transition
+from services.coordinator.members import Live, Member, MembersView
+from services.coordinator.records import FeedStatus, StoredFeed
+
+pytestmark = pytest.mark.unit
+
+TOKEN = "s3cret"
+FEED = {"name": "orders", "source": "dc-a", "sink-uri": "kafka://dc-b", "topics": ["o.*"]}
+
+
+def coordinator(instance: str, address: str) -> Live:
+    member = Member(instance, "coordinator", "h", 1, "0", 0, 0, (), (), "running", address, {}, "")
+    return Live(member, 300)
+
+
+class FakeControl:
+    def __init__(self, leading: bool = True, holder: str | None = "c1") -> None:
+        self.feeds: dict[str, StoredFeed] = {}
+        self.statuses: dict[str, FeedStatus] = {}
+        self.info = LeaderInfo("c1" if leading else "c2", leading, holder, 4, 1000)
+        self.members = MembersView(
+            {"c1": coordinator("c1", "leader.example:8300"), "c2": coordinator("c2", "b:8300")}
+        )
+        self.moved = False
+
+    def views(self) -> tuple[StateView, MembersView, int]:
+        return StateView(feeds=self.feeds, statuses=self.statuses), self.members, 1_000_000
+
+    def leader(self) -> LeaderInfo:
+        return self.info
+
+    def create(self, spec: FeedSpec) -> None:
+        if self.moved:
+            raise NotLeaderNow()
+        self.feeds[spec.name] = StoredFeed(spec, 1)
+        self.statuses[spec.name] = FeedStatus(spec.name, "normal")
+
+    def act(self, name: str, action: Action) -> None:
+        state = self.statuses[name].state if name in self.statuses else None
+        self.statuses[name] = FeedStatus(name, transition(name, state, action))  # type: ignore[arg-type]
+
+
+def client(control: FakeControl, token: str | None = TOKEN) -> TestClient:
+    return TestClient(make_app(control, token), follow_redirects=False)
+
+
+def auth(token: str = TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_lifecycle_on_the_leader() -> None:
+    api = client(FakeControl())
+    created = api.post("/v1/changefeeds", json=FEED, headers=auth())
+    assert created.status_code == 201, created.text
+    assert created.json()["state"] == "normal"
+    assert [f["name"] for f in api.get("/v1/changefeeds").json()] == ["orders"]
+    detail = api.get("/v1/changefeeds/orders").json()
+    assert detail["feed"]["sink_uri"] == "kafka://dc-b"
+    assert len(detail["status"]["tasks"]) == 8
+    assert api.post("/v1/changefeeds/orders/pause", headers=auth()).json()["state"] == "paused"
+    assert api.post("/v1/changefeeds/orders/resume", headers=auth()).json()["state"] == "normal"
+    assert api.delete("/v1/changefeeds/orders", headers=auth()).json()["state"] == "removed"
+    assert api.get("/v1/changefeeds").json() == []
+    assert [f["name"] for f in api.get("/v1/changefeeds?all=true").json()] == ["orders"]
+    assert api.get("/v1/status").json() == []
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        ({}, "this coordinator requires an API token"),
+        (auth("wrong"), "API token rejected"),
+        ({"Authorization": "Basic abc"}, "API token rejected"),
+    ],
+)
+def test_mutations_need_the_token(headers: dict[str, str], message: str) -> None:
+    api = client(FakeControl())
+    response = api.post("/v1/changefeeds", json=FEED, headers=headers)
+    assert response.status_code == 401
+    assert message in response.json()["detail"]
+    assert api.get("/v1/changefeeds").status_code == 200  # reads need none
+
+
+def test_no_token_configured_means_open_mutations() -> None:
+    api = client(FakeControl(), token=None)
+    assert api.post("/v1/changefeeds", json=FEED).status_code == 201
+
+
+def test_a_standby_redirects_mutations_to_the_leader() -> None:
+    api = client(FakeControl(leading=False, holder="c1"))
+    response = api.post("/v1/changefeeds/orders/pause?x=1", headers=auth())
+    assert response.status_code == 307
+    assert (
+        response.headers["location"] == "http://leader.example:8300/v1/changefeeds/orders/pause?x=1"
+    )
+
+
+def test_without_a_known_leader_mutations_get_503() -> None:
+    api = client(FakeControl(leading=False, holder=None))
+    response = api.post("/v1/changefeeds", json=FEED, headers=auth())
+    assert response.status_code == 503
+    assert "no coordinator leader is known" in response.json()["detail"]
+
+
+def test_leadership_moving_mid_request_is_503() -> None:
+    control = FakeControl()
+    control.moved = True
+    response = client(control).post("/v1/changefeeds", json=FEED, headers=auth())
+    assert response.status_code == 503
+    assert "retry" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({**FEED, "name": "Bad Name"}, "feed name 'Bad Name' must be"),
+        ({**FEED, "topics": ["("]}, "'('"),
+        ({**FEED, "sink-uri": "ftp://x"}, "unknown scheme 'ftp'"),
+        ({**FEED, "config": {"colour": "red"}}, "unknown option 'colour'"),
+        ({**FEED, "mode": "fast"}, "mode: Input should be 'mirror' or 'ordered'"),
+        ({k: v for k, v in FEED.items() if k != "source"}, "source is missing"),
+        ([1, 2], "must be a JSON object"),
+    ],
+)
+def test_bad_input_is_400_with_a_message(body: Any, message: str) -> None:
+    response = client(FakeControl()).post("/v1/changefeeds", json=body, headers=auth())
+    assert response.status_code == 400
+    assert message in response.json()["detail"]
+
+
+def test_unknown_feed_is_404() -> None:
+    api = client(FakeControl())
+    assert api.get("/v1/changefeeds/nope").status_code == 404
+    response = api.post("/v1/changefeeds/nope/pause", headers=auth())
+    assert response.status_code == 404
+    assert "no changefeed named 'nope'" in response.json()["detail"]
+
+
+def test_openapi_and_runtime_views_are_served() -> None:
+    api = client(FakeControl())
+    paths = api.get("/openapi.json").json()["paths"]
+    for path in ("/v1/changefeeds", "/v1/status", "/v1/captures", "/v1/ha/status"):
+        assert path in paths
+    ha = api.get("/v1/ha/status").json()
+    assert ha["role"] == "leader" and ha["leader_address"] == "leader.example:8300"
+    assert [p["instance_id"] for p in ha["peers"]] == ["c2"]
+    assert {c["instance_id"] for c in api.get("/v1/captures").json()} == {"c1", "c2"}
+    assert "crossfeed_coordinator_role" in api.get("/metrics").text
