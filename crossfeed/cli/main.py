@@ -158,9 +158,37 @@ def workload_bank() -> None:
 
 
 @app.command()
-def demo() -> None:
+def demo(
+    no_tty: bool = typer.Option(False, "--no-tty", help="plain lines instead of a live table"),
+    records: int = typer.Option(6000, help="orders the producer writes to dc-a"),
+    rate: float = typer.Option(1000.0, help="orders per second"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+) -> None:
     """The main job, end to end: replicate, lose dc-a, fail consumers over."""
-    not_implemented("demo")
+    import json
+
+    from crossfeed import log as logsetup
+    from crossfeed.demo.display import Display
+    from crossfeed.demo.scenario import Demo
+    from crossfeed.local.kafka import SetupMissing
+    from crossfeed.local.stack import StackError
+
+    logsetup.setup("WARNING")  # the demo tells its own story; keep library chatter out
+    display = Display(tty=not no_tty)
+    try:
+        summary = Demo(records, rate, display.say, display.progress).run()
+    except KeyboardInterrupt:
+        display.close()
+        raise typer.Exit(130) from None
+    except (StackError, SetupMissing, TimeoutError) as err:
+        display.close()
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    display.close()
+    if as_json:
+        typer.echo(json.dumps(summary.as_dict()))
+    else:
+        typer.echo("\n".join(["", "summary", *summary.lines()]))
 
 
 @app.command()

@@ -16,13 +16,15 @@ from dataclasses import replace
 from typing import Any
 
 from confluent_kafka import KafkaException
+from fastapi import Depends
 
 from crossfeed.config import ConfigError, Settings
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
 from services.coordinator import lifecycle, metrics, scheduler
-from services.coordinator.api import NotLeaderNow, make_app
+from services.coordinator.api import NotLeaderNow, leader_only, make_app, token_check
+from services.coordinator.failover import FailoverHooks, TranslatorLoop, make_router
 from services.coordinator.fold import StateView
 from services.coordinator.leadership import LeaderInfo, Leadership, now_ms
 from services.coordinator.members import Members, MembersView
@@ -35,6 +37,7 @@ from services.coordinator.writer import Fenced, NotLeader, Record, StateWriter, 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.5
+TRANSLATED_STATES = ("normal", "error", "paused")
 STATUS_EVERY_MS = 1000
 """Timestamps-only status changes are written at most this often per feed."""
 INITIAL_DELAY_MS = 2000
@@ -65,7 +68,24 @@ class Coordinator:
         self.lock = threading.RLock()
         self.error_since: dict[str, int] = {}
         self.pullers_since: dict[str, tuple[frozenset[str], int]] = {}
-        self.rest = RestServer(make_app(self, settings.api_token), host, port)
+        # Offset translation runs on the leader, one translator per running mirror feed.
+        self.translators = TranslatorLoop(settings)
+        app = make_app(self, settings.api_token)
+        app.include_router(
+            make_router(
+                FailoverHooks(
+                    settings,
+                    find_feed=self.find_feed,
+                    mark_failed_over=self.mark_failed_over,
+                    create_feed=self.create,
+                    translator=self.translators.translator,
+                    take_translator=self.translators.take,
+                    leader_only=leader_only(self),
+                    dependencies=[Depends(token_check(settings.api_token))],
+                )
+            )
+        )
+        self.rest = RestServer(app, host, port)
         self.heartbeats: HeartbeatSender | None = None
 
     # -- life cycle ----------------------------------------------------------------------
@@ -110,6 +130,7 @@ class Coordinator:
             self.shutdown()
 
     def shutdown(self) -> None:
+        self.translators.stop()
         with self.lock:
             self.leadership.release()
         if self.heartbeats is not None:
@@ -141,6 +162,9 @@ class Coordinator:
             self.members.forget_silent(now, 10 * self.timeout_ms)
             if self.leadership.is_leader():
                 self._lead(now, members)
+                self.translators.sync(self._translated_feeds())
+            else:
+                self.translators.sync([])
             metrics.publish(self.store.snapshot(), self.members.ages_ms(now), now)
 
     def _lead(self, now: int, members: MembersView) -> None:
@@ -278,6 +302,15 @@ class Coordinator:
             self.error_since.pop(name, None)
             log.info("%s changefeed %s (was %s)", PAST[action], name, state)
             self._lead(now_ms(), self.members.view(now_ms(), self.timeout_ms))
+
+    def _translated_feeds(self) -> list[FeedSpec]:
+        """Feeds whose consumer groups are translated: every one still replicating."""
+        view = self.store.snapshot()
+        return [
+            stored.spec
+            for name, stored in view.feeds.items()
+            if view.state(name) in TRANSLATED_STATES
+        ]
 
     def find_feed(self, name: str) -> FeedSpec | None:
         """A stored feed that is not removed (for the failover routes)."""
