@@ -14,10 +14,17 @@ Pure decisions (no I/O, unit- and property-tested):
 * :mod:`~crossfeed.translation.filters` — which groups and topics are translated;
 * :mod:`~crossfeed.translation.rpo` — what a failover loses, per partition.
 
-I/O: :mod:`~crossfeed.translation.kafka_io` (admin calls and bounded reads),
+I/O: :mod:`~crossfeed.translation.kafka_io` (admin requests, with the librdkafka
+caveats they need), :mod:`~crossfeed.translation.reader` (bounded reads),
 :mod:`~crossfeed.translation.follow` (tails of compacted topics that survive a cluster
-being down) and :mod:`~crossfeed.translation.translator` (the per-feed translator the
-coordinator leader ticks, and one-shot translation).
+being down), :mod:`~crossfeed.translation.source` (what is known of the source, also
+once it is gone), :mod:`~crossfeed.translation.destination` (checkpoints and group
+offsets written to the target) and :mod:`~crossfeed.translation.translator` (the
+per-feed translator the coordinator leader ticks, and one-shot translation).
+
+The CLI side: :mod:`~crossfeed.translation.commands` and
+:mod:`~crossfeed.translation.render` (``crossfeed groups translate``, ``failover``,
+``failback``, over the coordinator's REST API).
 
 Why not faust-streaming (on the design card for these tables): a faust app is one
 asyncio worker bound to one Kafka cluster, whose tables are changelog topics partitioned

@@ -37,7 +37,7 @@ def checkpoint_key(feed: str, group: str, topic: str, partition: int) -> bytes:
 
 
 def ensure_topic(conf: Mapping[str, Any]) -> None:
-    kafka_topics.ensure_topic(shared_admin(conf), topics.CHECKPOINTS, 1, TOPIC_CONFIG)
+    kafka_topics.ensure_topic(shared_admin(conf).client(), topics.CHECKPOINTS, 1, TOPIC_CONFIG)
 
 
 @dataclass(frozen=True, slots=True)

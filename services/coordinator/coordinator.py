@@ -37,6 +37,7 @@ from services.coordinator.writer import Fenced, NotLeader, Record, StateWriter, 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.5
+STARTUP_READ_S = 90.0
 TRANSLATED_STATES = ("normal", "error", "paused")
 STATUS_EVERY_MS = 1000
 """Timestamps-only status changes are written at most this often per feed."""
@@ -101,8 +102,11 @@ class Coordinator:
             ) from None
         self.store.start()
         self.members.start()
-        if not self.store.sync(30) or not self.members.caught_up.wait(30):
-            raise RuntimeError(f"could not read the control topics on {self.control} in 30s")
+        # Generous: a brand-new cluster on a busy machine can take a while to answer.
+        if not self.store.sync(STARTUP_READ_S) or not self.members.caught_up.wait(STARTUP_READ_S):
+            raise RuntimeError(
+                f"could not read the control topics on {self.control} in {STARTUP_READ_S:.0f}s"
+            )
         self.rest.start()
         address = self.rest.advertised_address()
         self.heartbeats = HeartbeatSender(

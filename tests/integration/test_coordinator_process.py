@@ -146,7 +146,7 @@ class Coordinators:
         return new
 
     def leader(
-        self, timeout: float = 30.0, among: list[CoordinatorProcess] | None = None
+        self, timeout: float = 90.0, among: list[CoordinatorProcess] | None = None
     ) -> CoordinatorProcess:
         """The one process that reports itself leader (waits for an election)."""
         candidates = among or self.procs

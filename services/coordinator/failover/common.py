@@ -10,7 +10,8 @@ from fastapi import HTTPException
 from crossfeed.config import ConfigError, Settings
 from crossfeed.feeds import FeedSpec, parse_feed
 from crossfeed.translation import kafka_io
-from crossfeed.translation.kafka_io import RangeReader, Unreachable, shared_admin
+from crossfeed.translation.kafka_io import Unreachable, shared_admin
+from crossfeed.translation.reader import RangeReader
 from crossfeed.translation.scan import Kind, Seen
 from crossfeed.translation.translator import PartitionTranslation
 from crossfeed.wire import headers, topics
@@ -56,7 +57,7 @@ def staged_backlog(settings: Settings, feed: FeedSpec) -> tuple[int, int]:
     conf = settings.cluster(str(feed.sink.cluster)).client_config()
     admin = shared_admin(conf)
     staging = topics.changes(feed.name)
-    info = admin.list_topics(staging, timeout=10).topics.get(staging)
+    info = admin.client().list_topics(staging, timeout=10).topics.get(staging)
     if info is None or info.error is not None:
         return 0, 0
     tps = [(staging, p) for p in sorted(info.partitions)]

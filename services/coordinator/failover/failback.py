@@ -161,7 +161,7 @@ def run_failback(hooks: FailoverHooks, request: FailbackRequest) -> FailbackRepo
 
 def _selected(conf: dict[str, Any], feed: FeedSpec) -> list[TP]:
     """Every partition of the topics the feed selects, as the cluster has them now."""
-    meta = shared_admin(conf).list_topics(timeout=10)
+    meta = shared_admin(conf).client().list_topics(timeout=10)
     return sorted(
         (name, p)
         for name, info in meta.topics.items()

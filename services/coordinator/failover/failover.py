@@ -6,7 +6,9 @@
    copy that reaches the target is a record the groups need not lose.
 3. Translate every group one last time from what is known — the translator's memory
    (last listed offsets, consumer timestamps already read), else the checkpoints written
-   before — and move each group that has no members on the target to its translation.
+   before — and move each group that has no members on the target forward to its
+   translation (never backwards: running failover twice cannot rewind a group that has
+   started consuming on the target).
 4. Report per partition what the source held that never reached the target (the RPO,
    records and seconds), from the source's end offsets as last seen.
 """

@@ -64,7 +64,7 @@ def skip_staged(settings: Settings, feed: FeedSpec) -> None:
     conf = settings.cluster(str(feed.sink.cluster)).client_config()
     admin = shared_admin(conf)
     staging = topics.changes(feed.name)
-    info = admin.list_topics(staging, timeout=10).topics.get(staging)
+    info = admin.client().list_topics(staging, timeout=10).topics.get(staging)
     if info is None or info.error is not None:
         return
     ends = kafka_io.end_offsets(admin, [(staging, p) for p in info.partitions])

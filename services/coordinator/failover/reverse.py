@@ -92,7 +92,7 @@ def seed_positions(
     staging = topics.changes(reverse.name)
     n = reverse.config.staging_partitions
     kafka_topics.ensure_topic(
-        shared_admin(conf),
+        shared_admin(conf).client(),
         staging,
         n,
         {"cleanup.policy": "delete", "max.message.bytes": str(STAGING_MAX_MESSAGE_BYTES)},

@@ -1,0 +1,231 @@
+"""What a translator knows about its source cluster — also once the cluster is gone.
+
+The source is asked every round while it answers: its consumer groups and their
+committed offsets, each partition's end offset and newest timestamp. Everything learnt is
+kept with when it was learnt, so a round with the source down goes on from there. After a
+failure the source is asked again only every ``RETRY_S`` (each try costs a timeout).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from crossfeed.kafka import clients
+from crossfeed.translation import kafka_io
+from crossfeed.translation.kafka_io import TP, Unreachable
+from crossfeed.translation.reader import RangeReader
+from crossfeed.translation.rules import ConsumerStamp
+from crossfeed.translation.scan import RangeScan, Seen
+
+log = logging.getLogger(__name__)
+
+RETRY_S: Final = 5.0
+STARTS_EVERY_S: Final = 30.0
+SCAN_CACHE: Final = 4096
+
+Where = tuple[str, str, int]
+"""(group, topic, partition)."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """A committed offset and when it was learnt (ms)."""
+
+    offset: int
+    seen_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SourceEnd:
+    end: int
+    max_ts_ms: int
+    seen_at_ms: int
+
+
+class SourceView:
+    """The source side of one feed's translator (not thread-safe: the owner locks)."""
+
+    def __init__(
+        self,
+        feed: str,
+        alias: str,
+        conf: Mapping[str, Any],
+        wanted_group: Callable[[str], bool],
+        wanted_topic: Callable[[str], bool],
+    ) -> None:
+        self.feed = feed
+        self.alias = alias
+        self.conf = dict(conf)
+        self.wanted_group = wanted_group
+        self.wanted_topic = wanted_topic
+        self.admin = kafka_io.shared_admin(self.conf, quiet=True)  # lazy: no client yet
+        self.reader: RangeReader | None = None
+        self.cluster_id: str | None = None
+        self.up = False
+        self.positions: dict[str, dict[TP, Known]] = {}
+        self.ends: dict[TP, SourceEnd] = {}
+        self.starts: dict[TP, int] = {}
+        self._retry_at = 0.0
+        self._starts_at = 0.0
+        self._scans: OrderedDict[tuple[str, int, int, int, int], RangeScan] = OrderedDict()
+
+    def open(self) -> None:
+        self.reader = RangeReader(self.conf, f"translator-{self.feed}")
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+
+    # -- reachability ----------------------------------------------------------------------
+
+    def worth_asking(self) -> bool:
+        return self.up or time.monotonic() >= self._retry_at
+
+    def lost(self, err: Exception) -> None:
+        if self.up or self._retry_at == 0.0:
+            log.warning(
+                "feed %s: source %s does not answer (%s); translating from what is known",
+                self.feed,
+                self.alias,
+                err,
+            )
+        self.up = False
+        self._retry_at = time.monotonic() + RETRY_S
+
+    def answered(self) -> None:
+        if not self.up:
+            log.info("feed %s: source %s answers", self.feed, self.alias)
+        self.up = True
+
+    # -- what is asked ---------------------------------------------------------------------
+
+    def refresh(self, partitions: Callable[[], Iterable[TP]]) -> None:
+        """Every wanted group's offsets, then the ends of ``partitions()`` (which may
+        depend on the groups just listed)."""
+        if not self.worth_asking():
+            return
+        stamp = now_ms()
+        try:
+            if self.cluster_id is None:
+                self.cluster_id = clients.cluster_id(self.conf, 3.0)
+                if self.cluster_id is None:
+                    raise Unreachable("no cluster.id")
+            groups = [g for g in kafka_io.list_groups(self.admin, 3.0) if self.wanted_group(g)]
+            listed = kafka_io.group_offsets(self.admin, groups)
+            positions = {
+                g: {tp: Known(o, stamp) for tp, o in offsets.items() if self.wanted_topic(tp[0])}
+                for g, offsets in listed.items()
+            }
+            # A group that no longer has offsets on the source is forgotten.
+            self.positions = {g: p for g, p in positions.items() if p}
+            self.refresh_ends(partitions(), stamp)
+        except Unreachable as err:
+            self.lost(err)
+            return
+        self.answered()
+
+    def refresh_ends(self, tps: Iterable[TP], stamp: int | None = None) -> None:
+        """End offsets and newest timestamps of ``tps`` (raises Unreachable)."""
+        wanted = sorted(tps)
+        stamp = now_ms() if stamp is None else stamp
+        ends = kafka_io.end_offsets(self.admin, wanted)
+        newest = kafka_io.max_timestamps(self.admin, wanted)
+        for tp, end in ends.items():
+            self.ends[tp] = SourceEnd(end, newest.get(tp, -1), stamp)
+        if time.monotonic() - self._starts_at >= STARTS_EVERY_S:
+            self.starts.update(kafka_io.start_offsets(self.admin, wanted))
+            self._starts_at = time.monotonic()
+
+    def try_refresh_ends(self, tps: Iterable[TP]) -> None:
+        if self.worth_asking():
+            try:
+                self.refresh_ends(tps)
+                self.answered()
+            except Unreachable as err:
+                self.lost(err)
+
+    def group(self, group: str, stamps: list[tuple[Where, ConsumerStamp]]) -> dict[TP, Known]:
+        """One group's positions: listed now if the source answers, else what is known."""
+        if self.worth_asking():
+            try:
+                listed = kafka_io.group_offsets(self.admin, [group]).get(group, {})
+                mine = {tp: o for tp, o in listed.items() if self.wanted_topic(tp[0])}
+                self.refresh_ends(mine)
+                self.answered()
+                stamp = now_ms()
+                return {tp: Known(o, stamp) for tp, o in mine.items()}
+            except Unreachable as err:
+                self.lost(err)
+        merged = self.merged(stamps, lambda g: g == group)
+        return {(t, p): known for (_, t, p), known in merged.items()}
+
+    def merged(
+        self,
+        stamps: list[tuple[Where, ConsumerStamp]],
+        wanted_group: Callable[[str], bool] | None = None,
+    ) -> dict[Where, Known]:
+        """Listed offsets, overridden — while the source is down — by newer commits the
+        consumer wrapper recorded (they can be newer than the last listing)."""
+        wanted_group = wanted_group or self.wanted_group
+        out = {
+            (g, t, p): known
+            for g, offsets in self.positions.items()
+            if wanted_group(g)
+            for (t, p), known in offsets.items()
+        }
+        if self.up:
+            return out
+        for (g, t, p), stamp in stamps:
+            if not (wanted_group(g) and self.wanted_topic(t)):
+                continue
+            known = out.get((g, t, p))
+            if known is None or stamp.committed_at_ms > known.seen_at_ms:
+                out[(g, t, p)] = Known(stamp.committed_offset, stamp.committed_at_ms)
+        return out
+
+    def remember(self, group: str, tp: TP, offset: int, at_ms: int) -> None:
+        """A position learnt elsewhere (a checkpoint written before); listing wins."""
+        self.positions.setdefault(group, {}).setdefault(tp, Known(offset, at_ms))
+
+    def remember_end(self, tp: TP, end: int, at_ms: int) -> None:
+        self.ends.setdefault(tp, SourceEnd(end, -1, at_ms))
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def scan(
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        limit: int,
+        classify: Callable[[Any], Seen],
+    ) -> RangeScan | None:
+        """A bounded, cached read (None when the source cannot be read now). Only scans
+        wholly below the end of the partition are cached: nothing changes there."""
+        key = (topic, partition, start, end, limit)
+        cached = self._scans.get(key)
+        if cached is not None:
+            self._scans.move_to_end(key)
+            return cached
+        if not self.worth_asking() or self.reader is None:
+            return None
+        try:
+            result, stable = self.reader.scan(topic, partition, start, end, limit, classify)
+        except Unreachable as err:
+            self.lost(err)
+            return None
+        if stable:
+            self._scans[key] = result
+            while len(self._scans) > SCAN_CACHE:
+                self._scans.popitem(last=False)
+        return result

@@ -1,0 +1,122 @@
+"""The client library against a real cluster: consumer timestamps and the change producer."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from crossfeed.client import ChangeProducer, TimestampedConsumer, is_watermark, user_headers
+from crossfeed.client.producer import Change
+from crossfeed.kafka import clients
+from crossfeed.kafka.topics import config_value
+from crossfeed.translation.kafka_io import shared_admin
+from crossfeed.wire import codec, headers, topics
+from tests.support.verify import read_many
+
+pytestmark = pytest.mark.integration
+
+
+def _stamps(config: dict[str, Any], group: str) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """Every ConsumerTimestamp of ``group``, per (topic, partition), oldest first."""
+    found = read_many(config, [topics.CONSUMER_TIMESTAMPS])[topics.CONSUMER_TIMESTAMPS]
+    out: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for records in found.values():
+        for r in records:
+            if r.key is not None and r.key.startswith(f"{group}/".encode()) and r.value:
+                value = codec.decode("ConsumerTimestamp", r.value)
+                out.setdefault((value["topic"], value["partition"]), []).append(value)
+    return out
+
+
+def _poll(consumer: Any, n: int, timeout_s: float = 30.0) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < n and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append(msg)
+    assert len(got) == n, f"{len(got)} of {n} records"
+    return got
+
+
+def test_consumer_timestamps_are_recorded_at_every_kind_of_commit(
+    clusters, topic_factory, producer_factory, unique
+):
+    config = clusters.a.config
+    topic = topic_factory(clusters.a, partitions=1)
+    producer = producer_factory(clusters.a)
+    base = int(time.time() * 1000) - 60_000
+    for i in range(30):
+        producer.produce(topic, value=f"v{i}".encode(), timestamp=base + i * 10)
+    producer.flush(10)
+    group = unique("ts")
+    consumer = TimestampedConsumer(
+        {
+            **config,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": True,
+            "auto.commit.interval.ms": 200,
+            "timestamps.producer.client.id": "ts-producer",
+        }
+    )
+    consumer.subscribe([topic])
+    first = _poll(consumer, 10)
+    consumer.commit(message=first[4], asynchronous=False)  # processed five
+    consumer.commit(asynchronous=True)  # all ten (stored offsets), reported on poll
+    _poll(consumer, 10)
+    time.sleep(0.5)
+    consumer.poll(0.5)  # the auto-commit of what was read is reported here
+    consumer.close()
+
+    stamps = _stamps(config, group)[(topic, 0)]
+    seen = [s["committed_offset"] for s in stamps]
+    assert seen[:2] == [5, 10] and seen[-1] >= 20, seen
+    # Each records the timestamp of the last record before the committed offset.
+    assert all(s["timestamp_ms"] == base + (s["committed_offset"] - 1) * 10 for s in stamps)
+    assert all(s["group"] == group and s["committed_at_ms"] > 0 for s in stamps)
+    admin = shared_admin(config).client()
+    assert config_value(admin, topics.CONSUMER_TIMESTAMPS, "cleanup.policy") == "compact"
+
+
+def test_change_producer_stamps_commit_ts_transactions_and_watermarks(
+    clusters, topic_factory, unique
+):
+    config = clusters.a.config
+    topic = topic_factory(clusters.a, partitions=3)
+    producer = ChangeProducer({**config, "transactional.id": unique("changes")})
+    txn, ts = producer.transaction(
+        [Change(topic, f"c{i}".encode(), partition=i, headers=[("app", b"x")]) for i in range(3)],
+        txn_id="t1",
+    )
+    later = producer.send(topic, b"single", partition=0)
+    resolved = producer.resolved()
+    assert txn == "t1" and later > ts and resolved == later
+    with pytest.raises(ValueError, match="resolved watermark"):
+        producer.send(topic, b"too-late", commit_ts_us=resolved)
+    producer.close()
+
+    records = [r for rs in read_many(config, [topic])[topic].values() for r in rs]
+    data = [r for r in records if r.header(headers.TYPE) is None]
+    marks = [r for r in records if r.header(headers.TYPE) == headers.TYPE_RESOLVED.encode()]
+    txns = sorted(r.header(headers.TXN) for r in data if r.header(headers.TXN))
+    assert txns == [b"t1/1/3", b"t1/2/3", b"t1/3/3"]
+    assert {r.header(headers.COMMIT_TS) for r in data} == {str(ts).encode(), str(later).encode()}
+    assert [r.user_headers for r in data if r.header(headers.TXN)] == [(("app", b"x"),)] * 3
+    assert sorted(r.partition for r in marks) == [0, 1, 2]
+    for mark in marks:
+        value = codec.decode("ResolvedMark", mark.value)
+        assert (value["resolved_ts_us"], value["next_offset"], value["partition"]) == (
+            resolved,
+            -1,
+            mark.partition,
+        )
+
+    consumer = clients.consumer(config, **{"group.id": unique("read")})
+    consumer.subscribe([topic])
+    got = _poll(consumer, len(records))
+    consumer.close()
+    assert sum(1 for m in got if is_watermark(m)) == 3
+    assert all(user_headers(m) in ([], [("app", b"x")]) for m in got)

@@ -1,0 +1,135 @@
+"""Unit tests for the client library: configuration split, headers, stamping."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from crossfeed.client.consumer import _Consumed, split_config, user_headers
+from crossfeed.client.producer import Change, ChangeProducer
+from crossfeed.wire import codec, headers
+
+pytestmark = pytest.mark.unit
+
+
+def test_split_config_gives_the_timestamps_producer_the_connection_settings() -> None:
+    consumer, producer, topic = split_config(
+        {
+            "bootstrap.servers": "a:9092",
+            "security.protocol": "SASL_SSL",
+            "sasl.username": "app",
+            "group.id": "billing",
+            "timestamps.producer.sasl.username": "ts-writer",
+            "timestamps.producer.linger.ms": 50,
+            "timestamps.topic.num.partitions": 3,
+        }
+    )
+    assert consumer == {
+        "bootstrap.servers": "a:9092",
+        "security.protocol": "SASL_SSL",
+        "sasl.username": "app",
+        "group.id": "billing",
+    }
+    assert producer["bootstrap.servers"] == "a:9092"
+    assert producer["sasl.username"] == "ts-writer"  # the prefix wins
+    assert producer["linger.ms"] == 50 and producer["enable.idempotence"] is True
+    assert "group.id" not in producer
+    assert topic == {"num.partitions": 3}
+
+
+def test_user_headers_skip_crossfeed_headers_and_keep_order_and_duplicates() -> None:
+    found = [
+        ("trace", b"1"),
+        (headers.ORIGIN_CLUSTER, b"x"),
+        ("trace", None),
+        (headers.SRC, b"x/t/0/1"),
+        ("app", "text"),
+    ]
+    assert user_headers(found) == [("trace", b"1"), ("trace", None), ("app", b"text")]
+    assert user_headers(None) == []
+
+
+@given(st.lists(st.integers(0, 10_000), min_size=1, max_size=50, unique=True), st.data())
+def test_consumed_finds_the_record_before_a_committed_offset(
+    offsets: list[int], data: st.DataObject
+) -> None:
+    offsets.sort()
+    consumed = _Consumed()
+    for o in offsets:
+        consumed.add(o, o * 10)
+    committed = data.draw(st.integers(0, 10_001))
+    before = [o for o in offsets if o < committed]
+    assert consumed.before(committed) == (before[-1] * 10 if before else None)
+
+
+def test_consumed_forgets_after_a_seek_backwards() -> None:
+    consumed = _Consumed()
+    for o in (5, 6, 7):
+        consumed.add(o, o)
+    consumed.add(2, 99)  # seek back: the later reads are what counts now
+    assert consumed.before(8) == 99
+
+
+class _FakeProducer:
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+
+    def produce(self, topic: str, **kwargs: Any) -> None:
+        self.records.append({"topic": topic, **kwargs})
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        meta = SimpleNamespace(partitions={0: None, 1: None})
+        return SimpleNamespace(topics={topic: meta})
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+
+def _producer() -> tuple[ChangeProducer, _FakeProducer]:
+    producer = ChangeProducer({"bootstrap.servers": "127.0.0.1:1"})
+    fake = _FakeProducer()
+    producer._producer = fake  # type: ignore[assignment]
+    return producer, fake
+
+
+def test_transactions_share_one_commit_ts_and_number_their_changes() -> None:
+    producer, fake = _producer()
+    _, ts = producer.transaction(
+        [
+            Change("t", b"1", headers=[(headers.COMMIT_TS, b"1"), ("app", b"a")]),
+            Change("t", b"2", partition=1),
+        ],
+        txn_id="x",
+    )
+    stamped = [dict(r["headers"]) for r in fake.records]
+    assert [h[headers.COMMIT_TS] for h in stamped] == [str(ts).encode()] * 2
+    assert [h[headers.TXN] for h in stamped] == [b"x/1/2", b"x/2/2"]
+    assert stamped[0]["app"] == b"a"  # user headers kept; a stale commit-ts replaced
+    assert [r.get("partition") for r in fake.records] == [None, 1]
+    single = producer.send("t", b"3")
+    assert single > ts and headers.TXN not in dict(fake.records[-1]["headers"])
+
+
+def test_watermarks_cover_every_partition_and_fence_later_changes() -> None:
+    producer, fake = _producer()
+    last = producer.send("t", b"1")
+    resolved = producer.resolved()
+    marks = fake.records[1:]
+    assert resolved == last and [m["partition"] for m in marks] == [0, 1]
+    for mark in marks:
+        assert dict(mark["headers"])[headers.TYPE] == headers.TYPE_RESOLVED.encode()
+        value = codec.decode("ResolvedMark", mark["value"])
+        assert value["resolved_ts_us"] == resolved and value["next_offset"] == -1
+    with pytest.raises(ValueError, match="watermark"):
+        producer.send("t", b"late", commit_ts_us=resolved)
+    assert producer.send("t", b"next") > resolved
+    with pytest.raises(ValueError, match="below"):
+        producer.resolved(ts_us=resolved - 1)
+    with pytest.raises(ValueError, match="'/'"):
+        producer.transaction([Change("t", b"1")], txn_id="a/b")
+    with pytest.raises(ValueError, match="at least one"):
+        producer.transaction([])

@@ -1,0 +1,209 @@
+"""The failover routes over fake hooks, and the CLI's rendering of their answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi.responses import RedirectResponse, Response
+from fastapi.testclient import TestClient
+from rich.console import Console
+
+from crossfeed.config import Settings
+from crossfeed.feeds import FeedSpec
+from crossfeed.translation.render import failback_report, failover_report, group_table
+from crossfeed.translation.translator import GroupTranslation, PartitionTranslation
+from services.coordinator.failover import FailoverHooks, make_router
+from services.coordinator.failover.reverse import reverse_name, reverse_spec
+
+pytestmark = pytest.mark.unit
+
+FEED = {"name": "orders", "source": "dc-a", "sink-uri": "kafka://dc-b", "topics": ["o.*"]}
+SETTINGS = Settings(
+    clusters={
+        "dc-a": {"bootstrap.servers": "127.0.0.1:1"},
+        "dc-b": {"bootstrap.servers": "127.0.0.1:2"},
+    }
+)
+
+
+class FakeTranslator:
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def translate_group(self, group: str) -> GroupTranslation:
+        self.asked.append(group)
+        row = PartitionTranslation(
+            group, "orders", 0, 10, "orders", 0, 12, True, "offset-sync", 0, -1, 1
+        )
+        lagging = PartitionTranslation(
+            group, "orders", 1, 50, "orders", 1, 40, False, "frontier", 7, -1, 1
+        )
+        return GroupTranslation("orders", group, True, True, 0, [row, lagging])
+
+
+def _client(**hooks: Any) -> TestClient:
+    app = FastAPI()
+    app.include_router(make_router(FailoverHooks(SETTINGS, **hooks)))
+    return TestClient(app)
+
+
+def test_translate_uses_the_running_translator_and_group_ids_may_hold_slashes() -> None:
+    translator = FakeTranslator()
+    spec = FeedSpec.model_validate(FEED)
+    client = _client(
+        find_feed=lambda name: spec if name == "orders" else None,
+        translator=lambda name: translator,
+    )
+    answer = client.get("/v1/groups/team%2Fbilling/translate", params={"feed": "orders"})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert translator.asked == ["team/billing"]
+    assert [
+        (p["partition"], p["target_offset"], p["exact"], p["gap"]) for p in body["partitions"]
+    ] == [
+        (0, 12, True, 0),
+        (1, 40, False, 7),
+    ]
+
+
+def test_unknown_feeds_and_bad_specs_are_refused_with_what_to_do() -> None:
+    client = _client()
+    missing = client.get("/v1/groups/g/translate", params={"feed": "nope"})
+    assert missing.status_code == 404 and "--feed-file" in missing.json()["detail"]
+    other = client.post("/v1/groups/g/translate", json={"feed": "x", "feed_spec": FEED})
+    assert other.status_code == 400 and "names feed 'orders'" in other.json()["detail"]
+    bad = client.post(
+        "/v1/groups/g/translate", json={"feed": "orders", "feed_spec": {**FEED, "topics": []}}
+    )
+    assert bad.status_code == 400 and "topics" in bad.json()["detail"]
+    ordered = {**FEED, "mode": "ordered", "sink-uri": "kafka://dc-b/all"}
+    refused = client.post("/v1/failover", json={"feed": "orders", "feed_spec": ordered})
+    assert refused.status_code == 400 and "not a mirror feed" in refused.json()["detail"]
+
+
+def test_mutations_go_to_the_leader_and_need_the_token() -> None:
+    def token(authorization: str | None = Header(None)) -> None:
+        if authorization != "Bearer t":
+            raise HTTPException(401, "token")
+
+    def elsewhere(request: Request) -> Response | None:
+        return RedirectResponse(f"http://leader:8300{request.url.path}", status_code=307)
+
+    client = _client(leader_only=elsewhere, dependencies=[Depends(token)])
+    assert client.post("/v1/failover", json={"feed": "orders"}).status_code == 401
+    moved = client.post(
+        "/v1/failback",
+        json={"feed": "orders"},
+        headers={"Authorization": "Bearer t"},
+        follow_redirects=False,
+    )
+    assert moved.status_code == 307 and moved.headers["location"].endswith("/v1/failback")
+
+
+def test_reverse_feed_swaps_source_and_target() -> None:
+    spec = FeedSpec.model_validate({**FEED, "config": {"staging.partitions": 3}})
+    reverse = reverse_spec(spec, reverse_name("orders"))
+    assert (reverse.name, reverse.source, reverse.sink_uri) == (
+        "orders-reverse",
+        "dc-b",
+        "kafka://dc-a",
+    )
+    assert reverse.topics == ["o.*"] and reverse.config.staging_partitions == 3
+    assert len(reverse_name("x" * 63)) == 63
+    renaming = FeedSpec.model_validate({**FEED, "rename-format": "a.${topic}"})
+    with pytest.raises(HTTPException, match="renames"):
+        reverse_spec(renaming, "r")
+
+
+def _text(parts: Any) -> str:
+    console = Console(record=True, width=200)
+    for part in parts:
+        console.print(part)
+    return console.export_text()
+
+
+def test_rendering() -> None:
+    partition = {
+        "topic": "orders",
+        "partition": 1,
+        "source_offset": 50,
+        "target_topic": "orders",
+        "target_partition": 1,
+        "target_offset": 40,
+        "exact": False,
+        "method": "frontier",
+        "gap": 7,
+        "consumer_timestamp_ms": -1,
+    }
+    group = {
+        "feed": "orders",
+        "group": "billing",
+        "source_reachable": False,
+        "translated": True,
+        "active_members": 0,
+        "partitions": [partition],
+    }
+    assert "no (frontier)" in _text([group_table(group)])
+    row = {
+        "topic": "orders",
+        "partition": 1,
+        "source_end": 60,
+        "replicated_to": 43,
+        "target_frontier": 40,
+        "unreplicated": 17,
+        "counted": True,
+        "rpo_seconds": 2.5,
+        "known_at_ms": 1,
+    }
+    report = {
+        "feed": "orders",
+        "source": "dc-a",
+        "target": "dc-b",
+        "stopped_by": "coordinator",
+        "source_reachable": False,
+        "staged_not_applied": 0,
+        "groups": [group],
+        "moved": {"billing": 1},
+        "active": [],
+        "partitions": [row],
+        "unreplicated_records": 17,
+        "rpo_seconds": 2.5,
+        "notes": ["dc-a does not answer"],
+    }
+    text = _text(failover_report(report))
+    assert "RPO: 17 record(s), 2.5s" in text and "group billing: moved" in text
+    back = {
+        "feed": "orders",
+        "old_primary": "dc-a",
+        "standby": "dc-b",
+        "extra": [
+            {
+                "topic": "orders",
+                "partition": 1,
+                "replicated_to": 43,
+                "end": 60,
+                "extra": 17,
+                "counted": True,
+                "replayed": 17,
+            }
+        ],
+        "extra_records": 17,
+        "replayed_records": 17,
+        "reverse": {
+            "name": "orders-reverse",
+            "action": "start-it",
+            "spec": {},
+            "positions_seeded": True,
+            "lag": [],
+            "caught_up": False,
+        },
+        "groups": [],
+        "moved": {},
+        "active": [],
+        "waiting": ["billing"],
+        "notes": [],
+    }
+    text = _text(failback_report(back))
+    assert "17 extra record(s), 17 replayed" in text and "to be started" in text

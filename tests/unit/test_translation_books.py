@@ -1,0 +1,201 @@
+"""Unit tests for the translation tables, filters, scan classification and RPO rows."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from crossfeed.core.offset_ranges import OffsetRun
+from crossfeed.translation.books import (
+    Frontier,
+    StampBook,
+    SyncBook,
+    frontier_of,
+    parse_stamp_key,
+    stamp_key,
+)
+from crossfeed.translation.filters import TranslationFilter
+from crossfeed.translation.rpo import partition_rpo
+from crossfeed.translation.rules import ConsumerStamp
+from crossfeed.translation.scan import Kind, RangeScan, Seen, classify, summarize
+from crossfeed.wire import codec
+
+pytestmark = pytest.mark.unit
+
+A, B = "clusterAAAAAAAAAAAAAAAA", "clusterBBBBBBBBBBBBBBBB"
+
+
+def _sync(
+    feed: str = "f",
+    topic: str = "t",
+    partition: int = 0,
+    start: int = 0,
+    end: int = 9,
+    target: int = 0,
+    cluster: str = A,
+    target_topic: str = "t",
+) -> bytes:
+    return codec.encode(
+        "OffsetSync",
+        {
+            "source_cluster": cluster,
+            "topic": topic,
+            "partition": partition,
+            "source_start": start,
+            "source_end": end,
+            "target_topic": target_topic,
+            "target_partition": partition,
+            "target_start": target,
+            "feed": feed,
+        },
+    )
+
+
+def test_sync_book_keeps_feeds_apart_and_merges_pieces() -> None:
+    book = SyncBook()
+    book.apply("f/t/0", _sync(start=0, end=9, target=100))
+    book.apply("f/t/0", _sync(start=10, end=19, target=110))  # contiguous: merged
+    book.apply("g/t/0", _sync(feed="g", start=0, end=4, target=0))  # another feed, same topic
+    book.apply("f/t/0", None)  # tombstones are ignored
+    entry = book.get("f", "t", 0)
+    assert entry is not None and entry.index.runs() == [OffsetRun(0, 19, 100)]
+    assert entry.frontier() == Frontier(20, 120)
+    other = book.get("g", "t", 0)
+    assert other is not None and other.frontier() == Frontier(5, 5)
+    assert [e.feed for e in book.of_feed("f")] == ["f"]
+
+
+def test_a_new_source_cluster_or_target_topic_starts_over() -> None:
+    book = SyncBook()
+    book.apply("f/t/0", _sync(start=0, end=9, target=0))
+    book.apply("f/t/0", _sync(start=0, end=4, target=50, cluster=B))
+    entry = book.get("f", "t", 0)
+    assert entry is not None and entry.source_cluster == B
+    assert entry.index.runs() == [OffsetRun(0, 4, 50)]
+
+
+def test_truncate_keeps_the_run_before_the_cut() -> None:
+    book = SyncBook()
+    for i in range(5):
+        book.apply("f/t/0", _sync(start=i * 10, end=i * 10 + 4, target=i * 10))
+    # Offset 27 is in the gap after the run 20-24: that run must stay (rule 3, exact).
+    assert book.truncate("f", "t", 0, 27) == 2
+    entry = book.get("f", "t", 0)
+    assert entry is not None
+    assert [r.source_start for r in entry.index.runs()] == [20, 30, 40]
+    found = entry.index.translate(27)
+    assert found is not None and found.exact and found.target_offset == 30
+    assert book.truncate("f", "t", 0, 5) == 0
+    assert book.truncate("nope", "t", 0, 5) == 0
+
+
+def test_runs_are_capped_per_partition() -> None:
+    book = SyncBook(max_runs=8)
+    for i in range(20):
+        book.apply("f/t/0", _sync(start=i * 2, end=i * 2, target=i * 3))
+    entry = book.get("f", "t", 0)
+    assert entry is not None and len(entry.index) <= 8
+    assert entry.frontier() == Frontier(39, 58)
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 5)), min_size=1, max_size=30))
+def test_frontier_is_after_the_last_run(pieces: list[tuple[int, int]]) -> None:
+    book = SyncBook()
+    source = target = 0
+    for gap, length in pieces:
+        source += gap
+        target += gap + 1
+        book.apply("f/t/0", _sync(start=source, end=source + length - 1, target=target))
+        source += length
+        target += length
+    entry = book.get("f", "t", 0)
+    assert entry is not None
+    last = entry.index.runs()[-1]
+    assert frontier_of(entry.index) == Frontier(last.source_end + 1, last.target_end + 1)
+
+
+def test_stamp_book_and_keys_with_slashes_in_group_names() -> None:
+    book = StampBook()
+    value = codec.encode(
+        "ConsumerTimestamp",
+        {
+            "group": "team/billing",
+            "topic": "orders",
+            "partition": 2,
+            "committed_offset": 10,
+            "timestamp_ms": 1234,
+            "committed_at_ms": 99,
+        },
+    )
+    key = stamp_key("team/billing", "orders", 2)
+    assert parse_stamp_key(key) == ("team/billing", "orders", 2)
+    book.apply(key, value)
+    assert book.get("team/billing", "orders", 2) == ConsumerStamp(10, 1234, 99)
+    assert book.groups() == {"team/billing"}
+    book.apply(key, None)
+    assert book.get("team/billing", "orders", 2) is None
+    assert parse_stamp_key("nonsense") is None
+
+
+def test_filters() -> None:
+    default = TranslationFilter()
+    assert default.group("billing") and not default.group("crossfeed-sink.f")
+    assert not default.group("") and not default.group("__internal")
+    assert default.group("_app")
+    f = TranslationFilter(groups="team-.*", groups_exclude="team-tmp.*", topics_exclude="tmp\\..*")
+    assert f.group("team-a") and not f.group("team-tmp1") and not f.group("other")
+    assert f.topic("orders") and not f.topic("tmp.x")
+    with pytest.raises(ValueError, match=r"translate\.groups"):
+        TranslationFilter(groups="(")
+
+
+def _headers(src: str | None, hops: str | None = None) -> list[tuple[str, bytes | None]]:
+    out: list[tuple[str, bytes | None]] = [("user", b"1")]
+    if hops is not None:
+        out.append(("crossfeed-hops", hops.encode()))
+    if src is not None:
+        out.append(("crossfeed-src", src.encode()))
+    return out
+
+
+def test_classify() -> None:
+    where = {"target_cluster_id": B, "target_topic": "t", "target_partition": 0}
+    assert classify(1, None, **where).kind is Kind.COPYABLE
+    assert classify(1, _headers(None), **where).kind is Kind.COPYABLE
+    copy = classify(1, _headers(f"{B}/t/0/42", hops=B), **where)
+    assert (copy.kind, copy.target_offset) == (Kind.TARGET_COPY, 42)
+    # Came through the target, but is a copy of another partition: not translatable by it.
+    assert classify(1, _headers(f"{B}/t/3/42", hops=B), **where).kind is Kind.OTHER
+    assert classify(1, _headers(f"{A}/t/0/42", hops=f"{B},{A}"), **where).kind is Kind.OTHER
+    # A copy from another cluster that never passed the target is copied on.
+    assert classify(1, _headers(f"{A}/t/0/42", hops=A), **where).kind is Kind.COPYABLE
+
+
+def test_rpo_rows() -> None:
+    frontier = Frontier(10, 30)
+    scan = summarize(10, 20, 20, [Seen(12, Kind.COPYABLE, timestamp_ms=5_000)])
+    row = partition_rpo(
+        "t",
+        0,
+        frontier=frontier,
+        source_end=20,
+        scan=scan,
+        newest_source_ts_ms=4_000,
+        last_replicated_ts_ms=2_000,
+        known_at_ms=7,
+    )
+    assert (row.unreplicated, row.counted, row.rpo_seconds, row.target_frontier) == (
+        1,
+        True,
+        3.0,
+        30,
+    )
+    caught_up = partition_rpo("t", 0, frontier=frontier, source_end=12, scan=RangeScan(10, 12, 12))
+    assert (caught_up.unreplicated, caught_up.rpo_seconds) == (0, 0.0)
+    unknown = partition_rpo("t", 0, frontier=frontier, source_end=None)
+    assert (unknown.unreplicated, unknown.rpo_seconds) == (-1, None)
+    by_offsets = partition_rpo("t", 0, frontier=frontier, source_end=15)
+    assert (by_offsets.unreplicated, by_offsets.counted) == (5, False)
+    with pytest.raises(ValueError, match="frontier"):
+        partition_rpo("t", 0, frontier=frontier, source_end=20, scan=RangeScan(0, 20, 20))
