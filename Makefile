@@ -47,8 +47,8 @@ unit: setup ## unit tests only (no brokers)
 	@$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
 
 .PHONY: bench
-bench: setup ## benchmarks vs MirrorMaker 2 and the broker's ceiling (long)
-	@$(BIN)/crossfeed bench
+bench: setup ## benchmarks vs MirrorMaker 2 and dc-b's ceiling (~20 min; BENCH_ARGS=--quick)
+	@$(BIN)/crossfeed bench $(BENCH_ARGS)
 
 .PHONY: clean
 clean: down ## stop the stack and delete its data (.crossfeed/, keeps the jar cache)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ def _bars(ax: Any, groups: list[str], series: list[tuple[str, str, list[Any]]]) 
             ax.text(x, s["max"], _short(s["median"]), ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(groups)), groups)
     if ax.get_legend_handles_labels()[1]:
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=7, loc="best")
 
 
 def _short(v: float) -> str:
@@ -58,10 +59,11 @@ def _short(v: float) -> str:
 
 
 def render(result: Mapping[str, Any], path: Path) -> Path:
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-    sizes = sorted(result.get("throughput", {}), key=int, reverse=True)
+    fig, axes = plt.subplots(2, 3, figsize=(17, 9.5))
     tp = result.get("throughput", {})
+    sizes = sorted(tp, key=int, reverse=True)
     groups = [f"{int(s):,} B records" for s in sizes]
+    replicators = SYSTEMS[1:]
 
     def series(figure: str, systems: tuple[tuple[str, str, str], ...]) -> list[Any]:
         return [
@@ -80,7 +82,7 @@ def render(result: Mapping[str, Any], path: Path) -> Path:
         ax.annotate(
             note,
             (g, 0),
-            xytext=(0, -28),
+            xytext=(0, -26),
             textcoords="offset points",
             ha="center",
             va="top",
@@ -88,72 +90,82 @@ def render(result: Mapping[str, Any], path: Path) -> Path:
         )
 
     ax = axes[0][1]
-    _bars(ax, groups, series("cpu_s_per_million", SYSTEMS))
-    ax.set_title("CPU seconds per million records (replicator processes)")
+    _bars(ax, groups, series("cpu_s_per_million", replicators))
+    ax.set_title("CPU seconds per million records copied")
+
+    ax = axes[0][2]
+    _bars(ax, groups, series("peak_rss_mb_total", replicators))
+    ax.set_title("peak RSS, MB (all the replicator's processes)")
 
     ax = axes[1][0]
     lag_series = []
-    for key, label, colour in SYSTEMS[1:]:
-        for figure, alpha in (("p50_ms", "p50"), ("p99_ms", "p99")):
+    for key, label, colour in replicators:
+        for figure, name in (("p50_ms", "p50"), ("p99_ms", "p99")):
             lag_series.append(
                 (
-                    f"{label} {alpha}",
-                    colour if alpha == "p50" else _darker(colour),
+                    f"{label} {name}",
+                    colour if name == "p50" else _darker(colour),
                     [lookup(tp[s], f"{key}.lag.{figure}") for s in sizes],
                 )
             )
     _bars(ax, groups, lag_series)
-    ax.set_title("end-to-end lag at 50% of each system's capacity, ms")
+    ax.set_title("end-to-end lag at 50% of each one's capacity, ms")
+
+    fo = result.get("failover", {})
+
+    def measured(key: str, figure: str) -> Any:
+        side = fo.get(key, {})
+        return side.get(figure) if side.get("available") else None
 
     ax = axes[1][1]
-    fo = result.get("failover", {})
-    fo_series = []
-    for key, label, colour in SYSTEMS[1:]:
-        side = fo.get(key, {})
-        fo_series.append((label, colour, [side.get("ready_s") if side.get("available") else None]))
-    _bars(ax, ["kill dc-a → group reading on dc-b"], fo_series)
+    _bars(
+        ax,
+        ["kill -9 dc-a → group reading on dc-b"],
+        [(label, colour, [measured(key, "ready_s")]) for key, label, colour in replicators],
+    )
     ax.set_title("consumer failover, seconds")
-    lines = []
-    for key, label, _ in SYSTEMS[1:]:
-        side = fo.get(key, {})
-        if not side.get("available"):
-            lines.append(f"{label}: not available — {side.get('reason', 'not run')}")
-            continue
-        rr, sk = lookup(side, "re_read.median"), lookup(side, "skipped.median")
-        lines.append(f"{label}: re-read {_num(rr)}, skipped {_num(sk)} (median)")
+    ax = axes[1][2]
+    _bars(
+        ax,
+        ["records re-read", "records skipped"],
+        [
+            (label, colour, [measured(key, "re_read"), measured(key, "skipped")])
+            for key, label, colour in replicators
+        ],
+    )
+    ax.set_title("consumer failover, records re-read / skipped")
+    notes = []
+    for key, label, _ in replicators:
+        side = fo.get(key)
+        if side is None:
+            notes.append(f"failover, {label}: not run")
+        elif not side.get("available"):
+            notes.append(f"failover, {label}: not available — {side.get('reason')}")
     ordered = result.get("ordered", {})
     if not ordered.get("available"):
-        lines.append(f"ordered feeds: not available — {ordered.get('reason', '')}")
-    ax.text(
-        0.02,
-        -0.12,
-        "\n".join(_wrap(line) for line in lines),
-        transform=ax.transAxes,
-        fontsize=7,
-        va="top",
-    )
+        notes.append(f"ordered feeds: not available — {ordered.get('reason', 'not run')}")
+    fig.text(0.01, 0.01, "\n".join(textwrap.shorten(n, 190) for n in notes), fontsize=8)
 
     machine, versions = result.get("machine", {}), result.get("versions", {})
+    settings = result.get("settings", {})
     fig.suptitle(
         f"crossfeed {versions.get('crossfeed')} vs MirrorMaker 2 {versions.get('mirrormaker2')}"
-        f" (Kafka {versions.get('kafka')}) — {result.get('settings', {}).get('records', 0):,} "
-        f"records, {result.get('settings', {}).get('repeat')} repetition(s), "
-        f"{machine.get('cpus')} cores, load {machine.get('load_avg_start')}"
-        f"{' — QUICK RUN' if result.get('settings', {}).get('quick') else ''}",
+        f" (Kafka {versions.get('kafka')}): {settings.get('records', 0):,} records, "
+        f"{settings.get('partitions')} partitions, median of {settings.get('repeat')} "
+        f"(bars: min–max); {machine.get('cpus')} cores, load at start "
+        f"{machine.get('load_avg_start')}"
+        + (" — BUSY MACHINE, NOISY" if machine.get("busy") else "")
+        + (" — QUICK RUN" if settings.get("quick") else ""),
         fontsize=10,
     )
-    fig.tight_layout(rect=(0, 0.04, 1, 0.96))
-    fig.savefig(path, dpi=110)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.96))
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
 
 def _num(v: float | None) -> str:
     return "n/a" if v is None else f"{v:,.0f}"
-
-
-def _wrap(line: str, width: int = 95) -> str:
-    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def _darker(colour: str) -> str:

@@ -52,6 +52,36 @@ def delete_topics(conf: dict[str, Any], names: Iterable[str], wait_s: float = 30
         time.sleep(0.2)
 
 
+STALE_GROUPS = re.compile(r"^(bench-.*|crossfeed-(puller|sink)\.bench-.*)$")
+"""Consumer groups only a benchmark creates."""
+
+
+def delete_groups(conf: dict[str, Any], names: Iterable[str]) -> None:
+    """Delete consumer groups (they hold committed offsets); missing ones are fine."""
+    wanted = sorted(set(names))
+    if not wanted:
+        return
+    admin = clients.admin(conf, logger=clients.QUIET)
+    try:
+        futures = admin.delete_consumer_groups(wanted, request_timeout=15)
+    except Exception as err:  # KafkaException: the cluster does not answer
+        log.warning("could not delete groups %s: %s", wanted, err)
+        return
+    for future in futures.values():
+        with contextlib.suppress(Exception):  # not there, or not empty yet
+            future.result(timeout=30)
+
+
+def stale_groups(conf: dict[str, Any]) -> list[str]:
+    """Consumer groups an earlier, interrupted benchmark left on a cluster."""
+    admin = clients.admin(conf, logger=clients.QUIET)
+    try:
+        listed = admin.list_consumer_groups(request_timeout=10).result(timeout=15)
+    except Exception:
+        return []
+    return sorted(g.group_id for g in listed.valid if STALE_GROUPS.match(g.group_id))
+
+
 def stale_topics(conf: dict[str, Any]) -> list[str]:
     """Topics an earlier, interrupted benchmark left on a cluster."""
     admin = clients.admin(conf, logger=clients.QUIET)

@@ -23,13 +23,13 @@ from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions
 
-from crossfeed.bench.cleanup import Janitor
+from crossfeed.bench.cleanup import Janitor, delete_groups
 from crossfeed.bench.failover_sides import FailoverSide
 from crossfeed.bench.measure import create_topics
 from crossfeed.kafka import clients
 
 HEAD_START_S = 3.0
-SETTLE_S = 5.0
+SETTLE_S = 3.0
 TRANSLATED_TIMEOUT_S = 120.0
 READ_TIMEOUT_S = 60.0
 
@@ -87,7 +87,7 @@ class App:
         self._t0 = time.monotonic()
         self._prod = _Loop(self._produce)
         self._cons: _Loop | None = None
-        self._dropped = False
+        self._dropper: threading.Thread | None = None
 
     def _produce(self) -> None:
         due = int((time.monotonic() - self._t0) * self.rate)
@@ -126,11 +126,16 @@ class App:
             if loop is not None:
                 loop.stop.set()
         errors = [loop.error for loop in (self._prod, self._cons) if loop and loop.error]
-        if not self._dropped:
-            self._dropped = True
+        if self._dropper is None:
             # Closing talks to dc-a, which is gone: let a daemon thread wait for it.
-            threading.Thread(target=self._drop, daemon=True).start()
+            self._dropper = threading.Thread(target=self._drop, daemon=True)
+            self._dropper.start()
         return errors[0] if errors else None
+
+    def closed(self, timeout_s: float) -> None:
+        """Wait (dc-a is back) until the consumer has left, so its group can be deleted."""
+        if self._dropper is not None:
+            self._dropper.join(timeout=timeout_s)
 
     def _drop(self) -> None:
         for loop in (self._prod, self._cons):
@@ -244,18 +249,11 @@ def run(
         restart_source()
         janitor.restarted("dc-a")
         timeline["restarted_s"] = time.monotonic() - began
+        if app is not None:
+            app.closed(30)
         side.stop()
         timeline["stopped_s"] = time.monotonic() - began
         janitor.drop_topics(source, [topic])
         janitor.drop_topics(target, [topic])
         for conf in (source, target):
-            _delete_group(conf, group)
-
-
-def _delete_group(conf: dict[str, Any], group: str) -> None:
-    admin = clients.admin(conf)
-    try:
-        for future in admin.delete_consumer_groups([group], request_timeout=10).values():
-            future.result(timeout=15)
-    except Exception:  # not there, or not empty yet: it holds no data
-        pass
+            delete_groups(conf, [group])

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import re
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from crossfeed.local.kafka import kafka_classpath
 
@@ -22,13 +22,19 @@ rootLogger.appenderRef.out.ref = STDOUT
 """
 
 _PR_SET_PDEATHSIG = 1
+_prctl: Any
+try:  # loaded here, in the parent: a forked child must not dlopen (another thread may hold
+    # the loader's lock at fork time)
+    _prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+except (OSError, AttributeError):
+    _prctl = None
 
 
 def die_with_parent() -> None:
     """``preexec_fn``: the child gets SIGKILL when the benchmark process dies, however it
     dies (even kill -9), so no JVM or service outlives an interrupted run."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:

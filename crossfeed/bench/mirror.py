@@ -106,6 +106,7 @@ def run(
         "cpu_s_per_million": cpu_work / records * 1e6,
         "cpu_s_per_million_window": cpu_window / records * 1e6,
         "cpu_s_per_million_with_startup": cpu_total / records * 1e6,
+        "peak_rss_mb_total": sum(c["peak_rss_mb"] for c in own.values()),
         "processes": own,
         "brokers": {label: costs[label] for label in brokers},
         "lag": lag,

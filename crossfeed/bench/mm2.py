@@ -58,6 +58,7 @@ class Mm2Config:
             f"bench-{self.run_id}-mm2-configs",
             f"bench-{self.run_id}-mm2-status",
             f"{SOURCE}.checkpoints.internal",
+            "heartbeats",  # created on the target even with heartbeats off
         ]
 
     @property

@@ -31,9 +31,12 @@ def _system_lines(name: str, s: Mapping[str, Any]) -> list[str]:
     lines = [line]
     lag = s.get("lag") or {}
     if any(v is not None for v in lag.values()):
+        achieved, target = lag.get("rate_per_s"), lag.get("target_rate_per_s")
+        short = achieved and target and achieved["median"] < 0.9 * target["median"]
         lines.append(
-            f"    lag at {fmt(lag.get('rate_per_s'))} records/s: "
-            f"p50 {fmt(lag.get('p50_ms'))} ms, p99 {fmt(lag.get('p99_ms'))} ms, "
+            f"    lag at {fmt(achieved)} records/s"
+            + (f" (wanted {fmt(target)}: the load generator fell short)" if short else "")
+            + f": p50 {fmt(lag.get('p50_ms'))} ms, p99 {fmt(lag.get('p99_ms'))} ms, "
             f"max {fmt(lag.get('max_ms'))} ms"
         )
     procs = s.get("processes", {})

@@ -18,7 +18,13 @@ from typing import Any
 from crossfeed import log as logsetup
 from crossfeed import paths
 from crossfeed.bench import aggregate, chart, facts, failover, load, mirror
-from crossfeed.bench.cleanup import Janitor, delete_topics, stale_topics
+from crossfeed.bench.cleanup import (
+    Janitor,
+    delete_groups,
+    delete_topics,
+    stale_groups,
+    stale_topics,
+)
 from crossfeed.bench.failover_sides import (
     CrossfeedSide,
     FailoverSide,
@@ -38,7 +44,7 @@ class Plan:
     partitions: int = 8
     repeat: int = 3
     lag_fraction: float = 0.5
-    lag_seconds: float = 15.0
+    lag_seconds: float = 10.0
     throughput: bool = True
     failover: bool = True
     failover_rate: float = 1000.0
@@ -134,6 +140,7 @@ def _throughput(
                 **common,
             )
             runs["ceiling"].append(_attempt(say, f"{size} B r{rep + 1} ceiling", ceiling))
+            out[str(size)] = aggregate.throughput_section(runs)
             systems: list[Replicator] = [
                 Crossfeed(janitor, f"{tag}-cf", a, b),
                 MirrorMaker2(janitor, f"{tag}-mm2", a, b),
@@ -156,8 +163,8 @@ def _throughput(
                 )
                 label = f"{size} B r{rep + 1} {system.name}"
                 runs[system.name].append(_attempt(say, label, measure))
+                out[str(size)] = aggregate.throughput_section(runs)
             janitor.drop_topics(a, [backlog])
-            out[str(size)] = aggregate.throughput_section(runs)
 
 
 def _kill_dc_a() -> None:
@@ -234,6 +241,7 @@ def run(plan: Plan, out_dir: Path | None = None) -> Path:
         with Janitor() as janitor:
             for conf in (a, b):
                 delete_topics(conf, stale_topics(conf))
+                delete_groups(conf, stale_groups(conf))
             try:
                 if plan.throughput:
                     _throughput(plan, a, b, janitor, run_id, say, result)

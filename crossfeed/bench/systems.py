@@ -10,7 +10,7 @@ from typing import Any, Protocol
 import yaml
 
 from crossfeed.bench import jvm, mm2
-from crossfeed.bench.cleanup import Janitor
+from crossfeed.bench.cleanup import Janitor, delete_groups
 from crossfeed.wire import topics as wire_topics
 
 
@@ -103,6 +103,9 @@ class Crossfeed:
             self.janitor.stop(proc)
         self.procs.clear()
         self.janitor.drop_topics(self.target, [wire_topics.changes(self.feed)])
+        groups = [f"crossfeed-puller.{self.feed}", f"crossfeed-sink.{self.feed}"]
+        for conf in (self.source, self.target):
+            delete_groups(conf, groups)
 
     def log_tail(self) -> str:
         return "\n".join(_tail(self.workdir / f"{r}.log") for r in ("puller", "sink"))

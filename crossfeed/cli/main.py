@@ -231,6 +231,9 @@ def bench(
     except KeyboardInterrupt as stopped:
         typer.echo(f"interrupted; cleaned up; partial results: {stopped}", err=True)
         raise typer.Exit(130) from None
+    except RuntimeError as err:  # the stack did not come up, another benchmark runs, …
+        typer.echo(f"bench: {err}", err=True)
+        raise typer.Exit(1) from None
     typer.echo(report.summary(path))
 
 

@@ -1,0 +1,250 @@
+"""The pure parts of ``make bench``: parsing, aggregation, MM2's configuration, the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crossfeed.bench import aggregate, failover, jvm, mm2, perf
+from crossfeed.bench.cleanup import STALE_GROUPS, STALE_TOPICS
+from crossfeed.bench.measure import percentiles
+
+pytestmark = pytest.mark.unit
+
+PERF_OUTPUT = """\
+Reading payloads from: /tmp/payload.txt
+Number of records read: 1024
+62021 records sent, 12161.0 records/sec (1.16 MB/sec), 156.5 ms avg latency, 2124.0 ms max latency.
+200000 records sent, 23402.761526 records/sec (2.23 MB/sec), 335.55 ms avg latency, \
+2124.00 ms max latency, 234 ms 50th, 978 ms 95th, 1010 ms 99th, 1031 ms 99.9th.
+"""
+
+
+def test_producer_performance_summary_is_the_final_line_not_a_progress_line():
+    s = perf.parse_summary(PERF_OUTPUT)
+    assert s.records == 200_000
+    assert s.records_per_s == pytest.approx(23402.761526)
+    assert s.mib_per_s == pytest.approx(2.23)
+    assert (s.p50_ms, s.p95_ms, s.p99_ms, s.p999_ms) == (234, 978, 1010, 1031)
+    assert s.max_latency_ms == pytest.approx(2124.0)
+
+
+def test_producer_performance_without_summary_is_an_error_quoting_the_output():
+    with pytest.raises(ValueError, match="Connection refused"):
+        perf.parse_summary("WARN something\nERROR Connection refused\n")
+
+
+def test_payloads_are_distinct_lines_of_the_record_size(tmp_path: Path):
+    lines = perf.payload_file(tmp_path, 100).read_text().splitlines()
+    assert len(lines) == perf.PAYLOADS
+    assert {len(line) for line in lines} == {100}
+    assert len(set(lines)) == perf.PAYLOADS  # one repeated payload would flatter lz4
+
+
+def test_perf_command_uses_the_payload_file_and_unthrottled_means_minus_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(jvm, "kafka_classpath", lambda: "/x/kafka-clients-4.3.1.jar")
+    cmd = perf.command("h:1", "t", 10, tmp_path / "p.txt", throughput=-1, workdir=tmp_path)
+    assert cmd[cmd.index("--throughput") + 1] == "-1"
+    assert cmd[cmd.index("--payload-file") + 1] == str(tmp_path / "p.txt")
+    assert "batch.size=1048576" in cmd and "compression.type=lz4" in cmd
+    steady = perf.command(
+        "h:1", "t", 10, tmp_path / "p", throughput=2500.7, workdir=tmp_path,
+        tuning=perf.STEADY_TUNING,
+    )  # fmt: skip
+    assert steady[steady.index("--throughput") + 1] == "2500"
+    assert "linger.ms=1" in steady
+
+
+def test_jar_versions_come_from_the_classpath():
+    cp = ":".join(
+        [
+            "/m2/org/apache/kafka/kafka-clients-4.3.1.jar",
+            "/m2/connect-mirror-client-4.3.1.jar",
+            "/m2/connect-mirror-4.3.0.jar",
+        ]
+    )
+    assert jvm.jar_version(cp, "kafka-clients") == "4.3.1"
+    assert jvm.jar_version(cp, "connect-mirror") == "4.3.0"
+    assert jvm.jar_version(cp, "kafka-streams") is None
+
+
+def _mm2(groups: tuple[str, ...] = ()) -> dict[str, str]:
+    cfg = mm2.Mm2Config("r1", "a:1", "b:2", ("bench-x", "bench-y"), groups=groups)
+    return mm2.properties(cfg)
+
+
+def test_mm2_is_one_identity_flow_tuned_like_crossfeed():
+    p = _mm2()
+    assert p["replication.policy.class"] == mm2.IDENTITY
+    assert p["dc-a->dc-b.enabled"] == "true" and p["dc-b->dc-a.enabled"] == "false"
+    assert p["dc-a->dc-b.topics"] == "bench-x|bench-y"
+    assert p["dc-b.producer.batch.size"] == str(1 << 20)
+    assert p["dc-b.producer.linger.ms"] == "10"
+    assert p["dc-b.producer.compression.type"] == "lz4"
+    assert p["dc-a.consumer.isolation.level"] == "read_committed"
+    assert p["emit.heartbeats.enabled"] == "false"
+    assert p["emit.checkpoints.enabled"] == "false"
+    assert p["sync.group.offsets.enabled"] == "false"
+    assert p["offset.storage.topic"].startswith("bench-r1-")  # swept if a run is killed
+    assert "dc-b.group.id" in p
+    assert "bench-r1-mm2-offsets" in mm2.render(p)
+
+
+def test_mm2_failover_runs_checkpoint_and_sync_groups_every_second():
+    p = _mm2(groups=("g1",))
+    assert p["dc-a->dc-b.groups"] == "g1"
+    assert p["emit.checkpoints.enabled"] == "true"
+    assert p["sync.group.offsets.enabled"] == "true"
+    assert p["emit.checkpoints.interval.seconds"] == "1"
+    assert p["sync.group.offsets.interval.seconds"] == "1"
+
+
+def test_stale_topics_are_only_the_benchmarks_own():
+    for name in (
+        "bench-ab12-1024b-r0",
+        "_crossfeed.bench-ab12-cf.changes",
+        "mm2-offset-syncs.dc-b.internal",
+        "dc-a.checkpoints.internal",
+        "heartbeats",
+    ):
+        assert STALE_TOPICS.match(name), name
+    for name in ("orders", "_crossfeed.orders.changes", "_crossfeed.offset-syncs", "benchmark"):
+        assert not STALE_TOPICS.match(name), name
+
+
+def test_stale_groups_are_only_the_benchmarks_own():
+    assert STALE_GROUPS.match("crossfeed-sink.bench-ab12-1024b-r0-cf")
+    assert STALE_GROUPS.match("bench-ab12-r0-fo-mm2-app")
+    assert not STALE_GROUPS.match("crossfeed-sink.orders")
+    assert not STALE_GROUPS.match("payments-app")
+
+
+def test_spread_ignores_missing_values_and_is_none_when_nothing_was_measured():
+    assert aggregate.spread([3.0, None, 1.0, 2.0]) == {
+        "min": 1.0,
+        "median": 2.0,
+        "max": 3.0,
+        "n": 3,
+    }
+    assert aggregate.spread([None, None]) is None
+    assert aggregate.spread([]) is None
+
+
+def test_lookup_and_place_walk_dotted_paths():
+    out: dict[str, Any] = {}
+    aggregate.place(out, "lag.p99_ms", 5)
+    assert out == {"lag": {"p99_ms": 5}}
+    assert aggregate.lookup(out, "lag.p99_ms") == 5
+    assert aggregate.lookup(out, "lag.p50_ms") is None
+    assert aggregate.lookup({"lag": None}, "lag.p50_ms") is None
+
+
+def _run(rate: float, cpu: float, p99: float | None = 10.0) -> dict[str, Any]:
+    return {
+        "records_per_s": rate,
+        "mb_per_s": rate / 1000,
+        "cpu_s_per_million": cpu,
+        "lag": {"p50_ms": 1.0, "p99_ms": p99, "max_ms": 20.0, "rate_per_s": rate / 2},
+        "processes": {"sink": {"cpu_s": cpu, "peak_rss_mb": 100.0}},
+    }
+
+
+def test_summarize_leaves_failed_repetitions_out_but_counts_them():
+    runs = [_run(100, 10), {"error": "RuntimeError: boom"}, _run(300, 30)]
+    s = aggregate.summarize(runs, aggregate.THROUGHPUT_FIGURES)
+    assert s["records_per_s"] == {"min": 100, "median": 200, "max": 300, "n": 2}
+    assert s["lag"]["p99_ms"]["median"] == 10.0
+    assert s["processes"]["sink"]["peak_rss_mb"]["max"] == 100.0
+    assert s["repetitions"] == 3 and s["failed"] == ["RuntimeError: boom"]
+
+
+def test_ratios_pair_repetitions_measured_side_by_side():
+    cf = [_run(200, 1), _run(90, 1), {"error": "x"}]
+    mm = [_run(100, 2), _run(100, 2), _run(100, 2)]
+    r = aggregate.ratios(cf, mm)
+    assert r == {"min": 0.9, "median": 1.45, "max": 2.0, "n": 2}
+    assert aggregate.ratios([{"error": "x"}], mm) is None
+
+
+def test_throughput_section_has_every_system_ratio_and_raw_runs():
+    runs = {"ceiling": [_run(400, 5)], "crossfeed": [_run(200, 10)], "mm2": [_run(100, 20)]}
+    s = aggregate.throughput_section(runs)
+    assert s["ratios"]["crossfeed/mm2"]["median"] == 2.0
+    assert s["ratios"]["crossfeed/ceiling"]["median"] == 0.5
+    assert s["ratios"]["cpu crossfeed/mm2"]["median"] == 0.5
+    assert s["crossfeed"]["runs"] == runs["crossfeed"]
+
+
+def test_unavailable_failover_says_why_and_has_no_figures():
+    s = aggregate.failover_section([], "crossfeed.translation is not importable")
+    assert s == {"available": False, "reason": "crossfeed.translation is not importable"}
+    measured = aggregate.failover_section(
+        [{"ready_s": 2.0, "re_read": 0, "skipped": 0, "first_record_s": 1.0}], None
+    )
+    assert measured["available"] and measured["ready_s"]["median"] == 2.0
+    assert measured["re_read"] == {"min": 0.0, "median": 0.0, "max": 0.0, "n": 1}
+
+
+def test_percentiles_of_nothing_are_none_not_zero():
+    assert percentiles([]) == {"p50": None, "p99": None, "max": None}
+    p = percentiles([float(i) for i in range(1, 101)])
+    assert p == {"p50": 51.0, "p99": 100.0, "max": 100.0}
+
+
+def test_failover_values_and_reread_skip_counts():
+    assert failover.parse_value(b"3:1207") == (3, 1207)
+    assert failover.parse_value(b"junk") is None
+    assert failover.parse_value(None) is None
+    # p0 committed up to 10, resumes at 8: 8, 9, 10 again. p1 up to 5, resumes at 9: 6-8 skipped.
+    # p2 resumes right after. p3 never committed on dc-a and resumes at its start.
+    assert failover.reread_skipped({0: 10, 1: 5, 2: 7}, {0: 8, 1: 9, 2: 8, 3: 0}) == (3, 3)
+
+
+def _result(tmp_path: Path) -> Path:
+    ok = {**_run(150_000, 12.0), "records": 10}
+    section = aggregate.throughput_section(
+        {"ceiling": [_run(400_000, 3)], "crossfeed": [ok], "mm2": [{"error": "RuntimeError: x"}]}
+    )
+    result = {
+        "settings": {"records": 1_000_000, "partitions": 8, "repeat": 1, "quick": True},
+        "machine": {"cpus": 2, "load_avg_start": [3.0, 2.0, 1.0], "busy": True},
+        "versions": {"crossfeed": "0.1.0", "kafka": "4.3.1", "mirrormaker2": "4.3.1"},
+        "duration_s": 120.0,
+        "startup": {"crossfeed": {"ready_s": 3.0, "cpu_s": {"puller": 1.0, "sink": 1.0}}},
+        "throughput": {"1024": section},
+        "failover": {
+            "crossfeed": aggregate.failover_section([], "no translator yet"),
+            "mm2": aggregate.failover_section(
+                [{"ready_s": 1.5, "first_record_s": 1.0, "re_read": 120, "skipped": 0}], None
+            ),
+        },
+        "ordered": aggregate.not_available("the sorter has not landed"),
+    }
+    path = tmp_path / "20260101T000000.json"
+    path.write_text(json.dumps(result))
+    return path
+
+
+def test_report_shows_figures_and_says_not_available_never_zero(tmp_path: Path):
+    from crossfeed.bench import report
+
+    text = report.summary(_result(tmp_path))
+    assert "crossfeed: 150,000 records/s" in text
+    assert "MirrorMaker 2: n/a (RuntimeError: x)" in text
+    assert "crossfeed/MM2 n/a" in text
+    assert "crossfeed/ceiling 0.38" in text
+    assert "crossfeed: not available — no translator yet" in text
+    assert "MirrorMaker 2: 1.5 s" in text and "re-read 120, skipped 0" in text
+    assert "ordered feeds: not available — the sorter has not landed" in text
+    assert "BUSY" in text and "QUICK RUN" in text
+
+
+def test_chart_is_a_png_even_with_figures_missing(tmp_path: Path):
+    from crossfeed.bench import chart
+
+    source = _result(tmp_path)
+    png = chart.render(json.loads(source.read_text()), source.with_suffix(".png"))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
