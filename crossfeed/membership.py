@@ -148,12 +148,30 @@ class TopicTail:
         self._thread.start()
         return self
 
+    def _partitions(self) -> list[int]:
+        """The topic's partitions, waiting while it has none yet (just created: no leader)."""
+        while not self._stop.is_set():
+            try:
+                meta = self.consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
+                if meta is not None and meta.error is None and meta.partitions:
+                    return sorted(meta.partitions)
+            except Exception as err:  # KafkaException: the cluster is not answering yet
+                log.debug("waiting for %s: %s", self.topic, err)
+            self._stop.wait(0.5)
+        return []
+
     def _loop(self) -> None:
-        meta = self.consumer.list_topics(self.topic, timeout=30).topics[self.topic]
-        parts = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in meta.partitions]
-        ends = {
-            tp.partition: self.consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in parts
-        }
+        parts = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in self._partitions()]
+        ends: dict[int, int] = {}
+        while not self._stop.is_set() and len(ends) < len(parts):
+            try:
+                ends = {
+                    tp.partition: self.consumer.get_watermark_offsets(tp, timeout=10)[1]
+                    for tp in parts
+                }
+            except Exception as err:  # a new partition's leader is not elected yet
+                log.debug("waiting for the end of %s: %s", self.topic, err)
+                self._stop.wait(0.5)
         self.consumer.assign(parts)
         while not self._stop.is_set():
             for msg in self.consumer.consume(1000, timeout=0.2):

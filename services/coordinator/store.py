@@ -116,9 +116,16 @@ class StateStore:
 
     def sync(self, timeout_s: float = 10.0) -> bool:
         """Read every record committed so far; False on timeout or trouble."""
-        try:
-            end = self.end_offset(timeout_s)
-        except Exception as err:  # KafkaException, a timeout: the cluster may be away
-            log.warning("cannot find the end of %s: %s", topics.STATE, err)
-            return False
-        return self.wait_for(end, timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                end = self.end_offset(max(deadline - time.monotonic(), 1.0))
+                break
+            except Exception as err:  # KafkaException, a timeout: the cluster may be away,
+                # or the topic was just created and has no leader yet: try again until the
+                # deadline rather than give up at once.
+                if time.monotonic() >= deadline:
+                    log.warning("cannot find the end of %s: %s", topics.STATE, err)
+                    return False
+                time.sleep(0.5)
+        return self.wait_for(end, max(deadline - time.monotonic(), 0.1))
