@@ -174,6 +174,11 @@ def demo(
     from crossfeed.local.stack import StackError
 
     logsetup.setup("WARNING")  # the demo tells its own story; keep library chatter out
+
+    def on_term(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C: services stopped, dc-a back
+
+    signal.signal(signal.SIGTERM, on_term)
     display = Display(tty=not no_tty)
     try:
         summary = Demo(records, rate, display.say, display.progress).run()
