@@ -166,6 +166,7 @@ def demo(
 ) -> None:
     """The main job, end to end: replicate, lose dc-a, fail consumers over."""
     import json
+    import signal
 
     from crossfeed import log as logsetup
     from crossfeed.demo.display import Display
