@@ -85,6 +85,9 @@ class PullerSettings(BaseModel):
     max_batch_records: int = Field(10_000, ge=1, description="records per transaction, at most")
     max_batch_bytes: int = Field(8 << 20, ge=1024, description="bytes per transaction, at most")
     commit_interval_ms: int = Field(100, ge=1, description="longest a transaction stays open")
+    backlog_commit_interval_ms: int = Field(
+        1000, ge=1, description="longest a transaction stays open while catching up a backlog"
+    )
     resolved_interval_ms: int = Field(1000, ge=10, description="how often resolved marks go out")
     lateness_ms: int = Field(
         0, ge=0, description="resolved_ts = record timestamp minus this, without producer marks"
@@ -98,8 +101,11 @@ class PullerSettings(BaseModel):
 class SinkSettings(BaseModel):
     """Sink: writes staged records into target topics or a database."""
 
-    max_batch_records: int = Field(10_000, ge=1, description="records per transaction, at most")
+    max_batch_records: int = Field(50_000, ge=1, description="records per transaction, at most")
     commit_interval_ms: int = Field(100, ge=1, description="longest a transaction stays open")
+    backlog_commit_interval_ms: int = Field(
+        1000, ge=1, description="longest a transaction stays open while catching up a backlog"
+    )
 
 
 class CoordinatorSettings(BaseModel):

@@ -52,6 +52,7 @@ class FeedContext:
     max_batch_records: int
     max_batch_bytes: int
     commit_interval_s: float
+    backlog_commit_interval_s: float
     resolved_interval_s: float
 
     @property
@@ -246,12 +247,15 @@ class PullerTask:
 
     # -- transactions ---------------------------------------------------------------
 
-    def due(self, now: float) -> bool:
+    def due(self, now: float, behind: bool = False) -> bool:
+        """Time to commit? ``behind``: the reader is catching up a backlog, so let the
+        transaction grow longer (fewer commits); otherwise commit often, for low lag."""
         if self.in_txn:
+            interval = self.ctx.backlog_commit_interval_s if behind else self.ctx.commit_interval_s
             return (
                 self.txn_records >= self.ctx.max_batch_records
                 or self.txn_bytes >= self.ctx.max_batch_bytes
-                or now - self.txn_started >= self.ctx.commit_interval_s
+                or now - self.txn_started >= interval
             )
         # Idle: still emit resolved marks so resolved_ts advances (DESIGN.md §4).
         return bool(self.partitions) and now - self.last_commit >= self.ctx.resolved_interval_s

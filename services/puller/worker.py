@@ -32,6 +32,7 @@ from services.puller.task import FeedContext, PullerTask, TaskFenced, transactio
 
 log = logging.getLogger(__name__)
 
+CONSUME_BATCH = 5000  # records per consume call; a full one means the puller is behind
 SOURCE_UP_WINDOW_S = 3.0  # statistics arrive every second; allow for two missing
 STAGING_MAX_MESSAGE_BYTES = 64 << 20  # a ChangeEvent wraps a source record up to this size
 DLQ_MAX_MESSAGE_BYTES = 64 << 20
@@ -100,6 +101,7 @@ class PullerWorker:
             max_batch_records=opts.max_batch_records,
             max_batch_bytes=opts.max_batch_bytes,
             commit_interval_s=opts.commit_interval_ms / 1000,
+            backlog_commit_interval_s=opts.backlog_commit_interval_ms / 1000,
             resolved_interval_s=opts.resolved_interval_ms / 1000,
         )
         target_admin = clients.admin(self.target_conf)
@@ -161,7 +163,9 @@ class PullerWorker:
         if not self.tasks:
             time.sleep(0.05)
             return
-        for msg in self.reader.consume(5000, timeout=0.05):
+        batch = self.reader.consume(CONSUME_BATCH, timeout=0.05)
+        behind = len(batch) >= CONSUME_BATCH
+        for msg in batch:
             if msg.error():
                 if not msg.error().retriable():
                     log.warning("source read error: %s", msg.error())
@@ -170,7 +174,7 @@ class PullerWorker:
             if task is not None:
                 task.add(msg)
         now = time.monotonic()
-        due = [task for task in self.tasks.values() if task.due(now)]
+        due = [task for task in self.tasks.values() if task.due(now, behind)]
         if due:
             self._commit_all(due)
         if now - self.last_metrics >= 1.0:

@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 RESOLVED = headers.TYPE_RESOLVED.encode()
 FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 SIZE_SLACK = 64 << 10  # below max.message.bytes by this much, no exact size check is needed
+CONSUME_BATCH = 5000  # records per consume call; a full one means the sink is behind
 
 
 class RetryLater(RuntimeError):
@@ -208,15 +209,20 @@ class MirrorSink:
     def step(self) -> None:
         opts = self.settings.sink
         try:
-            for msg in self.consumer.consume(opts.max_batch_records, timeout=0.05):
+            batch = self.consumer.consume(CONSUME_BATCH, timeout=0.05)
+            for msg in batch:
                 if msg.error():
                     if not msg.error().retriable():
                         log.warning("staging read error: %s", msg.error())
                     continue
                 self._handle(msg)
+            # Catching up a backlog (full batches): fewer, larger transactions; caught up:
+            # commit often, for low end-to-end lag.
+            behind = len(batch) >= CONSUME_BATCH
+            interval_ms = opts.backlog_commit_interval_ms if behind else opts.commit_interval_ms
             if self.in_txn and (
                 self.txn_records >= opts.max_batch_records
-                or time.monotonic() - self.txn_started >= opts.commit_interval_ms / 1000
+                or time.monotonic() - self.txn_started >= interval_ms / 1000
             ):
                 self._commit()
         except RetryLater as err:
