@@ -145,7 +145,6 @@ def read_many(
     topics that do not exist yet are waited for, and reading goes on until that many
     records arrived, then up to the end (at most 5 s more, so extra copies are seen);
     on timeout it returns what it has, so the verification can say what is missing.
-    (Like ``kafka_io.read_all`` but without a 0.5 s wait per batch: ~70k records/s.)
     """
     from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
