@@ -129,8 +129,8 @@ class KafkaNode:
                 f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
                 "kafka.tools.StorageTool",
                 "format",
-                "-t",
-                cluster_id,
+                # "=" form: an id may start with "-", which argparse would take for a flag
+                f"--cluster-id={cluster_id}",
                 "-c",
                 str(self.properties_file),
                 "--standalone",
