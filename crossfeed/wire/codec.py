@@ -60,7 +60,7 @@ _HEADER_LEN = len(MAGIC) + 8
 # tries every union branch) — several times the encoding itself. The cheap top-level
 # checks in encode() still run, and their only nested record (Header) has just
 # string/bytes fields, which the writer itself rejects when mistyped.
-_HOT_RECORDS = frozenset({"ChangeEvent", "ResolvedMark"})
+_HOT_RECORDS = frozenset({"ChangeEvent", "CopiedRecords", "ResolvedMark"})
 # Value ranges of Avro's numeric types; fastavro's writer would silently write a float
 # (truncated), a bool or an out-of-range int into an int/long field.
 _INT_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}

@@ -5,12 +5,12 @@ through a transactional producer whose transactional.id is fixed per task
 (``crossfeed-puller.<feed>.<s>``): a new owner's ``init_transactions`` fences any
 previous one, so a paused or partitioned instance can never write again.
 
-Each transaction carries copied records (the source records themselves, key, value,
-headers and timestamp byte for byte, plus provenance headers ending with
-``crossfeed-src``), dead letters, and — last — one ResolvedMark
-per source partition of the task with its ``next_offset``: the source positions are
-stored on the target in the same transaction as the data (see positions.py), never
-on a source cluster that may be gone.
+Each transaction carries copied records — packed per source partition into
+``CopiedRecords`` runs (crossfeed/wire/copied.py): key, value, headers and timestamp byte
+for byte, with what the sink needs to add the provenance headers — dead letters, and,
+last, one ResolvedMark per source partition of the task with its ``next_offset``: the
+source positions are stored on the target in the same transaction as the data (see
+positions.py), never on a source cluster that may be gone.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from crossfeed.core.partitions import TopicPartition
 from crossfeed.core.timestamps import commit_ts_us
 from crossfeed.dlq import DeadLetter, FeedStopped
 from crossfeed.feeds import FeedSpec
-from crossfeed.wire import codec, headers, topics
-from crossfeed.wire.headers import HOPS, ORIGIN_CLUSTER, ORIGIN_TOPIC, SRC
+from crossfeed.wire import codec, copied, headers, topics
 from services.puller import metrics
 
 log = logging.getLogger(__name__)
@@ -51,6 +50,7 @@ class FeedContext:
     changes_topic: str
     max_batch_records: int
     max_batch_bytes: int
+    run_bytes: int
     commit_interval_s: float
     backlog_commit_interval_s: float
     resolved_interval_s: float
@@ -82,14 +82,15 @@ class FeedContext:
 
 @dataclass
 class PartitionState:
+    tp: TopicPartition
     next_offset: int  # next source offset to copy (working, inside the open transaction)
     committed: int  # next_offset as of the last committed transaction
+    run: copied.Run  # copies packed but not yet sent to the staging partition
     last_ts_us: int = 0  # commit_ts of the newest copied record
     resolved_ts_us: int = 0  # resolved_ts of the last committed mark
     pending_resolved_us: int = 0  # resolved_ts of the mark in the open transaction
     labels: tuple[str, str, str] = ("", "", "")
-    src_prefix: bytes = b""  # crossfeed-src up to the offset
-    first_hop: tuple[tuple[str, bytes], ...] = ()  # origin and hops headers of a first hop
+    key: bytes = b""  # staging key: the source topic-partition
     records: int = 0  # copied since the metrics were last updated
     bytes: int = 0
     dead_letters: int = 0
@@ -112,40 +113,52 @@ class PullerTask:
     def transactional_id(self) -> str:
         return transactional_id(self.ctx.name, self.staging_partition)
 
-    def add_partition(self, tp: TopicPartition, next_offset: int) -> None:
+    def add_partition(self, tp: TopicPartition, next_offset: int) -> PartitionState:
         state = PartitionState(
+            tp,
             next_offset,
             next_offset,
+            self._new_run(tp),
             labels=(self.ctx.name, tp.topic, str(tp.partition)),
-            src_prefix=f"{self.ctx.source_cluster_id}/{tp.topic}/{tp.partition}/".encode(),
-            first_hop=(
-                (ORIGIN_CLUSTER, self.ctx.source_cluster_id.encode()),
-                (ORIGIN_TOPIC, tp.topic.encode()),
-                (HOPS, self.ctx.source_cluster_id.encode()),
-            ),
+            key=str(tp).encode(),
         )
         self.partitions[tp] = state
+        return state
+
+    def _new_run(self, tp: TopicPartition) -> copied.Run:
+        return copied.Run(self.ctx.source_cluster_id, tp.topic, tp.partition)
 
     # -- the hot path ---------------------------------------------------------------
 
-    def add(self, msg: Any) -> None:
+    def add(self, msg: Any, state: PartitionState) -> None:
         """Copy one source record into the open transaction (or drop/dead-letter it).
 
-        The copy is the record itself — key, value, headers and timestamp as on the
-        source — plus the provenance headers, in the task's staging partition.
+        The copy keeps key, value, headers and timestamp as on the source; it joins the
+        partition's run, which goes to the staging partition once it holds
+        ``run_bytes`` (or at commit). ``state`` is the record's partition (the caller
+        routes by topic and partition).
         """
-        tp = TopicPartition(msg.topic(), msg.partition())
-        state = self.partitions.get(tp)
-        if state is None:  # a record fetched just before its partition moved away
-            return
         offset = msg.offset()
         if offset < state.next_offset:  # already copied (a re-fetch after a rewind)
             return
-        self._begin()
+        if not self.in_txn:
+            self._begin()
         hdrs = msg.headers()
-        if hdrs is not None and self._is_loop(hdrs, state):
-            state.next_offset = offset + 1
-            return
+        first_hop = True
+        if hdrs is not None:
+            if self._is_loop(hdrs, state):
+                state.next_offset = offset + 1
+                return
+            if any(name in provenance.STAMPED for name, _ in hdrs):
+                tp = state.tp
+                hdrs = provenance.stamp(
+                    hdrs,
+                    source_cluster_id=self.ctx.source_cluster_id,
+                    source_topic=tp.topic,
+                    partition=tp.partition,
+                    offset=offset,
+                )[:-1]  # all but crossfeed-src, which the sink appends from the run
+                first_hop = False
         if self.ctx.filtering:
             reason = self.ctx.reject_reason(msg)
             if reason is not None:
@@ -154,40 +167,24 @@ class PullerTask:
                 return
         ts_ms = msg.timestamp()[1]
         key, value = msg.key(), msg.value()
-        src = (SRC, state.src_prefix + str(offset).encode())
-        stamped: Any  # confluent-kafka header pairs
-        if hdrs is None:
-            stamped = [*state.first_hop, src]
-        elif any(name in provenance.STAMPED for name, _ in hdrs):
-            stamped = provenance.stamp(
-                hdrs,
-                source_cluster_id=self.ctx.source_cluster_id,
-                source_topic=tp.topic,
-                partition=tp.partition,
-                offset=offset,
-            )
-        else:  # first hop: the same result as provenance.stamp, without re-parsing
-            stamped = [*hdrs, *state.first_hop, src]
-        size = (len(key) if key else 0) + (len(value) if value else 0)
-        while True:
-            try:
-                self.producer.produce(
-                    self.ctx.changes_topic,
-                    value=value,
-                    key=key,
-                    partition=self.staging_partition,
-                    headers=stamped,
-                    timestamp=ts_ms if ts_ms > 0 else 0,
-                )
-                break
-            except BufferError:
-                self.producer.poll(0.05)  # local queue full: let deliveries drain
+        run = state.run
+        before = run.size
+        run.add(offset, ts_ms, key, value, hdrs, first_hop)
+        size = run.size - before
+        if run.size >= self.ctx.run_bytes:
+            self._ship(state)
         self.txn_records += 1
         self.txn_bytes += size
         state.next_offset = offset + 1
         state.last_ts_us = self._commit_ts(hdrs, ts_ms)
         state.records += 1
         state.bytes += size
+
+    def _ship(self, state: PartitionState) -> None:
+        """Send the partition's run to the staging partition (inside the transaction)."""
+        if len(state.run):
+            self._produce(self.ctx.changes_topic, state.run.encode(), state.key, None)
+            state.run = self._new_run(state.tp)
 
     def _is_loop(self, hdrs: list[Any], state: PartitionState) -> bool:
         """True (and counted) when the target cluster is already in the hop list."""
@@ -268,6 +265,8 @@ class PullerTask:
         resolved_ts may advance to now.
         """
         self._begin()
+        for state in self.partitions.values():
+            self._ship(state)  # the copies first: a mark covers what precedes it
         now_us = int(time.time() * 1_000_000)
         lateness_us = self.ctx.feed.config.lateness_ms * 1000
         for tp, state in self.partitions.items():
@@ -284,10 +283,7 @@ class PullerTask:
                 "next_offset": state.next_offset,
             }
             self._produce(
-                self.ctx.changes_topic,
-                codec.encode("ResolvedMark", mark),
-                str(tp).encode(),
-                MARK_HEADERS,
+                self.ctx.changes_topic, codec.encode("ResolvedMark", mark), state.key, MARK_HEADERS
             )
             state.pending_resolved_us = max(resolved, 0)
             metrics.RESOLVED_TS.labels(*state.labels).set(max(resolved, 0) / 1e6)
@@ -319,6 +315,7 @@ class PullerTask:
             self.txn_records = self.txn_bytes = 0
         for state in self.partitions.values():
             state.next_offset = state.committed
+            state.run = self._new_run(state.tp)
             state.records = state.bytes = state.dead_letters = state.loop_dropped = 0
         return {tp: state.committed for tp, state in self.partitions.items()}
 

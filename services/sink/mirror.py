@@ -6,10 +6,12 @@ each transaction holds the copies, the dead letters, the OffsetSync ranges of th
 copies and the group's input positions (``send_offsets_to_transaction`` with the
 group's metadata, so an instance whose generation is stale is fenced).
 
-A staged record is the source record itself plus provenance headers, the last being
-``crossfeed-src`` (``<cluster.id>/<topic>/<partition>/<offset>``): it says where the
-copy goes (the target topic named by rename-format, the same partition number) and
-which source offset it is, for the OffsetSync ranges.
+A staged record is a ``CopiedRecords`` run (crossfeed/wire/copied.py): records of one
+source partition, in offset order, packed column-wise. The run names the source cluster,
+topic and partition — where its copies go (the target topic named by rename-format, the
+same partition number) — and every record's offset, for ``crossfeed-src`` and the
+OffsetSync ranges. Each record becomes one target record: key, value and timestamp as on
+the source, its headers, the provenance headers, ``crossfeed-src`` last.
 
 OffsetSync ranges come from delivery reports: per source partition one record per
 contiguous run, broken at a gap on either side — skipped source offsets (compaction,
@@ -22,8 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -37,7 +38,8 @@ from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
-from crossfeed.wire import codec, headers, topics
+from crossfeed.wire import codec, copied, headers, topics
+from crossfeed.wire.codec import CodecError
 from services.puller.worker import (
     DLQ_MAX_MESSAGE_BYTES,
     STAGING_MAX_MESSAGE_BYTES,
@@ -51,7 +53,7 @@ log = logging.getLogger(__name__)
 RESOLVED = headers.TYPE_RESOLVED.encode()
 FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 SIZE_SLACK = 64 << 10  # below max.message.bytes by this much, no exact size check is needed
-CONSUME_BATCH = 5000  # records per consume call; a full one means the sink is behind
+CONSUME_BATCH = 32  # staging records (runs of up to puller.run_bytes) per consume call
 
 
 class RetryLater(RuntimeError):
@@ -71,10 +73,16 @@ class SourceRoute:
     bytes: int = 0
     dead_letters: int = 0
     newest_ts_ms: int = -1
+    # In the open transaction: source offsets in produce order, target offsets as acked
+    # (per target partition, delivery reports arrive in produce order: idempotence).
+    produced: list[int] = field(default_factory=list)
+    acked: list[int] = field(default_factory=list)
+    on_delivery: Any = None  # the delivery report callback of its copies (see _route)
 
-    @property
-    def target(self) -> tuple[str, int]:
-        return (self.target_topic, self.source.partition)
+    def reset(self) -> None:
+        self.records = self.bytes = self.dead_letters = 0
+        self.produced = []
+        self.acked = []
 
 
 class MirrorSink:
@@ -101,8 +109,7 @@ class MirrorSink:
         self.heartbeats: HeartbeatSender | None = None
         self.targets: TargetTopics | None = None
         self.address = ""
-        self.routes: dict[bytes, SourceRoute] = {}  # by crossfeed-src prefix
-        self.by_target: dict[tuple[str, int], SourceRoute] = {}
+        self.routes: dict[tuple[str, str, int], SourceRoute] = {}  # by source cluster.id/tp
         self.writers: dict[TopicPartition, OffsetSyncWriter] = {}
         self.checkpoints: dict[str, int] = {}  # "topic/partition" -> checkpoint_ts (µs)
         self.state = "starting"
@@ -115,13 +122,10 @@ class MirrorSink:
         self.txn_records = 0
         self.first_offset: dict[int, int] = {}  # staging partition -> first offset in txn
         self.next_input: dict[int, int] = {}  # staging partition -> next offset after txn
-        # Per target partition: source offsets in produce order, target offsets as acked.
-        self.produced: dict[tuple[str, int], list[int]] = defaultdict(list)
-        self.acked: dict[tuple[str, int], list[int]] = defaultdict(list)
         self.marks: dict[TopicPartition, dict[str, Any]] = {}
         self.delivery_error: KafkaError | None = None
         for route in self.routes.values():
-            route.records = route.bytes = route.dead_letters = 0
+            route.reset()
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -160,6 +164,7 @@ class MirrorSink:
             "heartbeat.interval.ms": 1000,
             "queued.max.messages.kbytes": 65536,
             "fetch.wait.max.ms": 50,
+            "max.partition.fetch.bytes": 8 << 20,  # runs are up to puller.run_bytes each
         }
         if self.static:
             # A stable id (--instance) resumes at once on restart; it does not leave on close.
@@ -241,63 +246,74 @@ class MirrorSink:
         self.first_offset.setdefault(p, msg.offset())
         self.next_input[p] = msg.offset() + 1
         hdrs = msg.headers()
-        last: Any = hdrs[-1] if hdrs else (None, None)
-        if last[0] != headers.SRC:  # not a copied record: a resolved mark, or not ours
-            if last == (headers.TYPE, RESOLVED):
+        if hdrs:  # runs carry no headers: a resolved mark, or not ours
+            if hdrs[-1] == (headers.TYPE, RESOLVED):
                 mark = codec.decode("ResolvedMark", msg.value())
                 self.marks[TopicPartition(mark["topic"], mark["partition"])] = mark
             else:
-                self._dead_letter_raw(msg, "staging record without a crossfeed-src header")
+                self._dead_letter_raw(msg, "staging record that is neither a run nor a mark")
             return
-        head, _, offset_text = last[1].rpartition(b"/")
-        route = self.routes.get(head) or self._route(head)
-        key, value = msg.key(), msg.value()
-        size = (len(key) if key else 0) + (len(value) if value else 0)
-        if size + SIZE_SLACK > route.max_message_bytes:
-            exact = record_size(key, value, hdrs)
-            if exact > route.max_message_bytes:
-                self._dead_letter(
-                    msg,
-                    route,
-                    int(offset_text),
-                    "RecordTooLarge",
-                    f"record of {exact} bytes exceeds max.message.bytes="
-                    f"{route.max_message_bytes} of target topic {route.target_topic}",
-                )
-                return
-        ts_ms = msg.timestamp()[1]
-        while True:
-            try:
-                self.producer.produce(
-                    route.target_topic,
-                    value=value,
-                    key=key,
-                    partition=route.source.partition,
-                    headers=hdrs,
-                    timestamp=max(ts_ms, 0),
-                    on_delivery=self._on_delivery,
-                )
-                break
-            except BufferError:
-                self.producer.poll(0.05)  # local queue full: let deliveries drain
-        self.produced[route.target].append(int(offset_text))
-        self.txn_records += 1
-        route.records += 1
-        route.bytes += size
-        route.newest_ts_ms = ts_ms
+        try:
+            run = copied.decode(msg.value())
+        except CodecError as err:
+            self._dead_letter_raw(msg, f"staging record is not a CopiedRecords run: {err}")
+            return
+        if not len(run):
+            return
+        route = self.routes.get((run.source_cluster, run.topic, run.partition)) or self._route(
+            run.source_cluster, run.topic, run.partition
+        )
+        self._write(run, route)
 
-    def _on_delivery(self, err: KafkaError | None, out: Any) -> None:
-        # Per target partition, reports arrive in produce order (idempotent producer).
-        if err is not None:
-            self.delivery_error = err
-        else:
-            self.acked[(out.topic(), out.partition())].append(out.offset())
+    def _write(self, run: copied.CopiedRecords, route: SourceRoute) -> None:
+        """Every record of the run into its target partition (the hot path)."""
+        check_sizes = run.max_record_bytes() + SIZE_SLACK > route.max_message_bytes
+        produce = self.producer.produce
+        topic, partition = route.target_topic, route.source.partition
+        produced = route.produced
+        on_delivery = route.on_delivery
+        written = size_total = 0
+        for offset, ts_ms, key, value, record_headers in run.copies():
+            size = (len(key) if key else 0) + (len(value) if value else 0)
+            if check_sizes:
+                exact = record_size(key, value, record_headers)
+                if exact > route.max_message_bytes:
+                    self._dead_letter(
+                        key,
+                        value,
+                        record_headers,
+                        route,
+                        offset,
+                        "RecordTooLarge",
+                        f"record of {exact} bytes exceeds max.message.bytes="
+                        f"{route.max_message_bytes} of target topic {route.target_topic}",
+                    )
+                    continue
+            while True:
+                try:
+                    produce(
+                        topic,
+                        value=value,
+                        key=key,
+                        partition=partition,
+                        headers=record_headers,
+                        timestamp=ts_ms if ts_ms > 0 else 0,
+                        on_delivery=on_delivery,
+                    )
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)  # local queue full: let deliveries drain
+            produced.append(offset)
+            written += 1
+            size_total += size
+        self.txn_records += written
+        route.records += written
+        route.bytes += size_total
+        route.newest_ts_ms = run.timestamps[-1]
 
-    def _route(self, head: bytes) -> SourceRoute:
-        """Where records of one source partition go (cached by their crossfeed-src prefix)."""
-        cluster_id, _, rest = head.decode().partition("/")
-        topic, _, partition = rest.rpartition("/")
-        source = TopicPartition(topic, int(partition))
+    def _route(self, cluster_id: str, topic: str, partition: int) -> SourceRoute:
+        """Where records of one source partition go (cached)."""
+        source = TopicPartition(topic, partition)
         target_name = self.feed.target_topic(topic)
         assert self.targets is not None
         target = self.targets.get(target_name)
@@ -305,10 +321,10 @@ class MirrorSink:
             raise RetryLater(
                 f"target topic {target_name!r} does not exist yet on {self.target_alias}"
             )
-        if source.partition >= target.partitions:
+        if partition >= target.partitions:
             raise RetryLater(
                 f"target topic {target_name!r} has {target.partitions} partition(s) but source "
-                f"partition {source} needs at least {source.partition + 1}; add partitions on "
+                f"partition {source} needs at least {partition + 1}; add partitions on "
                 f"{self.target_alias}"
             )
         route = SourceRoute(
@@ -316,11 +332,20 @@ class MirrorSink:
             cluster_id=cluster_id,
             target_topic=target_name,
             max_message_bytes=target.max_message_bytes,
-            labels=(self.feed.name, topic, partition),
+            labels=(self.feed.name, topic, str(partition)),
         )
-        self.routes[head] = route
-        self.by_target[route.target] = route
+        route.on_delivery = self._delivery_report(route)
+        self.routes[(cluster_id, topic, partition)] = route
         return route
+
+    def _delivery_report(self, route: SourceRoute) -> Any:
+        def delivered(err: KafkaError | None, out: Any) -> None:
+            if err is not None:
+                self.delivery_error = err
+            else:
+                route.acked.append(out.offset())
+
+        return delivered
 
     def _produce(self, topic: str, value: Any, key: Any, hdrs: Any = None) -> None:
         """A record of crossfeed's own (sync, dead letter) into the open transaction."""
@@ -334,7 +359,14 @@ class MirrorSink:
     # -- dead letters ---------------------------------------------------------------
 
     def _dead_letter(
-        self, msg: Any, route: SourceRoute, offset: int, error_class: str, reason: str
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        hdrs: list[Any],
+        route: SourceRoute,
+        offset: int,
+        error_class: str,
+        reason: str,
     ) -> None:
         letter = DeadLetter(
             feed=self.feed.name,
@@ -346,7 +378,7 @@ class MirrorSink:
             error_class=error_class,
             error_message=reason,
         )
-        self._send_dead_letter(msg, letter)
+        self._send_dead_letter(key, value, hdrs, letter)
         route.dead_letters += 1
 
     def _dead_letter_raw(self, msg: Any, reason: str) -> None:
@@ -361,13 +393,15 @@ class MirrorSink:
             error_class="NotAStagedRecord",
             error_message=reason,
         )
-        self._send_dead_letter(msg, letter)
+        self._send_dead_letter(msg.key(), msg.value(), msg.headers() or [], letter)
 
-    def _send_dead_letter(self, msg: Any, letter: DeadLetter) -> None:
+    def _send_dead_letter(
+        self, key: bytes | None, value: bytes | None, hdrs: list[Any], letter: DeadLetter
+    ) -> None:
         if self.feed.config.errors_tolerance == "none":
             raise FeedStopped(letter)
         log.warning("dead letter: %s", letter.describe())
-        self._produce(topics.DLQ, msg.value(), msg.key(), letter.headers(msg.headers() or []))
+        self._produce(topics.DLQ, value, key, letter.headers(hdrs))
 
     # -- transactions ---------------------------------------------------------------
 
@@ -377,9 +411,10 @@ class MirrorSink:
         if self.delivery_error is not None:
             raise KafkaException(self.delivery_error)
         syncs = 0
-        for target, source_offsets in self.produced.items():
-            route = self.by_target[target]
-            target_offsets = self.acked[target]
+        for route in self.routes.values():
+            source_offsets, target_offsets = route.produced, route.acked
+            if not source_offsets:
+                continue
             if len(target_offsets) != len(source_offsets):
                 raise KafkaException(
                     KafkaError(KafkaError._FAIL, "delivery reports missing; retrying")

@@ -14,7 +14,8 @@ from crossfeed.translation.kafka_io import Unreachable, shared_admin
 from crossfeed.translation.reader import RangeReader
 from crossfeed.translation.scan import Kind, Seen
 from crossfeed.translation.translator import PartitionTranslation
-from crossfeed.wire import headers, topics
+from crossfeed.wire import copied, topics
+from crossfeed.wire.codec import CodecError
 from services.coordinator.failover.hooks import FailoverHooks
 from services.coordinator.failover.models import GroupOut, PartitionOut
 
@@ -53,7 +54,8 @@ def sink_group(feed: str) -> str:
 
 def staged_backlog(settings: Settings, feed: FeedSpec) -> tuple[int, int]:
     """(copies staged in ``_crossfeed.<feed>.changes`` that its sinks have not applied,
-    live sink instances). Resolved marks are not counted; an upper bound past 100k."""
+    live sink instances): the records of the unapplied runs (resolved marks are not
+    counted); past the scan limit, every unread staging record counts as one copy."""
     conf = settings.cluster(str(feed.sink.cluster)).client_config()
     admin = shared_admin(conf)
     staging = topics.changes(feed.name)
@@ -67,6 +69,18 @@ def staged_backlog(settings: Settings, feed: FeedSpec) -> tuple[int, int]:
     starts = kafka_io.start_offsets(admin, tps)
     members = kafka_io.active_members(admin, [group]).get(group, 0)
     reader = RangeReader(conf, f"staging-{feed.name}")
+    copies = [0]
+
+    def staged(msg: Any) -> Seen:
+        # Runs carry no headers (marks do); a run counts as the records it holds.
+        if msg.headers() or not msg.value():
+            return Seen(msg.offset(), Kind.OTHER)
+        try:
+            copies[0] += copied.count(msg.value())
+        except CodecError:
+            return Seen(msg.offset(), Kind.OTHER)
+        return Seen(msg.offset(), Kind.COPYABLE)
+
     total = 0
     try:
         for tp in tps:
@@ -74,17 +88,11 @@ def staged_backlog(settings: Settings, feed: FeedSpec) -> tuple[int, int]:
             end = ends.get(tp, 0)
             if end <= start:
                 continue
-            scan, _ = reader.scan(tp[0], tp[1], start, end, STAGING_SCAN_LIMIT, _staged_kind)
-            total += scan.copyable_bound
+            scan, _ = reader.scan(tp[0], tp[1], start, end, STAGING_SCAN_LIMIT, staged)
+            total += scan.copyable_bound - scan.copyable  # unread staging records, one each
     finally:
         reader.close()
-    return total, members
-
-
-def _staged_kind(msg: Any) -> Seen:
-    found = msg.headers() or []
-    copied = bool(found) and found[-1][0] == headers.SRC
-    return Seen(msg.offset(), Kind.COPYABLE if copied else Kind.OTHER)
+    return total + copies[0], members
 
 
 def grouped(

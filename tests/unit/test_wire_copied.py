@@ -1,0 +1,160 @@
+"""Unit and property tests for crossfeed.wire.copied (runs of copied records)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from crossfeed.core import provenance
+from crossfeed.wire import codec, copied
+from crossfeed.wire.codec import CodecError
+from crossfeed.wire.headers import HOPS, ORIGIN_CLUSTER, ORIGIN_TOPIC, SRC
+
+pytestmark = pytest.mark.unit
+
+CLUSTER = "Zx3kQ9tDSuGp8v2mYc1aBw"
+OTHER = "Pq7rT2uVwX9yZ0aB1cD2eF"
+
+maybe_bytes = st.none() | st.binary(max_size=40)
+header = st.tuples(st.text(max_size=12), maybe_bytes)
+record = st.tuples(
+    st.integers(min_value=1, max_value=1000),  # offset step
+    st.integers(min_value=-1, max_value=2**45),  # timestamp
+    maybe_bytes,
+    maybe_bytes,
+    st.none() | st.lists(header, max_size=4),
+    st.booleans(),
+)
+
+
+def _expected(run_records: list[Any], topic: str, partition: int) -> list[Any]:
+    out = []
+    offset = -1
+    for step, ts, key, value, hdrs, first_hop in run_records:
+        offset += step
+        own = list(hdrs or [])
+        src = (SRC, f"{CLUSTER}/{topic}/{partition}/{offset}".encode())
+        if first_hop:
+            first = [
+                (ORIGIN_CLUSTER, CLUSTER.encode()),
+                (ORIGIN_TOPIC, topic.encode()),
+                (HOPS, CLUSTER.encode()),
+            ]
+            out.append((offset, ts, key, value, [*own, *first, src]))
+        else:
+            out.append((offset, ts, key, value, [*own, src]))
+    return out
+
+
+@given(st.lists(record, max_size=30), st.sampled_from(["orders", "a.b-c_d", "t/with/slash"]))
+def test_round_trip_gives_every_record_back(records: list[Any], topic: str) -> None:
+    run = copied.Run(CLUSTER, topic, 5)
+    offset = -1
+    for step, ts, key, value, hdrs, first_hop in records:
+        offset += step
+        run.add(offset, ts, key, value, hdrs, first_hop)
+    decoded = copied.decode(run.encode())
+    assert len(decoded) == len(records) == len(run)
+    assert (decoded.source_cluster, decoded.topic, decoded.partition) == (CLUSTER, topic, 5)
+    assert list(decoded.copies()) == _expected(records, topic, 5)
+
+
+def test_null_and_empty_stay_different() -> None:
+    run = copied.Run(CLUSTER, "t", 0)
+    run.add(0, 1, None, b"")
+    run.add(1, 2, b"", None)
+    run.add(2, 3, b"k", b"v", [("h", None), ("h", b""), ("h", b"x")])
+    got = [(k, v, h[:3]) for _, _, k, v, h in copied.decode(run.encode()).copies()]
+    assert got[0][:2] == (None, b"")
+    assert got[1][:2] == (b"", None)
+    assert got[2] == (b"k", b"v", [("h", None), ("h", b""), ("h", b"x")])
+
+
+def test_a_restamped_record_gets_exactly_what_stamp_gives() -> None:
+    """A later hop: the puller stores stamp()'s headers but crossfeed-src; the sink's
+    copy is then byte for byte what provenance.stamp says."""
+    arriving = [
+        ("trace", b"1"),
+        (ORIGIN_CLUSTER, OTHER.encode()),
+        (ORIGIN_TOPIC, b"orders"),
+        (HOPS, OTHER.encode()),
+        (SRC, f"{OTHER}/orders/0/3".encode()),
+    ]
+    stamped = provenance.stamp(
+        arriving, source_cluster_id=CLUSTER, source_topic="orders", partition=2, offset=40
+    )
+    run = copied.Run(CLUSTER, "orders", 2)
+    run.add(40, 7, b"k", b"v", stamped[:-1], first_hop=False)
+    (copy,) = copied.decode(run.encode()).copies()
+    assert copy[4] == stamped
+
+
+def test_offsets_must_increase() -> None:
+    run = copied.Run(CLUSTER, "t", 0)
+    run.add(5, 0, None, None)
+    with pytest.raises(ValueError, match="increase"):
+        run.add(5, 0, None, None)
+
+
+def test_size_counts_keys_values_and_headers() -> None:
+    run = copied.Run(CLUSTER, "t", 0)
+    run.add(0, 0, b"kk", b"v" * 100)
+    assert run.size == 102 + copied.OVERHEAD_BYTES
+    run.add(1, 0, None, None, [("name", b"12345")])
+    assert run.size == 102 + 2 * copied.OVERHEAD_BYTES + len("name") + 8 + 5
+
+
+def test_count_reads_the_number_of_records() -> None:
+    run = copied.Run(CLUSTER, "t", 0)
+    for offset in range(17):
+        run.add(offset, 0, None, b"x")
+    assert copied.count(run.encode()) == 17
+
+
+def _raw(**changes: Any) -> bytes:
+    run = copied.Run(CLUSTER, "t", 0)
+    run.add(3, 10, b"ab", b"cde", [("h", b"1")])
+    run.add(4, 11, None, b"f")
+    fields = codec.decode(copied.RECORD, run.encode())
+    fields.update(changes)
+    return codec.encode(copied.RECORD, fields)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"count": 3}, "offsets holds 16 bytes, expected 24"),
+        ({"count": -1}, "negative"),
+        ({"offsets": (4).to_bytes(8, "little") + (3).to_bytes(8, "little")}, "increase"),
+        ({"keys": b"abc"}, "keys: sizes add up to 2 bytes but the column holds 3"),
+        ({"values": b"cd"}, "values: sizes add up to 4 bytes"),
+        ({"key_sizes": b"\x02\x00\x00\x00\xfe\xff\xff\xff"}, "keys"),
+        ({"timestamps_ms": b"\x00" * 8}, "timestamps_ms holds 8 bytes"),
+        ({"first_hop": b"\x01"}, "first_hop has 1 entries"),
+        ({"header_counts": b""}, "header bytes but no header_counts"),
+        ({"header_counts": b"\x02\x00\x00\x00\x00\x00\x00\x00"}, "header_name_sizes"),
+        ({"header_names": b"\xff"}, "not UTF-8"),
+        ({"header_values": b""}, "header_values: sizes add up to 1"),
+    ],
+)
+def test_malformed_runs_are_codec_errors(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(CodecError, match=message):
+        copied.decode(_raw(**changes))
+
+
+@given(st.binary(max_size=200))
+def test_any_bytes_decode_or_raise_codec_error(data: bytes) -> None:
+    """Nothing but CodecError escapes (any other exception fails the test)."""
+    with contextlib.suppress(CodecError):
+        copied.decode(data)
+
+
+def test_truncated_runs_are_codec_errors() -> None:
+    value = _raw()
+    for cut in range(1, len(value)):
+        with pytest.raises(CodecError):
+            copied.decode(value[:cut])
