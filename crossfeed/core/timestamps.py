@@ -67,6 +67,17 @@ def commit_ts_us(headers: Sequence[tuple[str, bytes | None]], record_timestamp_m
     return record_timestamp_ms * 1000
 
 
+def catching_up(newest_ts_ms: int, now_ms: float, threshold_ms: float) -> bool:
+    """Is a reader catching up a backlog? Yes when the newest record it just read is older
+    than ``threshold_ms``: then larger transactions cost no latency that matters and save
+    commits; a reader keeping up sees fresh records and commits often, for low lag.
+
+    A record without a timestamp (< 0) says nothing: not catching up. A timestamp ahead
+    of the clock (producer skew) is fresh.
+    """
+    return newest_ts_ms >= 0 and now_ms - newest_ts_ms > threshold_ms
+
+
 def consistency_ts(task_checkpoints: Mapping[str, int], previous: int) -> int:
     """The feed's new consistency_ts: min over the tasks' checkpoint_ts, never below
     ``previous``; with no tasks, ``previous``."""

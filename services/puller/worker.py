@@ -20,6 +20,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed.config import Settings
 from crossfeed.core.partitions import TopicPartition, staging_partition
+from crossfeed.core.timestamps import catching_up
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
@@ -38,7 +39,7 @@ from services.puller.task import (
 
 log = logging.getLogger(__name__)
 
-CONSUME_BATCH = 5000  # records per consume call; a full one means the puller is behind
+CONSUME_BATCH = 5000  # records per consume call
 SOURCE_UP_WINDOW_S = 3.0  # statistics arrive every second; allow for two missing
 STAGING_MAX_MESSAGE_BYTES = 64 << 20  # a ChangeEvent wraps a source record up to this size
 DLQ_MAX_MESSAGE_BYTES = 64 << 20
@@ -176,7 +177,13 @@ class PullerWorker:
             time.sleep(0.05)
             return
         batch = self.reader.consume(CONSUME_BATCH, timeout=0.05)
-        behind = len(batch) >= CONSUME_BATCH
+        # Catching up a backlog (old records): fewer, larger transactions. Judging by the
+        # records' age, not by full batches: big fetches fill a batch even when the
+        # reader is only a moment behind, and 1 s transactions at both hops then add
+        # seconds of lag to a feed that keeps up.
+        behind = bool(batch) and catching_up(
+            batch[-1].timestamp()[1], time.time() * 1000, self.ctx.backlog_commit_interval_s * 1000
+        )
         for msg in batch:
             if msg.error():
                 if not msg.error().retriable():

@@ -33,6 +33,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 from crossfeed.config import Settings
 from crossfeed.core.offset_ranges import OffsetSyncWriter
 from crossfeed.core.partitions import TopicPartition
+from crossfeed.core.timestamps import catching_up
 from crossfeed.dlq import DeadLetter, FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
@@ -113,6 +114,7 @@ class MirrorSink:
         self.writers: dict[TopicPartition, OffsetSyncWriter] = {}
         self.checkpoints: dict[str, int] = {}  # "topic/partition" -> checkpoint_ts (µs)
         self.state = "starting"
+        self.newest_ts_ms = -1  # timestamp of the newest source record written
         self.last_error: str | None = None
         self._reset_txn()
 
@@ -221,9 +223,11 @@ class MirrorSink:
                         log.warning("staging read error: %s", msg.error())
                     continue
                 self._handle(msg)
-            # Catching up a backlog (full batches): fewer, larger transactions; caught up:
-            # commit often, for low end-to-end lag.
-            behind = len(batch) >= CONSUME_BATCH
+            # Catching up a backlog (old source records): fewer, larger transactions;
+            # caught up: commit often, for low end-to-end lag.
+            behind = catching_up(
+                self.newest_ts_ms, time.time() * 1000, opts.backlog_commit_interval_ms
+            )
             interval_ms = opts.backlog_commit_interval_ms if behind else opts.commit_interval_ms
             if self.in_txn and (
                 self.txn_records >= opts.max_batch_records
@@ -309,7 +313,7 @@ class MirrorSink:
         self.txn_records += written
         route.records += written
         route.bytes += size_total
-        route.newest_ts_ms = run.timestamps[-1]
+        route.newest_ts_ms = self.newest_ts_ms = run.timestamps[-1]
 
     def _route(self, cluster_id: str, topic: str, partition: int) -> SourceRoute:
         """Where records of one source partition go (cached)."""

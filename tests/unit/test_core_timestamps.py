@@ -10,6 +10,7 @@ from crossfeed.core.partitions import TopicPartition as TP
 from crossfeed.core.timestamps import (
     MAX_TS,
     ResolvedTracker,
+    catching_up,
     commit_ts_us,
     consistency_ts,
     parse_commit_ts,
@@ -154,3 +155,13 @@ def test_global_resolved_is_min_of_per_partition_max(marks: list[tuple[str, int]
             assert current == min(best.values())
             assert previous_global is None or current >= previous_global
             previous_global = current
+
+
+class TestCatchingUp:
+    def test_old_records_mean_a_backlog(self) -> None:
+        assert catching_up(1_000, now_ms=2_001, threshold_ms=1000)
+        assert not catching_up(1_000, now_ms=2_000, threshold_ms=1000)
+
+    def test_fresh_skewed_or_missing_timestamps_are_not_a_backlog(self) -> None:
+        assert not catching_up(5_000, now_ms=2_000, threshold_ms=1000)  # producer clock ahead
+        assert not catching_up(-1, now_ms=2_000_000, threshold_ms=1000)  # no timestamp
