@@ -62,7 +62,7 @@ from __future__ import annotations
 import bisect
 import enum
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 
@@ -190,6 +190,31 @@ class OffsetSyncWriter:
         if run is not None:
             self._closed.append(run)
         self._open = OffsetRun(source_offset, source_offset, target_offset)
+
+    def add_block(self, source_offsets: Sequence[int], target_start: int) -> None:
+        """Record that ``source_offsets`` (increasing) were written at the contiguous
+        target offsets ``target_start, target_start + 1, …`` — the same as ``add`` for
+        each pair, but a block without source gaps costs one step, not one per record
+        (the sink knows a block's target offsets are contiguous from its first and last
+        delivery reports)."""
+        count = len(source_offsets)
+        if not count:
+            return
+        first = source_offsets[0]
+        if source_offsets[-1] - first == count - 1:  # no source gap: one piece
+            self.add(first, target_start)
+            self._extend(source_offsets[-1], target_start + count - 1)
+            return
+        for i, source_offset in enumerate(source_offsets):
+            self.add(source_offset, target_start + i)
+
+    def _extend(self, source_end: int, target_end: int) -> None:
+        """Grow the open run (which ends where the block began) to the block's end."""
+        run = self._open
+        assert run is not None and target_end - source_end == run.delta
+        if source_end > run.source_end:
+            self._open = OffsetRun(run.source_start, source_end, run.target_start)
+            self._last = (source_end, target_end)
 
     def take_closed_runs(self) -> list[OffsetRun]:
         """Runs that can no longer grow, oldest first; they are handed over only once."""

@@ -67,15 +67,18 @@ def commit_ts_us(headers: Sequence[tuple[str, bytes | None]], record_timestamp_m
     return record_timestamp_ms * 1000
 
 
-def catching_up(newest_ts_ms: int, now_ms: float, threshold_ms: float) -> bool:
-    """Is a reader catching up a backlog? Yes when the newest record it just read is older
-    than ``threshold_ms``: then larger transactions cost no latency that matters and save
-    commits; a reader keeping up sees fresh records and commits often, for low lag.
+def catching_up(batch_full: bool, newest_ts_ms: int, now_ms: float, threshold_ms: float) -> bool:
+    """Is a reader catching up a backlog? Then larger transactions cost no latency that
+    matters and save commits; a reader that keeps up commits often, for low lag.
 
-    A record without a timestamp (< 0) says nothing: not catching up. A timestamp ahead
-    of the clock (producer skew) is fresh.
+    Both must hold: its last read filled the batch (more is waiting) and the newest record
+    in it is older than ``threshold_ms``. A full batch alone is no backlog — big fetches
+    fill batches when a reader is only a moment behind — and old records alone are none
+    either: with larger transactions every record is older than the threshold, so a reader
+    would never leave the backlog mode it put itself in. A record without a timestamp
+    (< 0) says nothing; a timestamp ahead of the clock (producer skew) is fresh.
     """
-    return newest_ts_ms >= 0 and now_ms - newest_ts_ms > threshold_ms
+    return batch_full and newest_ts_ms >= 0 and now_ms - newest_ts_ms > threshold_ms
 
 
 def consistency_ts(task_checkpoints: Mapping[str, int], previous: int) -> int:

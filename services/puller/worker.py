@@ -177,12 +177,12 @@ class PullerWorker:
             time.sleep(0.05)
             return
         batch = self.reader.consume(CONSUME_BATCH, timeout=0.05)
-        # Catching up a backlog (old records): fewer, larger transactions. Judging by the
-        # records' age, not by full batches: big fetches fill a batch even when the
-        # reader is only a moment behind, and 1 s transactions at both hops then add
-        # seconds of lag to a feed that keeps up.
-        behind = bool(batch) and catching_up(
-            batch[-1].timestamp()[1], time.time() * 1000, self.ctx.backlog_commit_interval_s * 1000
+        # Catching up a backlog: fewer, larger transactions (see catching_up).
+        behind = catching_up(
+            len(batch) >= CONSUME_BATCH,
+            batch[-1].timestamp()[1] if batch else -1,
+            time.time() * 1000,
+            self.ctx.backlog_commit_interval_s * 1000,
         )
         for msg in batch:
             if msg.error():

@@ -74,16 +74,63 @@ class SourceRoute:
     bytes: int = 0
     dead_letters: int = 0
     newest_ts_ms: int = -1
-    # In the open transaction: source offsets in produce order, target offsets as acked
-    # (per target partition, delivery reports arrive in produce order: idempotence).
-    produced: list[int] = field(default_factory=list)
-    acked: list[int] = field(default_factory=list)
-    on_delivery: Any = None  # the delivery report callback of its copies (see _route)
+    blocks: list[Block] = field(default_factory=list)  # written in the open transaction
+    exact: bool = False  # a delivery report per record (another writer interleaves)
 
     def reset(self) -> None:
         self.records = self.bytes = self.dead_letters = 0
-        self.produced = []
-        self.acked = []
+        self.blocks = []
+
+
+class Block:
+    """Copies written in order to one target partition, whose target offsets are known
+    from two delivery reports: the first's and the last's. The idempotent producer
+    appends them in order, so when ``last - first == count - 1`` nothing came between
+    them and every copy's target offset follows (OffsetSyncWriter.add_block); otherwise
+    another writer interleaved, and the transaction is redone with a block per record.
+    Per-record reports cost a Python callback per record; two per run do not."""
+
+    __slots__ = ("error", "first_target", "last_target", "source_offsets")
+
+    def __init__(self, source_offsets: Any) -> None:
+        self.source_offsets = source_offsets
+        self.first_target = -1
+        self.last_target = -1
+        self.error: KafkaError | None = None
+
+    def first(self, err: KafkaError | None, out: Any) -> None:
+        if err is not None:
+            self.error = err
+        else:
+            self.first_target = out.offset()
+
+    def last(self, err: KafkaError | None, out: Any) -> None:
+        if err is not None:
+            self.error = err
+        else:
+            self.last_target = out.offset()
+
+    def only(self, err: KafkaError | None, out: Any) -> None:
+        self.first(err, out)
+        self.last(err, out)
+
+    def target_start(self) -> int:
+        """The first copy's target offset; TargetInterleaved if the copies are not
+        contiguous in the target partition, KafkaException if a report failed."""
+        if self.error is not None:
+            raise KafkaException(self.error)
+        if self.first_target < 0 or self.last_target < 0:
+            raise KafkaException(KafkaError(KafkaError._FAIL, "delivery reports missing"))
+        if self.last_target - self.first_target != len(self.source_offsets) - 1:
+            raise TargetInterleaved(
+                f"{len(self.source_offsets)} copies landed at target offsets "
+                f"{self.first_target}..{self.last_target}: another writer interleaved"
+            )
+        return self.first_target
+
+
+class TargetInterleaved(RuntimeError):
+    """Another producer wrote between the copies of a block: redo with exact reports."""
 
 
 class MirrorSink:
@@ -125,7 +172,6 @@ class MirrorSink:
         self.first_offset: dict[int, int] = {}  # staging partition -> first offset in txn
         self.next_input: dict[int, int] = {}  # staging partition -> next offset after txn
         self.marks: dict[TopicPartition, dict[str, Any]] = {}
-        self.delivery_error: KafkaError | None = None
         for route in self.routes.values():
             route.reset()
 
@@ -199,7 +245,7 @@ class MirrorSink:
         if self.in_txn:
             try:
                 self._commit()
-            except (KafkaException, RetryLater) as err:
+            except (KafkaException, RetryLater, TargetInterleaved) as err:
                 log.warning("final commit failed (%s); aborting", err)
                 self._abort()
         if self.consumer is not None:
@@ -223,10 +269,13 @@ class MirrorSink:
                         log.warning("staging read error: %s", msg.error())
                     continue
                 self._handle(msg)
-            # Catching up a backlog (old source records): fewer, larger transactions;
-            # caught up: commit often, for low end-to-end lag.
+            # Catching up a backlog: fewer, larger transactions (see catching_up);
+            # keeping up: commit often, for low end-to-end lag.
             behind = catching_up(
-                self.newest_ts_ms, time.time() * 1000, opts.backlog_commit_interval_ms
+                len(batch) >= CONSUME_BATCH,
+                self.newest_ts_ms,
+                time.time() * 1000,
+                opts.backlog_commit_interval_ms,
             )
             interval_ms = opts.backlog_commit_interval_ms if behind else opts.commit_interval_ms
             if self.in_txn and (
@@ -234,6 +283,9 @@ class MirrorSink:
                 or time.monotonic() - self.txn_started >= interval_ms / 1000
             ):
                 self._commit()
+        except TargetInterleaved as err:
+            log.info("feed %s: %s; redoing the transaction with exact reports", self.feed.name, err)
+            self._abort()
         except RetryLater as err:
             self._enter_error(str(err))
             self._abort()
@@ -271,28 +323,21 @@ class MirrorSink:
 
     def _write(self, run: copied.CopiedRecords, route: SourceRoute) -> None:
         """Every record of the run into its target partition (the hot path)."""
-        check_sizes = run.max_record_bytes() + SIZE_SLACK > route.max_message_bytes
+        if route.exact or run.max_record_bytes() + SIZE_SLACK > route.max_message_bytes:
+            self._write_each(run, route)  # a block per record: exact reports, size checks
+            return
         produce = self.producer.produce
         topic, partition = route.target_topic, route.source.partition
-        produced = route.produced
-        on_delivery = route.on_delivery
-        written = size_total = 0
-        for offset, ts_ms, key, value, record_headers in run.copies():
-            size = (len(key) if key else 0) + (len(value) if value else 0)
-            if check_sizes:
-                exact = record_size(key, value, record_headers)
-                if exact > route.max_message_bytes:
-                    self._dead_letter(
-                        key,
-                        value,
-                        record_headers,
-                        route,
-                        offset,
-                        "RecordTooLarge",
-                        f"record of {exact} bytes exceeds max.message.bytes="
-                        f"{route.max_message_bytes} of target topic {route.target_topic}",
-                    )
-                    continue
+        block = Block(run.offsets)
+        last = len(run) - 1
+        size = 0
+        for i, (_, ts_ms, key, value, record_headers) in enumerate(run.copies()):
+            # Reports only for the block's first and last copy (see Block).
+            report = None
+            if i == 0:
+                report = block.first if last else block.only
+            elif i == last:
+                report = block.last
             while True:
                 try:
                     produce(
@@ -302,17 +347,58 @@ class MirrorSink:
                         partition=partition,
                         headers=record_headers,
                         timestamp=ts_ms if ts_ms > 0 else 0,
-                        on_delivery=on_delivery,
+                        on_delivery=report,
                     )
                     break
                 except BufferError:
                     self.producer.poll(0.05)  # local queue full: let deliveries drain
-            produced.append(offset)
+            size += (len(key) if key else 0) + (len(value) if value else 0)
+        route.blocks.append(block)
+        self._written(run, route, len(run), size)
+
+    def _write_each(self, run: copied.CopiedRecords, route: SourceRoute) -> None:
+        """The run record by record: each size-checked and in a block of its own."""
+        written = size_total = 0
+        for offset, ts_ms, key, value, record_headers in run.copies():
+            exact = record_size(key, value, record_headers)
+            if exact > route.max_message_bytes:
+                self._dead_letter(
+                    key,
+                    value,
+                    record_headers,
+                    route,
+                    offset,
+                    "RecordTooLarge",
+                    f"record of {exact} bytes exceeds max.message.bytes="
+                    f"{route.max_message_bytes} of target topic {route.target_topic}",
+                )
+                continue
+            block = Block([offset])
+            while True:
+                try:
+                    self.producer.produce(
+                        route.target_topic,
+                        value=value,
+                        key=key,
+                        partition=route.source.partition,
+                        headers=record_headers,
+                        timestamp=ts_ms if ts_ms > 0 else 0,
+                        on_delivery=block.only,
+                    )
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)
+            route.blocks.append(block)
             written += 1
-            size_total += size
-        self.txn_records += written
-        route.records += written
-        route.bytes += size_total
+            size_total += (len(key) if key else 0) + (len(value) if value else 0)
+        self._written(run, route, written, size_total)
+
+    def _written(
+        self, run: copied.CopiedRecords, route: SourceRoute, records: int, size: int
+    ) -> None:
+        self.txn_records += records
+        route.records += records
+        route.bytes += size
         route.newest_ts_ms = self.newest_ts_ms = run.timestamps[-1]
 
     def _route(self, cluster_id: str, topic: str, partition: int) -> SourceRoute:
@@ -338,18 +424,8 @@ class MirrorSink:
             max_message_bytes=target.max_message_bytes,
             labels=(self.feed.name, topic, str(partition)),
         )
-        route.on_delivery = self._delivery_report(route)
         self.routes[(cluster_id, topic, partition)] = route
         return route
-
-    def _delivery_report(self, route: SourceRoute) -> Any:
-        def delivered(err: KafkaError | None, out: Any) -> None:
-            if err is not None:
-                self.delivery_error = err
-            else:
-                route.acked.append(out.offset())
-
-        return delivered
 
     def _produce(self, topic: str, value: Any, key: Any, hdrs: Any = None) -> None:
         """A record of crossfeed's own (sync, dead letter) into the open transaction."""
@@ -412,20 +488,17 @@ class MirrorSink:
     def _commit(self) -> None:
         """Copies, OffsetSyncs and input positions in one transaction."""
         self.producer.flush(60)  # every delivery report is in before syncs are written
-        if self.delivery_error is not None:
-            raise KafkaException(self.delivery_error)
         syncs = 0
         for route in self.routes.values():
-            source_offsets, target_offsets = route.produced, route.acked
-            if not source_offsets:
+            if not route.blocks:
                 continue
-            if len(target_offsets) != len(source_offsets):
-                raise KafkaException(
-                    KafkaError(KafkaError._FAIL, "delivery reports missing; retrying")
-                )
             writer = self.writers.setdefault(route.source, OffsetSyncWriter())
-            for source_offset, target_offset in zip(source_offsets, target_offsets, strict=True):
-                writer.add(source_offset, target_offset)
+            for block in route.blocks:
+                try:
+                    writer.add_block(block.source_offsets, block.target_start())
+                except TargetInterleaved:
+                    route.exact = True  # the redo gets a delivery report per record
+                    raise
             for run in writer.flush():
                 self._produce(topics.OFFSET_SYNCS, self._sync(route, run), self._sync_key(route))
                 syncs += 1
@@ -516,7 +589,7 @@ class MirrorSink:
         if self.in_txn:
             try:
                 self._commit()
-            except (KafkaException, RetryLater) as err:
+            except (KafkaException, RetryLater, TargetInterleaved) as err:
                 log.warning("commit before revocation failed (%s); aborting", err)
                 self._abort()
 

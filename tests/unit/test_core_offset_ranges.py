@@ -406,3 +406,42 @@ def test_truncate_before() -> None:
     assert idx.translate(2) == Translation(6, TranslationKind.BEFORE_FIRST, gap=4)
     assert idx.truncate_before(100) == 2
     assert idx.translate(2) is None
+
+
+@st.composite
+def blocks(draw: st.DrawFn) -> list[list[tuple[list[int], int]]]:
+    """Transactions of blocks: source offsets (gaps possible) written at contiguous target
+    offsets from a start (other writers and markers between blocks)."""
+    source, target = -1, -1
+    transactions = []
+    for _ in range(draw(st.integers(1, 4))):
+        txn = []
+        for _ in range(draw(st.integers(1, 4))):
+            offsets = []
+            for _ in range(draw(st.integers(1, 6))):
+                source += draw(st.sampled_from([1, 1, 1, 2, 5]))
+                offsets.append(source)
+            target += 1 + draw(st.sampled_from([0, 0, 2]))
+            txn.append((offsets, target))
+            target += len(offsets) - 1
+        target += 1
+        transactions.append(txn)
+    return transactions
+
+
+@given(blocks())
+def test_add_block_is_add_of_each_record(transactions: list[list[tuple[list[int], int]]]) -> None:
+    by_block, by_record = OffsetSyncWriter(), OffsetSyncWriter()
+    for txn in transactions:
+        for offsets, start in txn:
+            by_block.add_block(offsets, start)
+            for i, offset in enumerate(offsets):
+                by_record.add(offset, start + i)
+        assert by_block.flush() == by_record.flush()
+
+
+def test_add_block_refuses_offsets_that_go_back() -> None:
+    writer = OffsetSyncWriter()
+    writer.add_block([10, 11, 12], 100)
+    with pytest.raises(ValueError, match="must both increase"):
+        writer.add_block([12, 13], 103)

@@ -158,10 +158,14 @@ def test_global_resolved_is_min_of_per_partition_max(marks: list[tuple[str, int]
 
 
 class TestCatchingUp:
-    def test_old_records_mean_a_backlog(self) -> None:
-        assert catching_up(1_000, now_ms=2_001, threshold_ms=1000)
-        assert not catching_up(1_000, now_ms=2_000, threshold_ms=1000)
+    def test_a_full_batch_of_old_records_is_a_backlog(self) -> None:
+        assert catching_up(True, 1_000, now_ms=2_001, threshold_ms=1000)
+        assert not catching_up(True, 1_000, now_ms=2_000, threshold_ms=1000)
+
+    def test_old_records_in_a_partial_batch_are_not(self) -> None:
+        """Large transactions make every record old: the reader must still leave."""
+        assert not catching_up(False, 1_000, now_ms=9_000, threshold_ms=1000)
 
     def test_fresh_skewed_or_missing_timestamps_are_not_a_backlog(self) -> None:
-        assert not catching_up(5_000, now_ms=2_000, threshold_ms=1000)  # producer clock ahead
-        assert not catching_up(-1, now_ms=2_000_000, threshold_ms=1000)  # no timestamp
+        assert not catching_up(True, 5_000, now_ms=2_000, threshold_ms=1000)  # clock ahead
+        assert not catching_up(True, -1, now_ms=2_000_000, threshold_ms=1000)  # no timestamp
