@@ -19,6 +19,7 @@ C. A value that is not a well-formed run — a column of the wrong length, sizes
 
 from __future__ import annotations
 
+import operator
 import sys
 from array import array
 from collections.abc import Iterator, Sequence
@@ -224,31 +225,35 @@ class CopiedRecords:
         return max(self.key_sizes) + max(self.value_sizes)
 
     def copies(self) -> Iterator[Copy]:
-        """Every record with the full header list of its target copy."""
+        """Every record with the full header list of its target copy (the sink's hot
+        loop: plain locals and one zip, no per-record attribute or index lookups)."""
         first = self.provenance()
         prefix = self.src_prefix
         keys, values = self.keys, self.values
         key_at = value_at = 0
         headers, first_hop = self.headers, self.first_hop
-        for i, offset in enumerate(self.offsets):
-            size = self.key_sizes[i]
-            if size < 0:
+        simple = headers is None and not first_hop  # header-less first hops: the usual
+        columns = zip(self.offsets, self.timestamps, self.key_sizes, self.value_sizes, strict=True)
+        for i, (offset, timestamp, key_size, value_size) in enumerate(columns):
+            if key_size < 0:
                 key = None
             else:
-                key = keys[key_at : key_at + size]
-                key_at += size
-            size = self.value_sizes[i]
-            if size < 0:
+                key = keys[key_at : key_at + key_size]
+                key_at += key_size
+            if value_size < 0:
                 value = None
             else:
-                value = values[value_at : value_at + size]
-                value_at += size
+                value = values[value_at : value_at + value_size]
+                value_at += value_size
             src = (SRC, prefix + b"%d" % offset)
+            if simple:
+                yield offset, timestamp, key, value, [*first, src]
+                continue
             own = headers[i] if headers is not None else []
             if not first_hop or first_hop[i]:
-                yield offset, self.timestamps[i], key, value, [*own, *first, src]
+                yield offset, timestamp, key, value, [*own, *first, src]
             else:
-                yield offset, self.timestamps[i], key, value, [*own, src]
+                yield offset, timestamp, key, value, [*own, src]
 
 
 def decode(value: bytes) -> CopiedRecords:
@@ -258,7 +263,7 @@ def decode(value: bytes) -> CopiedRecords:
     if count < 0:
         raise CodecError(f"CopiedRecords count is negative ({count})")
     offsets = _unpack("q", raw["offsets"], count, "offsets")
-    if any(offsets[i] >= offsets[i + 1] for i in range(count - 1)):
+    if not all(map(operator.lt, offsets, offsets[1:])):
         raise CodecError("CopiedRecords offsets do not increase")
     key_sizes = _unpack("i", raw["key_sizes"], count, "key_sizes")
     value_sizes = _unpack("i", raw["value_sizes"], count, "value_sizes")
@@ -283,8 +288,9 @@ def decode(value: bytes) -> CopiedRecords:
 
 
 def _check_total(sizes: array[int], data: bytes, name: str) -> None:
-    total = sum(s for s in sizes if s > 0)
-    if total != len(data) or any(s < -1 for s in sizes):
+    # -1 (null) is the only negative size: sum + nulls is then the bytes the sizes need.
+    total = sum(sizes) + sizes.count(-1)
+    if total != len(data) or (sizes and min(sizes) < -1):
         raise CodecError(
             f"CopiedRecords {name}: sizes add up to {total} bytes but the column holds {len(data)}"
         )

@@ -15,6 +15,7 @@ positions.py), never on a source cluster that may be gone.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -59,10 +60,14 @@ class FeedContext:
     def name(self) -> str:
         return self.feed.name
 
-    @property
+    @functools.cached_property
     def filtering(self) -> bool:
         opts = self.feed.config
         return bool(opts.filter_reject_header or opts.filter_reject_key_regex)
+
+    @functools.cached_property
+    def ordered(self) -> bool:
+        return self.feed.mode == "ordered"
 
     def reject_reason(self, msg: Any) -> str | None:
         """Why a configured filter rejects this record, or None."""
@@ -166,25 +171,36 @@ class PullerTask:
                 state.next_offset = offset + 1
                 return
         ts_ms = msg.timestamp()[1]
-        key, value = msg.key(), msg.value()
         run = state.run
-        before = run.size
-        run.add(offset, ts_ms, key, value, hdrs, first_hop)
-        size = run.size - before
+        run.add(offset, ts_ms, msg.key(), msg.value(), hdrs, first_hop)
+        state.next_offset = offset + 1
+        if self.ctx.ordered:
+            state.last_ts_us = self._commit_ts(hdrs, ts_ms)
         if run.size >= self.ctx.run_bytes:
             self._ship(state)
-        self.txn_records += 1
-        self.txn_bytes += size
-        state.next_offset = offset + 1
-        state.last_ts_us = self._commit_ts(hdrs, ts_ms)
-        state.records += 1
-        state.bytes += size
 
     def _ship(self, state: PartitionState) -> None:
-        """Send the partition's run to the staging partition (inside the transaction)."""
-        if len(state.run):
-            self._produce(self.ctx.changes_topic, state.run.encode(), state.key, None)
-            state.run = self._new_run(state.tp)
+        """Send the partition's run to the staging partition (inside the transaction);
+        the counters are kept per run, not per record."""
+        run = state.run
+        if not len(run):
+            return
+        self._produce(self.ctx.changes_topic, run.encode(), state.key, None)
+        state.run = self._new_run(state.tp)
+        self.txn_records += len(run)
+        self.txn_bytes += run.size
+        state.records += len(run)
+        state.bytes += run.size
+        if not self.ctx.ordered:
+            state.last_ts_us = max(run.timestamps[-1], 0) * 1000
+
+    def _open_records(self) -> tuple[int, int]:
+        """Records and bytes in the open transaction, shipped or not."""
+        runs = [state.run for state in self.partitions.values()]
+        return (
+            self.txn_records + sum(len(run) for run in runs),
+            self.txn_bytes + sum(run.size for run in runs),
+        )
 
     def _is_loop(self, hdrs: list[Any], state: PartitionState) -> bool:
         """True (and counted) when the target cluster is already in the hop list."""
@@ -249,9 +265,10 @@ class PullerTask:
         transaction grow longer (fewer commits); otherwise commit often, for low lag."""
         if self.in_txn:
             interval = self.ctx.backlog_commit_interval_s if behind else self.ctx.commit_interval_s
+            records, size = self._open_records()
             return (
-                self.txn_records >= self.ctx.max_batch_records
-                or self.txn_bytes >= self.ctx.max_batch_bytes
+                records >= self.ctx.max_batch_records
+                or size >= self.ctx.max_batch_bytes
                 or now - self.txn_started >= interval
             )
         # Idle: still emit resolved marks so resolved_ts advances (DESIGN.md §4).

@@ -184,12 +184,13 @@ class PullerWorker:
             time.time() * 1000,
             self.ctx.backlog_commit_interval_s * 1000,
         )
+        route = self.route.get  # the hot loop: a record at a time
         for msg in batch:
             if msg.error():
                 if not msg.error().retriable():
                     log.warning("source read error: %s", msg.error())
                 continue
-            found = self.route.get((msg.topic(), msg.partition()))
+            found = route((msg.topic(), msg.partition()))
             if found is not None:
                 found[0].add(msg, found[1])
         now = time.monotonic()

@@ -330,7 +330,6 @@ class MirrorSink:
         topic, partition = route.target_topic, route.source.partition
         block = Block(run.offsets)
         last = len(run) - 1
-        size = 0
         for i, (_, ts_ms, key, value, record_headers) in enumerate(run.copies()):
             # Reports only for the block's first and last copy (see Block).
             report = None
@@ -352,9 +351,8 @@ class MirrorSink:
                     break
                 except BufferError:
                     self.producer.poll(0.05)  # local queue full: let deliveries drain
-            size += (len(key) if key else 0) + (len(value) if value else 0)
         route.blocks.append(block)
-        self._written(run, route, len(run), size)
+        self._written(run, route, len(run), len(run.keys) + len(run.values))
 
     def _write_each(self, run: copied.CopiedRecords, route: SourceRoute) -> None:
         """The run record by record: each size-checked and in a block of its own."""
