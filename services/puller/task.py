@@ -19,6 +19,7 @@ import functools
 import logging
 import re
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +97,8 @@ class PartitionState:
     pending_resolved_us: int = 0  # resolved_ts of the mark in the open transaction
     labels: tuple[str, str, str] = ("", "", "")
     key: bytes = b""  # staging key: the source topic-partition
+    letters: list[tuple[Any, Any, Any]] = field(default_factory=list)  # dead letters to send
+    sealed_offset: int = 0  # next_offset as of the commit under way
     records: int = 0  # copied since the metrics were last updated
     bytes: int = 0
     dead_letters: int = 0
@@ -104,14 +107,21 @@ class PartitionState:
 
 @dataclass
 class PullerTask:
+    """A task's transactions overlap with reading: :meth:`seal` ends one (copies and marks
+    produced, on the reader's thread), :meth:`finish` commits it (on a committer thread,
+    mostly waiting on the broker) and :meth:`committed` does the bookkeeping; meanwhile
+    :meth:`add` keeps packing records into runs, which wait for the commit to finish
+    before the next transaction sends them (``pending``)."""
+
     ctx: FeedContext
     staging_partition: int
     producer: Producer
     partitions: dict[TopicPartition, PartitionState] = field(default_factory=dict)
     in_txn: bool = False
-    txn_records: int = 0
+    txn_records: int = 0  # shipped in the open transaction
     txn_bytes: int = 0
-    txn_started: float = 0.0
+    open_since: float | None = None  # when the oldest record not yet sealed arrived
+    pending: Future[None] | None = None  # the sealed transaction's commit, under way
     last_commit: float = field(default_factory=time.monotonic)
 
     @property
@@ -146,8 +156,8 @@ class PullerTask:
         offset = msg.offset()
         if offset < state.next_offset:  # already copied (a re-fetch after a rewind)
             return
-        if not self.in_txn:
-            self._begin()
+        if self.open_since is None:
+            self.open_since = time.monotonic()
         hdrs = msg.headers()
         first_hop = True
         if hdrs is not None:
@@ -176,15 +186,31 @@ class PullerTask:
         state.next_offset = offset + 1
         if self.ctx.ordered:
             state.last_ts_us = self._commit_ts(hdrs, ts_ms)
-        if run.size >= self.ctx.run_bytes:
+        if run.size >= self.ctx.run_bytes and self.pending is None:
             self._ship(state)
 
+    def overfull(self) -> bool:
+        """Runs have grown past four times run_bytes while a commit is under way: the
+        reader must wait for it (bounded memory)."""
+        limit = 4 * self.ctx.run_bytes
+        return self.pending is not None and any(
+            state.run.size > limit for state in self.partitions.values()
+        )
+
     def _ship(self, state: PartitionState) -> None:
-        """Send the partition's run to the staging partition (inside the transaction);
-        the counters are kept per run, not per record."""
+        """Send the partition's dead letters and run to the staging partition (inside the
+        transaction); the counters are kept per run, not per record. Never while a
+        commit is under way: the producer's next transaction waits for it."""
+        assert self.pending is None
+        for key, value, hdrs in state.letters:
+            self._begin()
+            self.producer.produce(topics.DLQ, value=value, key=key, headers=hdrs)
+            state.dead_letters += 1
+        state.letters.clear()
         run = state.run
         if not len(run):
             return
+        self._begin()
         self._produce(self.ctx.changes_topic, run.encode(), state.key, None)
         state.run = self._new_run(state.tp)
         self.txn_records += len(run)
@@ -234,13 +260,8 @@ class PullerTask:
         if self.ctx.feed.config.errors_tolerance == "none":
             raise FeedStopped(letter)
         log.warning("dead letter: %s", letter.describe())
-        self.producer.produce(
-            topics.DLQ,
-            value=msg.value(),
-            key=msg.key(),
-            headers=letter.headers(msg.headers() or []),
-        )
-        state.dead_letters += 1
+        # Sent with the partition's run (_ship): a commit may be under way.
+        state.letters.append((msg.key(), msg.value(), letter.headers(msg.headers() or [])))
 
     def _produce(self, topic: str, value: bytes, key: bytes, hdrs: list[Any] | None) -> None:
         while True:
@@ -256,31 +277,40 @@ class PullerTask:
         if not self.in_txn:
             self._txn(self.producer.begin_transaction)
             self.in_txn = True
-            self.txn_started = time.monotonic()
 
     # -- transactions ---------------------------------------------------------------
 
     def due(self, now: float, behind: bool = False) -> bool:
-        """Time to commit? ``behind``: the reader is catching up a backlog, so let the
+        """Time to seal? ``behind``: the reader is catching up a backlog, so let the
         transaction grow longer (fewer commits); otherwise commit often, for low lag."""
-        if self.in_txn:
+        if self.pending is not None:
+            return False  # one commit at a time
+        if self.open_since is not None:
             interval = self.ctx.backlog_commit_interval_s if behind else self.ctx.commit_interval_s
             records, size = self._open_records()
             return (
                 records >= self.ctx.max_batch_records
                 or size >= self.ctx.max_batch_bytes
-                or now - self.txn_started >= interval
+                or now - self.open_since >= interval
             )
         # Idle: still emit resolved marks so resolved_ts advances (DESIGN.md §4).
         return bool(self.partitions) and now - self.last_commit >= self.ctx.resolved_interval_s
 
     def commit(self, positions: dict[TopicPartition, int], caught_up: set[TopicPartition]) -> None:
-        """Close the transaction with a mark per partition; raises TaskFenced if fenced.
+        """Seal and commit now, on this thread; raises TaskFenced if fenced."""
+        self.seal(positions, caught_up)
+        self.finish()
+        self.committed()
+
+    def seal(self, positions: dict[TopicPartition, int], caught_up: set[TopicPartition]) -> None:
+        """End the open transaction: its copies, then a mark per partition. Records added
+        from now on belong to the next one.
 
         ``positions`` are the reader's fetch positions (past skipped aborted records and
         transaction markers); ``caught_up`` the partitions with no backlog, whose
         resolved_ts may advance to now.
         """
+        assert self.pending is None
         self._begin()
         for state in self.partitions.values():
             self._ship(state)  # the copies first: a mark covers what precedes it
@@ -288,6 +318,7 @@ class PullerTask:
         lateness_us = self.ctx.feed.config.lateness_ms * 1000
         for tp, state in self.partitions.items():
             state.next_offset = max(state.next_offset, positions.get(tp, -1))
+            state.sealed_offset = state.next_offset
             resolved = max(
                 (now_us if tp in caught_up else state.last_ts_us) - lateness_us,
                 state.resolved_ts_us,  # resolved_ts never goes backwards
@@ -304,7 +335,14 @@ class PullerTask:
             )
             state.pending_resolved_us = max(resolved, 0)
             metrics.RESOLVED_TS.labels(*state.labels).set(max(resolved, 0) / 1e6)
+        self.open_since = None
+
+    def finish(self) -> None:
+        """Commit the sealed transaction (any thread); raises TaskFenced if fenced."""
         self._txn(self.producer.commit_transaction, 60)
+
+    def committed(self) -> None:
+        """Bookkeeping once the sealed transaction is committed (the reader's thread)."""
         for state in self.partitions.values():
             if state.records:
                 metrics.RECORDS.labels(*state.labels).inc(state.records)
@@ -314,7 +352,7 @@ class PullerTask:
             if state.loop_dropped:
                 metrics.LOOP_DROPPED.labels(*state.labels).inc(state.loop_dropped)
             state.records = state.bytes = state.dead_letters = state.loop_dropped = 0
-            state.committed = state.next_offset
+            state.committed = state.sealed_offset
             state.resolved_ts_us = state.pending_resolved_us
         self.in_txn = False
         self.txn_records = self.txn_bytes = 0
@@ -322,7 +360,10 @@ class PullerTask:
         metrics.TRANSACTIONS.labels(self.ctx.name).inc()
 
     def abort(self) -> dict[TopicPartition, int]:
-        """Abort the open transaction; returns where the reader must rewind to."""
+        """Abort the open (or failed sealed) transaction and drop what was read since;
+        returns where the reader must rewind to."""
+        self.pending = None
+        self.open_since = None
         if self.in_txn:
             try:
                 self.producer.abort_transaction(30)
@@ -333,6 +374,7 @@ class PullerTask:
         for state in self.partitions.values():
             state.next_offset = state.committed
             state.run = self._new_run(state.tp)
+            state.letters.clear()
             state.records = state.bytes = state.dead_letters = state.loop_dropped = 0
         return {tp: state.committed for tp, state in self.partitions.items()}
 

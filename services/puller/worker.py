@@ -92,7 +92,9 @@ class PullerWorker:
         self.heartbeats: HeartbeatSender | None = None
         self.address = ""
         self.source_seen_up = 0.0  # when the source last had a broker connection up
-        self.committer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="commit")
+        # Commits run here, overlapping with reading (see PullerTask): one thread per task
+        # of a typical instance, as a commit mostly waits on the broker.
+        self.committer = ThreadPoolExecutor(max_workers=8, thread_name_prefix="commit")
         self.last_refresh = 0.0
         self.last_metrics = 0.0
 
@@ -176,6 +178,10 @@ class PullerWorker:
         if not self.tasks:
             time.sleep(0.05)
             return
+        self._settle(block=False)
+        for task in list(self.tasks.values()):
+            if task.overfull():  # its commit is slow: wait rather than buffer without end
+                self._settle_task(task)
         batch = self.reader.consume(CONSUME_BATCH, timeout=0.05)
         # Catching up a backlog: fewer, larger transactions (see catching_up).
         behind = catching_up(
@@ -272,6 +278,13 @@ class PullerWorker:
         task = self.tasks.pop(s, None)
         if task is None:
             return
+        if task.pending is not None:  # a commit under way: its outcome first
+            failed = task.pending.exception()
+            task.pending = None
+            if failed is None:
+                task.committed()
+            else:
+                commit = False  # the sealed transaction failed: abort, nothing to add
         if commit:
             try:
                 self._commit_or_raise(task)
@@ -316,25 +329,33 @@ class PullerWorker:
             self.source_seen_up = time.monotonic()
 
     def _commit_all(self, due: list[PullerTask]) -> None:
-        """Commit the due tasks' transactions side by side (each has its own producer, and
-        a commit mostly waits on the broker), then deal with failures on this thread."""
-        prepared = [(task, self._positions(task)) for task in due]
-
-        def commit(item: tuple[PullerTask, Any]) -> Exception | None:
-            task, (positions_now, caught_up) = item
+        """Seal the due tasks' transactions here and commit them on the committer threads
+        (each task has its own producer; a commit mostly waits on the broker), while this
+        thread goes on reading; :meth:`_settle` picks up the outcomes."""
+        for task in due:
             try:
-                task.commit(positions_now, caught_up)
+                task.seal(*self._positions(task))
             except (TaskFenced, KafkaException) as err:
-                return err
-            return None
-
-        if len(prepared) == 1:
-            results = [commit(prepared[0])]
-        else:
-            results = list(self.committer.map(commit, prepared))
-        for (task, _), err in zip(prepared, results, strict=True):
-            if err is not None:
                 self._commit_failed(task, err)
+                continue
+            task.pending = self.committer.submit(task.finish)
+
+    def _settle(self, *, block: bool) -> None:
+        """Bookkeeping for finished commits (all of them, waiting, with ``block``)."""
+        for task in list(self.tasks.values()):
+            if task.pending is not None and (block or task.pending.done()):
+                self._settle_task(task)
+
+    def _settle_task(self, task: PullerTask) -> None:
+        assert task.pending is not None
+        err = task.pending.exception()  # waits for the commit
+        task.pending = None
+        if err is None:
+            task.committed()
+        elif isinstance(err, (TaskFenced, KafkaException)):
+            self._commit_failed(task, err)
+        else:
+            raise err
 
     def _commit_failed(self, task: PullerTask, err: Exception) -> None:
         if isinstance(err, TaskFenced):
