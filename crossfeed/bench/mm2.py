@@ -5,7 +5,8 @@
   2-core machine (crossfeed runs one puller and one sink process);
 * the producer batches and compresses as crossfeed's sink does (batch.size 1 MiB,
   linger.ms 10, lz4, acks=all); the consumer reads read_committed, waits at most
-  100 ms per fetch and hands over up to 10,000 records per poll (crossfeed's batch);
+  100 ms per fetch, fetches up to 8 MiB per partition (as crossfeed's puller does) and
+  hands over up to 10,000 records per poll (crossfeed's batch);
 * heartbeats off (no reverse herder writing to dc-a); checkpoints and group offset
   sync off for throughput runs, on every second for the failover runs;
 * its Connect state topics are named per run, so no run inherits another's positions;
@@ -36,6 +37,7 @@ PRODUCER: dict[str, str] = {
 CONSUMER: dict[str, str] = {
     "isolation.level": "read_committed",
     "fetch.max.wait.ms": "100",
+    "max.partition.fetch.bytes": str(8 << 20),
     "max.poll.records": "10000",
 }
 

@@ -89,6 +89,11 @@ class PullerSettings(BaseModel):
         ge=1024,
         description="bytes of copied records packed into one staging record (CopiedRecords)",
     )
+    staging_compression: Literal["none", "lz4", "zstd", "snappy", "gzip"] = Field(
+        "none",
+        description="compression of staging records: the puller usually runs beside the "
+        "target cluster, where bytes are cheaper than the CPU to squeeze them",
+    )
     commit_interval_ms: int = Field(100, ge=1, description="longest a transaction stays open")
     backlog_commit_interval_ms: int = Field(
         1000, ge=1, description="longest a transaction stays open while catching up a backlog"

@@ -239,7 +239,7 @@ class PullerWorker:
                 # A zombie's open transaction holds back read_committed readers this long.
                 "transaction.timeout.ms": 15000,
                 "linger.ms": 20,
-                "compression.type": "none",
+                "compression.type": self.settings.puller.staging_compression,
                 "batch.size": 1 << 20,
                 "message.max.bytes": STAGING_MAX_MESSAGE_BYTES + 1024,
                 "queue.buffering.max.kbytes": 65536,

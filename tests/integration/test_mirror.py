@@ -137,6 +137,19 @@ def test_active_active_same_topic_names_no_loop(clusters, services, unique):
     )
     assert dropped >= expect_each - 10  # every copy came back to a puller and was dropped
 
+    # The sink's copies on dc-b were interleaved with on_b's records in the same
+    # partitions, yet the OffsetSync ranges still map every dc-a record exactly (the sink
+    # redoes such a transaction with a delivery report per record).
+    index = _offset_syncs(clusters.b.config, ab.name)
+    copies = {r.header(headers.SRC): r for r in flatten(b_records) if r.header(headers.SRC)}
+    own = [r for r in flatten(a_records) if r.header(headers.SRC) is None]
+    for record in random.Random(9).sample(own, min(300, len(own))):
+        tp = TopicPartition(record.topic, record.partition)
+        translation = index[tp].translate(record.offset)
+        assert translation is not None and translation.exact, (tp, record.offset)
+        src = f"{clusters.a.cluster_id}/{record.topic}/{record.partition}/{record.offset}".encode()
+        assert copies[src].offset == translation.target_offset, (tp, record.offset)
+
 
 def test_paused_instances_are_fenced_after_takeover(clusters, services, topic_factory):
     names = [topic_factory(clusters.a, partitions=4)]
