@@ -136,6 +136,7 @@ class PullerTask:
             self._new_run(tp),
             labels=(self.ctx.name, tp.topic, str(tp.partition)),
             key=str(tp).encode(),
+            sealed_offset=next_offset,
         )
         self.partitions[tp] = state
         return state
