@@ -105,7 +105,6 @@ class PullerSettings(BaseModel):
     topic_refresh_s: Seconds = Field(
         5.0, description="how often new matching topics are looked for"
     )
-    staging_partitions: int = Field(12, ge=1, description="partitions of a new changes topic")
 
 
 class SinkSettings(BaseModel):
