@@ -84,7 +84,7 @@ class PullerSettings(BaseModel):
 
     max_batch_records: int = Field(10_000, ge=1, description="records per transaction, at most")
     max_batch_bytes: int = Field(8 << 20, ge=1024, description="bytes per transaction, at most")
-    run_bytes: int = Field(
+    pack_bytes: int = Field(
         512 << 10,
         ge=1024,
         description="bytes of copied records packed into one staging record (CopiedRecords)",

@@ -1,6 +1,6 @@
 """Copied records on their way through ``_crossfeed.<feed>.changes`` (``CopiedRecords``).
 
-The puller packs the records it copies from one source partition into runs: one staging
+The puller groups the records it copies from one source partition into packs: one staging
 record holds hundreds of source records, column-wise (offsets, timestamps, key sizes and
 keys, value sizes and values, headers), so the per-record work on both sides is a few
 list appends and slices instead of a Kafka record of its own — producing, storing,
@@ -9,10 +9,10 @@ cost. ``schemas/CopiedRecords.avsc`` documents every column.
 
 Invariants (unit and property tests in tests/unit/test_wire_copied.py):
 
-A. ``decode(Run.encode())`` gives back every record exactly: offset, timestamp, key and
+A. ``decode(Pack.encode())`` gives back every record exactly: offset, timestamp, key and
    value (None and b"" stay different), headers in order with duplicates and None values.
-B. Offsets in a run strictly increase; :meth:`Run.add` refuses anything else.
-C. A value that is not a well-formed run — a column of the wrong length, sizes that do not
+B. Offsets in a pack strictly increase; :meth:`Pack.add` refuses anything else.
+C. A value that is not a well-formed pack — a column of the wrong length, sizes that do not
    add up to their bytes, a negative count — raises :class:`CodecError`, never another
    exception, so the sink can dead-letter it.
 """
@@ -32,7 +32,7 @@ from crossfeed.wire.headers import HOPS, ORIGIN_CLUSTER, ORIGIN_TOPIC, SRC
 
 RECORD: Final = "CopiedRecords"
 OVERHEAD_BYTES: Final = 24
-"""Bytes a run spends per record beyond key, value and headers (the column entries)."""
+"""Bytes a pack spends per record beyond key, value and headers (the column entries)."""
 
 _LITTLE = sys.byteorder == "little"
 
@@ -62,7 +62,7 @@ def _unpack(kind: str, data: bytes, count: int, name: str) -> array[int]:
     return column
 
 
-class Run:
+class Pack:
     """The records of one source partition being packed (the puller's side)."""
 
     __slots__ = (
@@ -96,7 +96,7 @@ class Run:
         self.keys: list[bytes] = []
         self.value_sizes: list[int] = []
         self.values: list[bytes] = []
-        # Filled only once a record has headers / is not a first hop: the common run of
+        # Filled only once a record has headers / is not a first hop: the common pack of
         # header-less first-hop records never touches them.
         self.header_counts: list[int] | None = None
         self.header_name_sizes: list[int] = []
@@ -122,7 +122,7 @@ class Run:
         of a record restamped on a later hop (``first_hop=False``)."""
         offsets = self.offsets
         if offsets and offset <= offsets[-1]:
-            raise ValueError(f"offset {offset} after {offsets[-1]}: a run's offsets increase")
+            raise ValueError(f"offset {offset} after {offsets[-1]}: a pack's offsets increase")
         offsets.append(offset)
         self.timestamps.append(timestamp_ms)
         size = OVERHEAD_BYTES
@@ -191,7 +191,7 @@ class Run:
 
 @dataclass(frozen=True)
 class CopiedRecords:
-    """A decoded run (the sink's side); :meth:`copies` yields the target records."""
+    """A decoded pack (the sink's side); :meth:`copies` yields the target records."""
 
     source_cluster: str
     topic: str

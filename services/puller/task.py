@@ -6,7 +6,7 @@ through a transactional producer whose transactional.id is fixed per task
 previous one, so a paused or partitioned instance can never write again.
 
 Each transaction carries copied records — packed per source partition into
-``CopiedRecords`` runs (crossfeed/wire/copied.py): key, value, headers and timestamp byte
+``CopiedRecords`` packs (crossfeed/wire/copied.py): key, value, headers and timestamp byte
 for byte, with what the sink needs to add the provenance headers — dead letters, and,
 last, one ResolvedMark per source partition of the task with its ``next_offset``: the
 source positions are stored on the target in the same transaction as the data (see
@@ -52,7 +52,7 @@ class FeedContext:
     changes_topic: str
     max_batch_records: int
     max_batch_bytes: int
-    run_bytes: int
+    pack_bytes: int
     commit_interval_s: float
     backlog_commit_interval_s: float
     resolved_interval_s: float
@@ -91,7 +91,7 @@ class PartitionState:
     tp: TopicPartition
     next_offset: int  # next source offset to copy (working, inside the open transaction)
     committed: int  # next_offset as of the last committed transaction
-    run: copied.Run  # copies packed but not yet sent to the staging partition
+    pack: copied.Pack  # copies packed but not yet sent to the staging partition
     last_ts_us: int = 0  # commit_ts of the newest copied record
     resolved_ts_us: int = 0  # resolved_ts of the last committed mark
     pending_resolved_us: int = 0  # resolved_ts of the mark in the open transaction
@@ -110,7 +110,7 @@ class PullerTask:
     """A task's transactions overlap with reading: :meth:`seal` ends one (copies and marks
     produced, on the reader's thread), :meth:`finish` commits it (on a committer thread,
     mostly waiting on the broker) and :meth:`committed` does the bookkeeping; meanwhile
-    :meth:`add` keeps packing records into runs, which wait for the commit to finish
+    :meth:`add` keeps packing records into packs, which wait for the commit to finish
     before the next transaction sends them (``pending``)."""
 
     ctx: FeedContext
@@ -133,7 +133,7 @@ class PullerTask:
             tp,
             next_offset,
             next_offset,
-            self._new_run(tp),
+            self._new_pack(tp),
             labels=(self.ctx.name, tp.topic, str(tp.partition)),
             key=str(tp).encode(),
             sealed_offset=next_offset,
@@ -141,8 +141,8 @@ class PullerTask:
         self.partitions[tp] = state
         return state
 
-    def _new_run(self, tp: TopicPartition) -> copied.Run:
-        return copied.Run(self.ctx.source_cluster_id, tp.topic, tp.partition)
+    def _new_pack(self, tp: TopicPartition) -> copied.Pack:
+        return copied.Pack(self.ctx.source_cluster_id, tp.topic, tp.partition)
 
     # -- the hot path ---------------------------------------------------------------
 
@@ -150,8 +150,8 @@ class PullerTask:
         """Copy one source record into the open transaction (or drop/dead-letter it).
 
         The copy keeps key, value, headers and timestamp as on the source; it joins the
-        partition's run, which goes to the staging partition once it holds
-        ``run_bytes`` (or at commit). ``state`` is the record's partition (the caller
+        partition's pack, which goes to the staging partition once it holds
+        ``pack_bytes`` (or at commit). ``state`` is the record's partition (the caller
         routes by topic and partition).
         """
         offset = msg.offset()
@@ -173,7 +173,7 @@ class PullerTask:
                     source_topic=tp.topic,
                     partition=tp.partition,
                     offset=offset,
-                )[:-1]  # all but crossfeed-src, which the sink appends from the run
+                )[:-1]  # all but crossfeed-src, which the sink appends from the pack
                 first_hop = False
         if self.ctx.filtering:
             reason = self.ctx.reject_reason(msg)
@@ -182,25 +182,25 @@ class PullerTask:
                 state.next_offset = offset + 1
                 return
         ts_ms = msg.timestamp()[1]
-        run = state.run
-        run.add(offset, ts_ms, msg.key(), msg.value(), hdrs, first_hop)
+        pack = state.pack
+        pack.add(offset, ts_ms, msg.key(), msg.value(), hdrs, first_hop)
         state.next_offset = offset + 1
         if self.ctx.ordered:
             state.last_ts_us = self._commit_ts(hdrs, ts_ms)
-        if run.size >= self.ctx.run_bytes and self.pending is None:
+        if pack.size >= self.ctx.pack_bytes and self.pending is None:
             self._ship(state)
 
     def overfull(self) -> bool:
-        """Runs have grown past four times run_bytes while a commit is under way: the
+        """Packs have grown past four times pack_bytes while a commit is under way: the
         reader must wait for it (bounded memory)."""
-        limit = 4 * self.ctx.run_bytes
+        limit = 4 * self.ctx.pack_bytes
         return self.pending is not None and any(
-            state.run.size > limit for state in self.partitions.values()
+            state.pack.size > limit for state in self.partitions.values()
         )
 
     def _ship(self, state: PartitionState) -> None:
-        """Send the partition's dead letters and run to the staging partition (inside the
-        transaction); the counters are kept per run, not per record. Never while a
+        """Send the partition's dead letters and pack to the staging partition (inside the
+        transaction); the counters are kept per pack, not per record. Never while a
         commit is under way: the producer's next transaction waits for it."""
         assert self.pending is None
         for key, value, hdrs in state.letters:
@@ -208,25 +208,25 @@ class PullerTask:
             self.producer.produce(topics.DLQ, value=value, key=key, headers=hdrs)
             state.dead_letters += 1
         state.letters.clear()
-        run = state.run
-        if not len(run):
+        pack = state.pack
+        if not len(pack):
             return
         self._begin()
-        self._produce(self.ctx.changes_topic, run.encode(), state.key, None)
-        state.run = self._new_run(state.tp)
-        self.txn_records += len(run)
-        self.txn_bytes += run.size
-        state.records += len(run)
-        state.bytes += run.size
+        self._produce(self.ctx.changes_topic, pack.encode(), state.key, None)
+        state.pack = self._new_pack(state.tp)
+        self.txn_records += len(pack)
+        self.txn_bytes += pack.size
+        state.records += len(pack)
+        state.bytes += pack.size
         if not self.ctx.ordered:
-            state.last_ts_us = max(run.timestamps[-1], 0) * 1000
+            state.last_ts_us = max(pack.timestamps[-1], 0) * 1000
 
     def _open_records(self) -> tuple[int, int]:
         """Records and bytes in the open transaction, shipped or not."""
-        runs = [state.run for state in self.partitions.values()]
+        packs = [state.pack for state in self.partitions.values()]
         return (
-            self.txn_records + sum(len(run) for run in runs),
-            self.txn_bytes + sum(run.size for run in runs),
+            self.txn_records + sum(len(pack) for pack in packs),
+            self.txn_bytes + sum(pack.size for pack in packs),
         )
 
     def _is_loop(self, hdrs: list[Any], state: PartitionState) -> bool:
@@ -240,7 +240,8 @@ class PullerTask:
         return not copy
 
     def _commit_ts(self, hdrs: list[Any] | None, ts_ms: int) -> int:
-        if hdrs is not None and self.ctx.feed.mode == "ordered":
+        """An ordered feed's commit_ts of a record (mirror feeds take the timestamp)."""
+        if hdrs is not None:
             try:
                 return commit_ts_us(hdrs, ts_ms)
             except ValueError:
@@ -261,7 +262,7 @@ class PullerTask:
         if self.ctx.feed.config.errors_tolerance == "none":
             raise FeedStopped(letter)
         log.warning("dead letter: %s", letter.describe())
-        # Sent with the partition's run (_ship): a commit may be under way.
+        # Sent with the partition's pack (_ship): a commit may be under way.
         state.letters.append((msg.key(), msg.value(), letter.headers(msg.headers() or [])))
 
     def _produce(self, topic: str, value: bytes, key: bytes, hdrs: list[Any] | None) -> None:
@@ -374,7 +375,7 @@ class PullerTask:
             self.txn_records = self.txn_bytes = 0
         for state in self.partitions.values():
             state.next_offset = state.committed
-            state.run = self._new_run(state.tp)
+            state.pack = self._new_pack(state.tp)
             state.letters.clear()
             state.records = state.bytes = state.dead_letters = state.loop_dropped = 0
         return {tp: state.committed for tp, state in self.partitions.items()}

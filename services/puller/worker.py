@@ -111,7 +111,7 @@ class PullerWorker:
             changes_topic=self.changes_topic,
             max_batch_records=opts.max_batch_records,
             max_batch_bytes=opts.max_batch_bytes,
-            run_bytes=opts.run_bytes,
+            pack_bytes=opts.pack_bytes,
             commit_interval_s=opts.commit_interval_ms / 1000,
             backlog_commit_interval_s=opts.backlog_commit_interval_ms / 1000,
             resolved_interval_s=opts.resolved_interval_ms / 1000,
@@ -178,7 +178,7 @@ class PullerWorker:
         if not self.tasks:
             time.sleep(0.05)
             return
-        self._settle(block=False)
+        self._settle()
         for task in list(self.tasks.values()):
             if task.overfull():  # its commit is slow: wait rather than buffer without end
                 self._settle_task(task)
@@ -340,10 +340,10 @@ class PullerWorker:
                 continue
             task.pending = self.committer.submit(task.finish)
 
-    def _settle(self, *, block: bool) -> None:
-        """Bookkeeping for finished commits (all of them, waiting, with ``block``)."""
+    def _settle(self) -> None:
+        """Bookkeeping for the commits that have finished."""
         for task in list(self.tasks.values()):
-            if task.pending is not None and (block or task.pending.done()):
+            if task.pending is not None and task.pending.done():
                 self._settle_task(task)
 
     def _settle_task(self, task: PullerTask) -> None:

@@ -6,8 +6,8 @@ each transaction holds the copies, the dead letters, the OffsetSync ranges of th
 copies and the group's input positions (``send_offsets_to_transaction`` with the
 group's metadata, so an instance whose generation is stale is fenced).
 
-A staged record is a ``CopiedRecords`` run (crossfeed/wire/copied.py): records of one
-source partition, in offset order, packed column-wise. The run names the source cluster,
+A staged record is a ``CopiedRecords`` pack (crossfeed/wire/copied.py): records of one
+source partition, in offset order, packed column-wise. The pack names the source cluster,
 topic and partition — where its copies go (the target topic named by rename-format, the
 same partition number) — and every record's offset, for ``crossfeed-src`` and the
 OffsetSync ranges. Each record becomes one target record: key, value and timestamp as on
@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 RESOLVED = headers.TYPE_RESOLVED.encode()
 FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 SIZE_SLACK = 64 << 10  # below max.message.bytes by this much, no exact size check is needed
-CONSUME_BATCH = 32  # staging records (runs of up to puller.run_bytes) per consume call
+CONSUME_BATCH = 32  # staging records (packs of up to puller.pack_bytes) per consume call
 
 
 class RetryLater(RuntimeError):
@@ -88,7 +88,7 @@ class Block:
     appends them in order, so when ``last - first == count - 1`` nothing came between
     them and every copy's target offset follows (OffsetSyncWriter.add_block); otherwise
     another writer interleaved, and the transaction is redone with a block per record.
-    Per-record reports cost a Python callback per record; two per run do not."""
+    Per-record reports cost a Python callback per record; two per pack do not."""
 
     __slots__ = ("error", "first_target", "last_target", "source_offsets")
 
@@ -212,7 +212,7 @@ class MirrorSink:
             "heartbeat.interval.ms": 1000,
             "queued.max.messages.kbytes": 65536,
             "fetch.wait.max.ms": 50,
-            "max.partition.fetch.bytes": 8 << 20,  # runs are up to puller.run_bytes each
+            "max.partition.fetch.bytes": 8 << 20,  # packs are up to puller.pack_bytes each
         }
         if self.static:
             # A stable id (--instance) resumes at once on restart; it does not leave on close.
@@ -302,35 +302,35 @@ class MirrorSink:
         self.first_offset.setdefault(p, msg.offset())
         self.next_input[p] = msg.offset() + 1
         hdrs = msg.headers()
-        if hdrs:  # runs carry no headers: a resolved mark, or not ours
+        if hdrs:  # packs carry no headers: a resolved mark, or not ours
             if hdrs[-1] == (headers.TYPE, RESOLVED):
                 mark = codec.decode("ResolvedMark", msg.value())
                 self.marks[TopicPartition(mark["topic"], mark["partition"])] = mark
             else:
-                self._dead_letter_raw(msg, "staging record that is neither a run nor a mark")
+                self._dead_letter_raw(msg, "staging record that is neither a pack nor a mark")
             return
         try:
-            run = copied.decode(msg.value())
+            pack = copied.decode(msg.value())
         except CodecError as err:
-            self._dead_letter_raw(msg, f"staging record is not a CopiedRecords run: {err}")
+            self._dead_letter_raw(msg, f"staging record is not a CopiedRecords pack: {err}")
             return
-        if not len(run):
+        if not len(pack):
             return
-        route = self.routes.get((run.source_cluster, run.topic, run.partition)) or self._route(
-            run.source_cluster, run.topic, run.partition
+        route = self.routes.get((pack.source_cluster, pack.topic, pack.partition)) or self._route(
+            pack.source_cluster, pack.topic, pack.partition
         )
-        self._write(run, route)
+        self._write(pack, route)
 
-    def _write(self, run: copied.CopiedRecords, route: SourceRoute) -> None:
-        """Every record of the run into its target partition (the hot path)."""
-        if route.exact or run.max_record_bytes() + SIZE_SLACK > route.max_message_bytes:
-            self._write_each(run, route)  # a block per record: exact reports, size checks
+    def _write(self, pack: copied.CopiedRecords, route: SourceRoute) -> None:
+        """Every record of the pack into its target partition (the hot path)."""
+        if route.exact or pack.max_record_bytes() + SIZE_SLACK > route.max_message_bytes:
+            self._write_each(pack, route)  # a block per record: exact reports, size checks
             return
         produce = self.producer.produce
         topic, partition = route.target_topic, route.source.partition
-        block = Block(run.offsets)
-        last = len(run) - 1
-        for i, (_, ts_ms, key, value, record_headers) in enumerate(run.copies()):
+        block = Block(pack.offsets)
+        last = len(pack) - 1
+        for i, (_, ts_ms, key, value, record_headers) in enumerate(pack.copies()):
             # Reports only for the block's first and last copy (see Block).
             report = None
             if i == 0:
@@ -352,12 +352,12 @@ class MirrorSink:
                 except BufferError:
                     self.producer.poll(0.05)  # local queue full: let deliveries drain
         route.blocks.append(block)
-        self._written(run, route, len(run), len(run.keys) + len(run.values))
+        self._written(pack, route, len(pack), len(pack.keys) + len(pack.values))
 
-    def _write_each(self, run: copied.CopiedRecords, route: SourceRoute) -> None:
-        """The run record by record: each size-checked and in a block of its own."""
+    def _write_each(self, pack: copied.CopiedRecords, route: SourceRoute) -> None:
+        """The pack record by record: each size-checked and in a block of its own."""
         written = size_total = 0
-        for offset, ts_ms, key, value, record_headers in run.copies():
+        for offset, ts_ms, key, value, record_headers in pack.copies():
             exact = record_size(key, value, record_headers)
             if exact > route.max_message_bytes:
                 self._dead_letter(
@@ -389,15 +389,15 @@ class MirrorSink:
             route.blocks.append(block)
             written += 1
             size_total += (len(key) if key else 0) + (len(value) if value else 0)
-        self._written(run, route, written, size_total)
+        self._written(pack, route, written, size_total)
 
     def _written(
-        self, run: copied.CopiedRecords, route: SourceRoute, records: int, size: int
+        self, pack: copied.CopiedRecords, route: SourceRoute, records: int, size: int
     ) -> None:
         self.txn_records += records
         route.records += records
         route.bytes += size
-        route.newest_ts_ms = self.newest_ts_ms = run.timestamps[-1]
+        route.newest_ts_ms = self.newest_ts_ms = pack.timestamps[-1]
 
     def _route(self, cluster_id: str, topic: str, partition: int) -> SourceRoute:
         """Where records of one source partition go (cached)."""

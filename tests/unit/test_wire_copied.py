@@ -1,4 +1,4 @@
-"""Unit and property tests for crossfeed.wire.copied (runs of copied records)."""
+"""Unit and property tests for crossfeed.wire.copied (packs of copied records)."""
 
 from __future__ import annotations
 
@@ -52,23 +52,23 @@ def _expected(run_records: list[Any], topic: str, partition: int) -> list[Any]:
 
 @given(st.lists(record, max_size=30), st.sampled_from(["orders", "a.b-c_d", "t/with/slash"]))
 def test_round_trip_gives_every_record_back(records: list[Any], topic: str) -> None:
-    run = copied.Run(CLUSTER, topic, 5)
+    pack = copied.Pack(CLUSTER, topic, 5)
     offset = -1
     for step, ts, key, value, hdrs, first_hop in records:
         offset += step
-        run.add(offset, ts, key, value, hdrs, first_hop)
-    decoded = copied.decode(run.encode())
-    assert len(decoded) == len(records) == len(run)
+        pack.add(offset, ts, key, value, hdrs, first_hop)
+    decoded = copied.decode(pack.encode())
+    assert len(decoded) == len(records) == len(pack)
     assert (decoded.source_cluster, decoded.topic, decoded.partition) == (CLUSTER, topic, 5)
     assert list(decoded.copies()) == _expected(records, topic, 5)
 
 
 def test_null_and_empty_stay_different() -> None:
-    run = copied.Run(CLUSTER, "t", 0)
-    run.add(0, 1, None, b"")
-    run.add(1, 2, b"", None)
-    run.add(2, 3, b"k", b"v", [("h", None), ("h", b""), ("h", b"x")])
-    got = [(k, v, h[:3]) for _, _, k, v, h in copied.decode(run.encode()).copies()]
+    pack = copied.Pack(CLUSTER, "t", 0)
+    pack.add(0, 1, None, b"")
+    pack.add(1, 2, b"", None)
+    pack.add(2, 3, b"k", b"v", [("h", None), ("h", b""), ("h", b"x")])
+    got = [(k, v, h[:3]) for _, _, k, v, h in copied.decode(pack.encode()).copies()]
     assert got[0][:2] == (None, b"")
     assert got[1][:2] == (b"", None)
     assert got[2] == (b"k", b"v", [("h", None), ("h", b""), ("h", b"x")])
@@ -87,39 +87,39 @@ def test_a_restamped_record_gets_exactly_what_stamp_gives() -> None:
     stamped = provenance.stamp(
         arriving, source_cluster_id=CLUSTER, source_topic="orders", partition=2, offset=40
     )
-    run = copied.Run(CLUSTER, "orders", 2)
-    run.add(40, 7, b"k", b"v", stamped[:-1], first_hop=False)
-    (copy,) = copied.decode(run.encode()).copies()
+    pack = copied.Pack(CLUSTER, "orders", 2)
+    pack.add(40, 7, b"k", b"v", stamped[:-1], first_hop=False)
+    (copy,) = copied.decode(pack.encode()).copies()
     assert copy[4] == stamped
 
 
 def test_offsets_must_increase() -> None:
-    run = copied.Run(CLUSTER, "t", 0)
-    run.add(5, 0, None, None)
+    pack = copied.Pack(CLUSTER, "t", 0)
+    pack.add(5, 0, None, None)
     with pytest.raises(ValueError, match="increase"):
-        run.add(5, 0, None, None)
+        pack.add(5, 0, None, None)
 
 
 def test_size_counts_keys_values_and_headers() -> None:
-    run = copied.Run(CLUSTER, "t", 0)
-    run.add(0, 0, b"kk", b"v" * 100)
-    assert run.size == 102 + copied.OVERHEAD_BYTES
-    run.add(1, 0, None, None, [("name", b"12345")])
-    assert run.size == 102 + 2 * copied.OVERHEAD_BYTES + len("name") + 8 + 5
+    pack = copied.Pack(CLUSTER, "t", 0)
+    pack.add(0, 0, b"kk", b"v" * 100)
+    assert pack.size == 102 + copied.OVERHEAD_BYTES
+    pack.add(1, 0, None, None, [("name", b"12345")])
+    assert pack.size == 102 + 2 * copied.OVERHEAD_BYTES + len("name") + 8 + 5
 
 
 def test_count_reads_the_number_of_records() -> None:
-    run = copied.Run(CLUSTER, "t", 0)
+    pack = copied.Pack(CLUSTER, "t", 0)
     for offset in range(17):
-        run.add(offset, 0, None, b"x")
-    assert copied.count(run.encode()) == 17
+        pack.add(offset, 0, None, b"x")
+    assert copied.count(pack.encode()) == 17
 
 
 def _raw(**changes: Any) -> bytes:
-    run = copied.Run(CLUSTER, "t", 0)
-    run.add(3, 10, b"ab", b"cde", [("h", b"1")])
-    run.add(4, 11, None, b"f")
-    fields = codec.decode(copied.RECORD, run.encode())
+    pack = copied.Pack(CLUSTER, "t", 0)
+    pack.add(3, 10, b"ab", b"cde", [("h", b"1")])
+    pack.add(4, 11, None, b"f")
+    fields = codec.decode(copied.RECORD, pack.encode())
     fields.update(changes)
     return codec.encode(copied.RECORD, fields)
 

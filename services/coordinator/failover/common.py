@@ -54,7 +54,7 @@ def sink_group(feed: str) -> str:
 
 def staged_backlog(settings: Settings, feed: FeedSpec) -> tuple[int, int]:
     """(copies staged in ``_crossfeed.<feed>.changes`` that its sinks have not applied,
-    live sink instances): the records of the unapplied runs (resolved marks are not
+    live sink instances): the records of the unapplied packs (resolved marks are not
     counted); past the scan limit, every unread staging record counts as one copy."""
     conf = settings.cluster(str(feed.sink.cluster)).client_config()
     admin = shared_admin(conf)
@@ -72,7 +72,7 @@ def staged_backlog(settings: Settings, feed: FeedSpec) -> tuple[int, int]:
     copies = [0]
 
     def staged(msg: Any) -> Seen:
-        # Runs carry no headers (marks do); a run counts as the records it holds.
+        # Packs carry no headers (marks do); a pack counts as the records it holds.
         if msg.headers() or not msg.value():
             return Seen(msg.offset(), Kind.OTHER)
         try:
