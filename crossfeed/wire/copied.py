@@ -287,7 +287,7 @@ class CopiedRecords:
 
 def decode(value: bytes) -> CopiedRecords:
     """A ``CopiedRecords`` value, checked column by column; CodecError if malformed."""
-    raw = _read(value) if value[:10] == _header() else codec.decode(RECORD, value)
+    raw = _read(value) if value.startswith(_header()) else codec.decode(RECORD, value)
     count = raw["count"]
     if count < 0:
         raise CodecError(f"CopiedRecords count is negative ({count})")
