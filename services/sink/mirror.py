@@ -162,6 +162,11 @@ class MirrorSink:
         self.checkpoints: dict[str, int] = {}  # "topic/partition" -> checkpoint_ts (µs)
         self.state = "starting"
         self.newest_ts_ms = -1  # timestamp of the newest source record written
+        # Staging partitions assigned, kept by the rebalance callbacks (the main thread) for
+        # the heartbeat and /status threads: confluent-kafka serializes calls on a consumer,
+        # and a thread asking consumer.assignment() could wait for ever behind the main
+        # thread's back-to-back consume() calls (seen: /status unanswered for a minute).
+        self.assigned: frozenset[int] = frozenset()
         self.last_error: str | None = None
         self._reset_txn()
 
@@ -219,7 +224,10 @@ class MirrorSink:
             conf["group.instance.id"] = self.instance_id
         self.consumer = clients.consumer(self.target_conf, **conf)
         self.consumer.subscribe(
-            [self.changes_topic], on_revoke=self._on_revoke, on_lost=self._on_lost
+            [self.changes_topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
         )
         ensure_control_topics(self.control_conf)
         self.heartbeats = HeartbeatSender(
@@ -582,6 +590,10 @@ class MirrorSink:
         log.warning("transaction failed (%s); aborting and retrying", err.str())
         self._abort()
 
+    def _on_assign(self, consumer: Any, partitions: list[KafkaTP]) -> None:
+        # Incremental (cooperative-sticky): these join what we have; the library assigns.
+        self.assigned = self.assigned | {tp.partition for tp in partitions}
+
     def _on_revoke(self, consumer: Any, partitions: list[KafkaTP]) -> None:
         # Partitions leave us: what we read from them must be committed (or undone) first.
         if self.in_txn:
@@ -590,9 +602,11 @@ class MirrorSink:
             except (KafkaException, RetryLater, TargetInterleaved) as err:
                 log.warning("commit before revocation failed (%s); aborting", err)
                 self._abort()
+        self.assigned = self.assigned - {tp.partition for tp in partitions}
 
     def _on_lost(self, consumer: Any, partitions: list[KafkaTP]) -> None:
         self._abort()
+        self.assigned = self.assigned - {tp.partition for tp in partitions}
 
     # -- helpers --------------------------------------------------------------------
 
@@ -619,9 +633,8 @@ class MirrorSink:
         self.state, self.last_error = "error", message
 
     def _heartbeat(self) -> HeartbeatContent:
-        assigned = self.consumer.assignment() if self.consumer else []
         return HeartbeatContent(
-            tasks=[f"{self.feed.name}/sink/{tp.partition}" for tp in assigned],
+            tasks=[f"{self.feed.name}/sink/{p}" for p in sorted(self.assigned)],
             feeds=[self.feed.name],
             address=self.address,
             checkpoints=dict(self.checkpoints),
@@ -629,12 +642,11 @@ class MirrorSink:
         )
 
     def status(self) -> dict[str, Any]:
-        assigned = self.consumer.assignment() if self.consumer else []
         return {
             "role": "sink",
             "instance": self.instance_id,
             "feed": self.feed.name,
             "state": self.state,
             "last_error": self.last_error,
-            "tasks": sorted(tp.partition for tp in assigned),
+            "tasks": sorted(self.assigned),
         }
