@@ -61,6 +61,14 @@ def partition_counts(admin: AdminClient, timeout_s: float = 10.0) -> dict[str, i
     return {name: len(t.partitions) for name, t in meta.topics.items() if t.error is None}
 
 
+def partition_count(admin: AdminClient, name: str, timeout_s: float = 10.0) -> int | None:
+    """Partitions of one topic, or None while the cluster cannot describe it."""
+    topic = admin.list_topics(topic=name, timeout=timeout_s).topics.get(name)
+    if topic is None or topic.error is not None or not topic.partitions:
+        return None
+    return len(topic.partitions)
+
+
 def overridden_configs(admin: AdminClient, topic: str, keys: tuple[str, ...]) -> dict[str, str]:
     """The topic-level overrides among ``keys`` (not broker defaults)."""
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)

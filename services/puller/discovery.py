@@ -43,8 +43,15 @@ class Discovery:
                 configs = kafka_topics.overridden_configs(
                     self.source, topic, kafka_topics.MIRRORED_CONFIGS
                 )
-                kafka_topics.ensure_topic(self.target, target_topic, partitions, configs)
-                target_partitions = partitions
+                if kafka_topics.ensure_topic(self.target, target_topic, partitions, configs):
+                    target_partitions = partitions
+                else:
+                    # It exists after all (created since the listing, or still electing
+                    # leaders): ask for its own partition count rather than assume ours.
+                    counted = kafka_topics.partition_count(self.target, target_topic)
+                    if counted is None:
+                        continue  # not readable yet: the next refresh looks again
+                    target_partitions = counted
             else:
                 target_partitions = target_counts[target_topic]
             problem = check_partition_counts(
