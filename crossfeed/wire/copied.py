@@ -196,6 +196,9 @@ class Pack:
         return b"".join(parts)
 
 
+_SMALL = [bytes([z]) for z in range(0x80)]  # the one-byte Avro longs, ready-made
+
+
 def _long(n: int) -> bytes:
     """An Avro int/long: zig-zag, then 7 bits a byte, least significant first."""
     z = (n << 1) ^ (n >> 63)
@@ -207,9 +210,6 @@ def _long(n: int) -> bytes:
         z >>= 7
     out.append(z)
     return bytes(out)
-
-
-_SMALL = [bytes([z]) for z in range(0x80)]
 
 
 @functools.cache
@@ -287,7 +287,7 @@ class CopiedRecords:
 
 def decode(value: bytes) -> CopiedRecords:
     """A ``CopiedRecords`` value, checked column by column; CodecError if malformed."""
-    raw = _read(value) if value.startswith(_header()) else codec.decode(RECORD, value)
+    raw = _fields(value)
     count = raw["count"]
     if count < 0:
         raise CodecError(f"CopiedRecords count is negative ({count})")
@@ -334,9 +334,15 @@ _BYTES = (
 )
 
 
+def _fields(value: bytes) -> dict[str, Any]:
+    """The fields of a ``CopiedRecords`` value: read here when the current schema wrote it,
+    else by codec.decode, which resolves an older writer's schema."""
+    return _read(value) if value.startswith(_header()) else codec.decode(RECORD, value)
+
+
 def _read(value: bytes) -> dict[str, Any]:
     """The fields of a value written with the current schema (the sink's hot path: one
-    slice per field; other writer versions go through codec.decode, which resolves)."""
+    slice per field)."""
     raw: dict[str, Any] = {}
     at = len(_header())
     end = len(value)
@@ -427,4 +433,4 @@ def _headers(raw: dict[str, Any], count: int) -> list[list[Header]] | None:
 
 def count(value: bytes) -> int:
     """Records in a ``CopiedRecords`` value (CodecError if it is none)."""
-    return int(codec.decode(RECORD, value)["count"])
+    return int(_fields(value)["count"])
