@@ -101,6 +101,16 @@ class SourceView:
         self.up = False
         self._retry_at = time.monotonic() + RETRY_S
 
+    def probe(self, timeout_s: float) -> None:
+        """Before a round that must be quick (failover): if no bootstrap server accepts a
+        connection within ``timeout_s``, the source is lost now — the round then goes on
+        from what is known instead of waiting out a timeout per request. One that accepts
+        is asked in this round even if it failed a moment ago (it may be back)."""
+        if kafka_io.accepts_connections(self.conf, timeout_s):
+            self._retry_at = min(self._retry_at, time.monotonic())
+        else:
+            self.lost(Unreachable(f"no bootstrap server accepted a connection in {timeout_s}s"))
+
     def answered(self) -> None:
         if not self.up:
             log.info("feed %s: source %s answers", self.feed, self.alias)

@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 
 FEED_ROWS_EVERY_S: Final = 5.0
 TRUNCATE_EVERY_S: Final = 30.0
+FINAL_PROBE_S: Final = 1.0
+"""How long the final round (failover) waits for the source to accept a connection."""
 
 
 class Translator:
@@ -179,6 +181,7 @@ class Translator:
         round that looks at every destination group again, even one it moved before.
         ``exact_only``: move a group partition only where the translation is exact."""
         with self._lock:
+            self.source.probe(FINAL_PROBE_S)
             report = self._round(recheck=True, exact_only=exact_only)
             return sorted(self._results.values(), key=_order), report
 
