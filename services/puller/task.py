@@ -298,6 +298,14 @@ class PullerTask:
         # Idle: still emit resolved marks so resolved_ts advances (DESIGN.md §4).
         return bool(self.partitions) and now - self.last_commit >= self.ctx.resolved_interval_s
 
+    def due_in(self, now: float, behind: bool = False) -> float | None:
+        """Seconds until the open transaction is due by age (None: none open, or a commit
+        is still under way)."""
+        if self.pending is not None or self.open_since is None:
+            return None
+        interval = self.ctx.backlog_commit_interval_s if behind else self.ctx.commit_interval_s
+        return self.open_since + interval - now
+
     def commit(self, positions: dict[TopicPartition, int], caught_up: set[TopicPartition]) -> None:
         """Seal and commit now, on this thread; raises TaskFenced if fenced."""
         self.seal(positions, caught_up)

@@ -40,6 +40,7 @@ from services.puller.task import (
 log = logging.getLogger(__name__)
 
 CONSUME_BATCH = 5000  # records per consume call
+READ_WAIT_S = 0.05  # longest a consume call waits for source records
 SOURCE_UP_WINDOW_S = 3.0  # statistics arrive every second; allow for two missing
 STAGING_MAX_MESSAGE_BYTES = 64 << 20  # a ChangeEvent wraps a source record up to this size
 DLQ_MAX_MESSAGE_BYTES = 64 << 20
@@ -96,6 +97,7 @@ class PullerWorker:
         # of a typical instance, as a commit mostly waits on the broker.
         self.committer = ThreadPoolExecutor(max_workers=8, thread_name_prefix="commit")
         self.last_refresh = 0.0
+        self.behind = False  # was the last read catching up a backlog?
         self.last_metrics = 0.0
 
     # -- lifecycle ------------------------------------------------------------------
@@ -182,9 +184,9 @@ class PullerWorker:
         for task in list(self.tasks.values()):
             if task.overfull():  # its commit is slow: wait rather than buffer without end
                 self._settle_task(task)
-        batch = self.reader.consume(CONSUME_BATCH, timeout=0.05)
+        batch = self.reader.consume(CONSUME_BATCH, timeout=self._read_wait())
         # Catching up a backlog: fewer, larger transactions (see catching_up).
-        behind = catching_up(
+        behind = self.behind = catching_up(
             len(batch) >= CONSUME_BATCH,
             batch[-1].timestamp()[1] if batch else -1,
             time.time() * 1000,
@@ -206,6 +208,14 @@ class PullerWorker:
         if now - self.last_metrics >= 1.0:
             self._update_lag()
             self.last_metrics = now
+
+    def _read_wait(self) -> float:
+        """How long the next read may wait: librdkafka's consume waits out its whole
+        timeout unless the batch fills (5,000 records take 125 ms at 40k/s), and a commit
+        due meanwhile would be that late."""
+        now = time.monotonic()
+        waits = (task.due_in(now, self.behind) for task in self.tasks.values())
+        return min([READ_WAIT_S, *(max(0.0, w) for w in waits if w is not None)])
 
     def shutdown(self) -> None:
         """Commit what is open and leave the group, so others take the tasks at once."""

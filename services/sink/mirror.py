@@ -55,6 +55,7 @@ RESOLVED = headers.TYPE_RESOLVED.encode()
 FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 SIZE_SLACK = 64 << 10  # below max.message.bytes by this much, no exact size check is needed
 CONSUME_BATCH = 32  # staging records (packs of up to puller.pack_bytes) per consume call
+READ_WAIT_S = 0.05  # longest a consume call waits for staging records
 
 
 class RetryLater(RuntimeError):
@@ -168,6 +169,7 @@ class MirrorSink:
         # thread's back-to-back consume() calls (seen: /status unanswered for a minute).
         self.assigned: frozenset[int] = frozenset()
         self.last_error: str | None = None
+        self.interval_s = settings.sink.commit_interval_ms / 1000  # of the open transaction
         self._reset_txn()
 
     def _reset_txn(self) -> None:
@@ -270,13 +272,19 @@ class MirrorSink:
     def step(self) -> None:
         opts = self.settings.sink
         try:
-            batch = self.consumer.consume(CONSUME_BATCH, timeout=0.05)
-            for msg in batch:
-                if msg.error():
-                    if not msg.error().retriable():
-                        log.warning("staging read error: %s", msg.error())
-                    continue
-                self._handle(msg)
+            batch = self.consumer.consume(CONSUME_BATCH, timeout=self._read_wait())
+            for i, msg in enumerate(batch):
+                try:
+                    if msg.error():
+                        if not msg.error().retriable():
+                            log.warning("staging read error: %s", msg.error())
+                        continue
+                    self._handle(msg)
+                    if self._due():  # between packs too: a batch can take 100 ms to write
+                        self._commit()
+                except BaseException:
+                    self._unread(batch[i:])
+                    raise
             # Catching up a backlog: fewer, larger transactions (see catching_up);
             # keeping up: commit often, for low end-to-end lag.
             behind = catching_up(
@@ -286,10 +294,8 @@ class MirrorSink:
                 opts.backlog_commit_interval_ms,
             )
             interval_ms = opts.backlog_commit_interval_ms if behind else opts.commit_interval_ms
-            if self.in_txn and (
-                self.txn_records >= opts.max_batch_records
-                or time.monotonic() - self.txn_started >= interval_ms / 1000
-            ):
+            self.interval_s = interval_ms / 1000
+            if self._due():
                 self._commit()
         except TargetInterleaved as err:
             log.info("feed %s: %s; redoing the transaction with exact reports", self.feed.name, err)
@@ -300,6 +306,36 @@ class MirrorSink:
             time.sleep(1.0)
         except KafkaException as err:
             self._on_kafka_error(err)
+
+    def _due(self) -> bool:
+        """Is the open transaction full or old enough to commit?"""
+        return self.in_txn and (
+            self.txn_records >= self.settings.sink.max_batch_records
+            or time.monotonic() - self.txn_started >= self.interval_s
+        )
+
+    def _unread(self, rest: list[Any]) -> None:
+        """Rewind to the first of ``rest``, read but not handled when handling failed: the
+        consumer's position is past them, and a partition without records in the open
+        transaction is not rewound by _abort (which runs after this and wins where both
+        rewind: its offsets are the earlier ones)."""
+        first: dict[int, int] = {}
+        for msg in rest:
+            if not msg.error():
+                first.setdefault(msg.partition(), msg.offset())
+        assigned = {tp.partition for tp in self.consumer.assignment()}
+        for p, offset in first.items():
+            if p in assigned:  # a revoked one is read again from its committed offset
+                self.consumer.seek(KafkaTP(self.changes_topic, p, offset))
+
+    def _read_wait(self) -> float:
+        """How long the next read may wait: librdkafka's consume waits out its whole
+        timeout unless the batch fills, and a commit due meanwhile would be that late —
+        with packs arriving a few at a time, every transaction was up to 50 ms late."""
+        if not self.in_txn:
+            return READ_WAIT_S
+        due = self.txn_started + self.interval_s - time.monotonic()
+        return min(READ_WAIT_S, max(0.0, due))
 
     def _handle(self, msg: Any) -> None:
         if not self.in_txn:
