@@ -29,6 +29,10 @@ class RestServer:
                 f"cannot serve the REST API on {host}:{port}: {err.strerror}; "
                 "pass another --port (or set CROSSFEED_COORDINATOR__PORT)"
             ) from None
+        # Listening now, not when uvicorn's thread gets to it: a client that connects
+        # right after start() (the CLI, a test) waits in the backlog instead of being
+        # refused while the thread is still starting up.
+        self.sock.listen(128)
         self.host = host
         self.port = int(self.sock.getsockname()[1])
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
