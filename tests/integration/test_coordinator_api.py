@@ -21,6 +21,7 @@ from tests.integration.test_coordinator_process import (
     UNREACHABLE,
     Coordinators,
     coordinator_group,
+    remove_feed_quietly,
 )
 from tests.support.clusters import Clusters
 
@@ -40,8 +41,10 @@ def standby(pair: Coordinators) -> str:
 
 
 @pytest.fixture
-def name() -> str:
-    return f"api-{uuid.uuid4().hex[:8]}"
+def name(pair: Coordinators) -> Iterator[str]:
+    feed_name = f"api-{uuid.uuid4().hex[:8]}"
+    yield feed_name
+    remove_feed_quietly(pair, feed_name)
 
 
 def feed(feed_name: str, **overrides: Any) -> dict[str, Any]:

@@ -7,6 +7,10 @@ never waits for Kafka. Each feed's translator ticks on its own thread every
 timeout) does not slow the others. The offset-sync tail of a target cluster and the
 consumer-timestamp tail of a source cluster are shared by the feeds that use them.
 
+Translators started together (a new leader takes over every feed at once) begin their
+rounds STAGGER_S apart: a first round opens several Kafka clients, and forty of them at
+once starved the leader's own tick on a 2-core machine until its lease ran out.
+
 On losing leadership, call ``sync([])`` (or :meth:`stop`): every translator stops.
 """
 
@@ -25,6 +29,8 @@ from crossfeed.translation.translator import Translator
 
 log = logging.getLogger(__name__)
 
+STAGGER_S = 0.2  # between the first rounds of translators started by one sync()
+
 
 def translatable(feed: FeedSpec) -> bool:
     """Mirror feeds into Kafka have consumer groups to move; others do not."""
@@ -34,15 +40,18 @@ def translatable(feed: FeedSpec) -> bool:
 class _Runner:
     """Ticks one translator until stopped."""
 
-    def __init__(self, translator: Translator, interval_s: float) -> None:
+    def __init__(self, translator: Translator, interval_s: float, delay_s: float) -> None:
         self.translator = translator
         self.interval_s = interval_s
+        self.delay_s = delay_s
         self.stop_event = threading.Event()
         self.thread = threading.Thread(
             target=self._run, name=f"translate-{translator.feed.name}", daemon=True
         )
 
     def _run(self) -> None:
+        if self.stop_event.wait(self.delay_s):
+            return
         while not self.stop_event.is_set():
             try:
                 self.translator.tick()
@@ -69,9 +78,9 @@ class TranslatorLoop:
         with self._lock:
             for name in [n for n, r in self._runners.items() if r.translator.feed != wanted.get(n)]:
                 self._stop_runner(name, close=True)
-            for name, feed in sorted(wanted.items()):
-                if name not in self._runners:
-                    self._start_runner(feed)
+            new = [feed for name, feed in sorted(wanted.items()) if name not in self._runners]
+            for n, feed in enumerate(new):
+                self._start_runner(feed, delay_s=n * STAGGER_S)
             self._drop_unused_tails()
 
     def translator(self, name: str) -> Translator | None:
@@ -98,7 +107,7 @@ class TranslatorLoop:
                 self._stop_runner(name, close=True)
             self._drop_unused_tails()
 
-    def _start_runner(self, feed: FeedSpec) -> None:
+    def _start_runner(self, feed: FeedSpec, delay_s: float) -> None:
         target = str(feed.sink.cluster)
         syncs = self._syncs.get(target)
         if syncs is None:
@@ -111,7 +120,7 @@ class TranslatorLoop:
                 self.settings.cluster(feed.source).client_config()
             )
         translator = Translator(self.settings, feed, syncs=syncs, stamps=stamps)
-        runner = _Runner(translator, self.interval_s)
+        runner = _Runner(translator, self.interval_s, delay_s)
         self._runners[feed.name] = runner
         runner.thread.start()
         log.info("feed %s: translating consumer groups every %.1fs", feed.name, self.interval_s)
