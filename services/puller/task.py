@@ -287,13 +287,13 @@ class PullerTask:
         transaction grow longer (fewer commits); otherwise commit often, for low lag."""
         if self.pending is not None:
             return False  # one commit at a time
-        if self.open_since is not None:
-            interval = self.ctx.backlog_commit_interval_s if behind else self.ctx.commit_interval_s
+        age_left = self.due_in(now, behind)
+        if age_left is not None:
             records, size = self._open_records()
             return (
                 records >= self.ctx.max_batch_records
                 or size >= self.ctx.max_batch_bytes
-                or now - self.open_since >= interval
+                or age_left <= 0
             )
         # Idle: still emit resolved marks so resolved_ts advances (DESIGN.md §4).
         return bool(self.partitions) and now - self.last_commit >= self.ctx.resolved_interval_s

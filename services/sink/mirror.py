@@ -310,9 +310,12 @@ class MirrorSink:
     def _due(self) -> bool:
         """Is the open transaction full or old enough to commit?"""
         return self.in_txn and (
-            self.txn_records >= self.settings.sink.max_batch_records
-            or time.monotonic() - self.txn_started >= self.interval_s
+            self.txn_records >= self.settings.sink.max_batch_records or self._due_in() <= 0
         )
+
+    def _due_in(self) -> float:
+        """Seconds until the open transaction is old enough to commit."""
+        return self.txn_started + self.interval_s - time.monotonic()
 
     def _unread(self, rest: list[Any]) -> None:
         """Rewind to the first of ``rest``, read but not handled when handling failed: the
@@ -323,10 +326,15 @@ class MirrorSink:
         for msg in rest:
             if not msg.error():
                 first.setdefault(msg.partition(), msg.offset())
-        assigned = {tp.partition for tp in self.consumer.assignment()}
+        assigned = self._assignment_now()
         for p, offset in first.items():
             if p in assigned:  # a revoked one is read again from its committed offset
                 self.consumer.seek(KafkaTP(self.changes_topic, p, offset))
+
+    def _assignment_now(self) -> set[int]:
+        """The staging partitions assigned, asked of the consumer: main thread only (the
+        other threads read ``self.assigned``)."""
+        return {tp.partition for tp in self.consumer.assignment()}
 
     def _read_wait(self) -> float:
         """How long the next read may wait: librdkafka's consume waits out its whole
@@ -334,8 +342,7 @@ class MirrorSink:
         with packs arriving a few at a time, every transaction was up to 50 ms late."""
         if not self.in_txn:
             return READ_WAIT_S
-        due = self.txn_started + self.interval_s - time.monotonic()
-        return min(READ_WAIT_S, max(0.0, due))
+        return min(READ_WAIT_S, max(0.0, self._due_in()))
 
     def _handle(self, msg: Any) -> None:
         if not self.in_txn:
@@ -602,7 +609,7 @@ class MirrorSink:
             log.warning("abort failed: %s", err)
         for writer in self.writers.values():
             writer.abort()
-        assigned = {tp.partition for tp in self.consumer.assignment()}
+        assigned = self._assignment_now()
         for p, offset in self.first_offset.items():
             if p in assigned:
                 self.consumer.seek(KafkaTP(self.changes_topic, p, offset))
