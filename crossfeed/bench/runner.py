@@ -49,10 +49,17 @@ class Plan:
     failover: bool = True
     failover_rate: float = 1000.0
     quick: bool = False
+    warmup_records: int = 200_000  # per side, copied once before any figure is taken
+
+    @property
+    def warmup(self) -> int:
+        return min(self.warmup_records, self.records)
 
     @classmethod
     def quick_plan(cls, repeat: int | None = None) -> Plan:
-        return cls(records=100_000, repeat=repeat or 1, lag_seconds=8.0, quick=True)
+        return cls(
+            records=100_000, repeat=repeat or 1, lag_seconds=8.0, quick=True, warmup_records=20_000
+        )
 
 
 ORDERED_UNAVAILABLE = (
@@ -61,6 +68,8 @@ ORDERED_UNAVAILABLE = (
 
 
 Say = Callable[[str], None]
+
+WARMUP_LAG_S = 3.0  # the warm-up's steady phase: long enough to run the lag path once
 
 
 def _say(began: float) -> Say:
@@ -113,6 +122,7 @@ def _throughput(
         )
         startup[starter.name] = _attempt(say, f"start-up cost of {starter.name}", calibrate)
     cpu = {name: s.get("cpu_s", {}) for name, s in startup.items()}
+    _warm_up(plan, a, b, janitor, run_id, say, workdir, brokers, into)
     out: dict[str, Any] = into.setdefault("throughput", {})
     for size in plan.sizes:
         payloads = payload_file(workdir, size)
@@ -165,6 +175,54 @@ def _throughput(
                 runs[system.name].append(_attempt(say, label, measure))
                 out[str(size)] = aggregate.throughput_section(runs)
             janitor.drop_topics(a, [backlog])
+
+
+def _warm_up(
+    plan: Plan,
+    a: dict[str, Any],
+    b: dict[str, Any],
+    janitor: Janitor,
+    run_id: str,
+    say: Say,
+    workdir: Path,
+    brokers: dict[str, int],
+    into: dict[str, Any],
+) -> None:
+    """Each side copies a small backlog once, unmeasured. The brokers are shared and were
+    maybe just started: their JIT compiles the produce, fetch and transaction paths on
+    first use (a cold dc-b spent 2.5 s in its compiler threads during the first copy, and
+    up to twice the CPU per record), which would charge whoever happens to go first."""
+    size = plan.sizes[0]
+    backlog = f"bench-{run_id}-warmup"
+    create_topics(a, [backlog], plan.partitions)
+    janitor.topics(a, [backlog])
+    payloads = payload_file(workdir, size)
+    say(f"warm-up: each side copies {plan.warmup:,} records of {size} B (not measured)")
+    load.backlog(a, backlog, plan.warmup, payloads, workdir, janitor)
+    seconds: dict[str, Any] = {}
+    for system in (
+        Crossfeed(janitor, f"{run_id}-cfw", a, b),
+        MirrorMaker2(janitor, f"{run_id}-mmw", a, b),
+    ):
+        warm = partial(
+            mirror.run,
+            system,
+            a,
+            b,
+            janitor,
+            backlog_topic=backlog,
+            records=plan.warmup,
+            size=size,
+            partitions=plan.partitions,
+            payloads=payloads,
+            workdir=workdir,
+            brokers={f"{n} broker": pid for n, pid in brokers.items()},
+            lag_seconds=WARMUP_LAG_S,
+        )
+        result = _attempt(say, f"warm-up {system.name}", warm)
+        seconds[system.name] = result.get("seconds")
+    into["warmup"] = {"records": plan.warmup, "size": size, "seconds": seconds}
+    janitor.drop_topics(a, [backlog])
 
 
 def _kill_dc_a() -> None:
