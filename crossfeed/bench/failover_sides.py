@@ -121,7 +121,10 @@ class CrossfeedSide:
             self._thread = None
 
     def fail_over(self, group: str) -> dict[str, Any]:
-        self._stop_ticking()
+        # As the coordinator's failover does (TranslatorLoop.take): no more ticks, but no
+        # waiting for one in flight either (stop() joins it) — final() makes it give up on
+        # a dead dc-a, and takes the translator as soon as it does.
+        self._stop.set()
         began = time.monotonic()
         results, report = self.translator.final()
         moved = report.committed.get(group, 0)
