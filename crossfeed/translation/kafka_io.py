@@ -7,6 +7,7 @@ instead of hanging (the coordinator's lease must keep ticking).
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import socket
 import threading
@@ -36,6 +37,10 @@ T = TypeVar("T")
 
 
 RETIRE_AFTER_S: Final = 1.0
+POLL_S: Final = 0.1  # how soon a request in flight notices ClusterAdmin.interrupt()
+
+
+_in_call = threading.local()  # .where: (ClusterAdmin, interrupts at the call's start)
 
 
 class ClusterAdmin:
@@ -54,6 +59,17 @@ class ClusterAdmin:
         self.conf = {**conf, **(QUIET_CONF if quiet else {})}
         self._lock = threading.Lock()
         self._client: AdminClient | None = None
+        self._interrupts = 0
+
+    def interrupt(self) -> None:
+        """Make the requests in flight give up now (within POLL_S) with Unreachable: a
+        failover found the cluster refusing connections, and a translation round waiting
+        out its timeout on the dead cluster holds the translator the failover needs."""
+        with self._lock:
+            self._interrupts += 1
+
+    def interrupted_since(self, mark: int) -> bool:
+        return self._interrupts != mark
 
     def client(self) -> AdminClient:
         """The current client, for requests that need no retiring (metadata)."""
@@ -65,10 +81,13 @@ class ClusterAdmin:
     def call(self, request: Callable[[AdminClient], T]) -> T:
         """``request(client)``; on :class:`Unreachable` the client is retired."""
         admin = self.client()
+        _in_call.where = (self, self._interrupts)
         try:
             return request(admin)
         except Unreachable as err:
             message = str(err)
+        finally:
+            _in_call.where = None
         # Out of the except block, and with a new exception: the failed one's traceback
         # holds frames that hold the client, and must not keep it alive.
         with self._lock:
@@ -101,12 +120,31 @@ class Unreachable(Exception):
     """The cluster did not answer in time (or refused the request)."""
 
 
+def _wait(future: Any, timeout_s: float, what: str) -> Any:
+    """``future.result(timeout_s)``, giving up early (Unreachable) once the ClusterAdmin
+    whose call this is gets interrupted."""
+    where = getattr(_in_call, "where", None)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if where is None or left <= POLL_S:
+            return future.result(timeout=max(0.0, left))
+        try:
+            return future.result(timeout=POLL_S)
+        except concurrent.futures.TimeoutError:
+            cluster, mark = where
+            if cluster.interrupted_since(mark):
+                raise Unreachable(f"{what}: given up, the cluster refuses connections") from None
+
+
 def _result(future: Any, timeout_s: float, what: str) -> Any:
     """A future's result, or Unreachable. The future keeps the exception it failed with;
     its traceback would keep the calling frames — and the admin client — alive in a
     cycle, so it is dropped (see ClusterAdmin)."""
     try:
-        return future.result(timeout=timeout_s)
+        return _wait(future, timeout_s, what)
+    except Unreachable:
+        raise
     except KafkaException as err:
         err.__traceback__ = None
         raise Unreachable(f"{what}: {err.args[0].str() if err.args else err}") from None
@@ -210,7 +248,9 @@ def _list_offsets(
         out: dict[TP, tuple[int, int]] = {}
         for tp, future in futures.items():
             try:
-                info = future.result(timeout=timeout_s + 1)
+                info = _wait(future, timeout_s + 1, what)
+            except Unreachable:
+                raise
             except Exception as err:
                 err.__traceback__ = None  # see _result
                 code = err.args[0].code() if isinstance(err, KafkaException) and err.args else None

@@ -101,12 +101,22 @@ class SourceView:
         self.up = False
         self._retry_at = time.monotonic() + RETRY_S
 
-    def probe(self, timeout_s: float) -> None:
-        """Before a round that must be quick (failover): if no bootstrap server accepts a
-        connection within ``timeout_s``, the source is lost now — the round then goes on
-        from what is known instead of waiting out a timeout per request. One that accepts
+    def probe(self, timeout_s: float) -> bool:
+        """Before a round that must be quick (failover): does a bootstrap server accept a
+        connection within ``timeout_s``? If none does, the requests in flight on the source
+        give up at once (a round of another thread waiting out its timeout there would
+        hold up the caller). Touches no state of the view: call without the owner's lock,
+        then :meth:`probed` with it."""
+        reachable = kafka_io.accepts_connections(self.conf, timeout_s)
+        if not reachable:
+            self.admin.interrupt()
+        return reachable
+
+    def probed(self, reachable: bool, timeout_s: float) -> None:
+        """Apply a :meth:`probe`: a source that refused is lost now — the round goes on
+        from what is known instead of waiting out a timeout per request; one that accepted
         is asked in this round even if it failed a moment ago (it may be back)."""
-        if kafka_io.accepts_connections(self.conf, timeout_s):
+        if reachable:
             self._retry_at = min(self._retry_at, time.monotonic())
         else:
             self.lost(Unreachable(f"no bootstrap server accepted a connection in {timeout_s}s"))

@@ -180,8 +180,9 @@ class Translator:
         """The last translation of every known group, written (failover, failback): a
         round that looks at every destination group again, even one it moved before.
         ``exact_only``: move a group partition only where the translation is exact."""
+        reachable = self.source.probe(FINAL_PROBE_S)  # before the lock: a tick may hold it
         with self._lock:
-            self.source.probe(FINAL_PROBE_S)
+            self.source.probed(reachable, FINAL_PROBE_S)
             report = self._round(recheck=True, exact_only=exact_only)
             return sorted(self._results.values(), key=_order), report
 
