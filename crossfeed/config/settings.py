@@ -96,7 +96,10 @@ class PullerSettings(BaseModel):
     )
     commit_interval_ms: int = Field(100, ge=1, description="longest a transaction stays open")
     backlog_commit_interval_ms: int = Field(
-        1000, ge=1, description="longest a transaction stays open while catching up a backlog"
+        1000,
+        ge=1,
+        description="longest a transaction stays open while catching up a backlog (a quarter "
+        "of the newest record's age, at most this)",
     )
     resolved_interval_ms: int = Field(1000, ge=10, description="how often resolved marks go out")
     lateness_ms: int = Field(
@@ -113,7 +116,10 @@ class SinkSettings(BaseModel):
     max_batch_records: int = Field(50_000, ge=1, description="records per transaction, at most")
     commit_interval_ms: int = Field(100, ge=1, description="longest a transaction stays open")
     backlog_commit_interval_ms: int = Field(
-        1000, ge=1, description="longest a transaction stays open while catching up a backlog"
+        1000,
+        ge=1,
+        description="longest a transaction stays open while catching up a backlog (a quarter "
+        "of the newest record's age, at most this)",
     )
 
 

@@ -67,18 +67,32 @@ def commit_ts_us(headers: Sequence[tuple[str, bytes | None]], record_timestamp_m
     return record_timestamp_ms * 1000
 
 
-def catching_up(batch_full: bool, newest_ts_ms: int, now_ms: float, threshold_ms: float) -> bool:
-    """Is a reader catching up a backlog? Then larger transactions cost no latency that
-    matters and save commits; a reader that keeps up commits often, for low lag.
+BACKLOG_SHARE = 4
+"""A reader catching up lets its transaction grow to 1/BACKLOG_SHARE of how far behind it
+is: fewer, larger commits while it matters little, short ones again as it catches up."""
 
-    Both must hold: its last read filled the batch (more is waiting) and the newest record
-    in it is older than ``threshold_ms``. A full batch alone is no backlog — big fetches
-    fill batches when a reader is only a moment behind — and old records alone are none
-    either: with larger transactions every record is older than the threshold, so a reader
-    would never leave the backlog mode it put itself in. A record without a timestamp
-    (< 0) says nothing; a timestamp ahead of the clock (producer skew) is fresh.
+
+def commit_interval_ms(
+    batch_full: bool, newest_ts_ms: int, now_ms: float, keep_up_ms: float, backlog_ms: float
+) -> float:
+    """How long a reader's open transaction may stay open, after its last read.
+
+    Keeping up: ``keep_up_ms``, for low lag. Catching up a backlog — its last read filled
+    the batch (more is waiting) — a quarter of the age of the newest record read, between
+    ``keep_up_ms`` and ``backlog_ms``: a reader hours behind commits every ``backlog_ms``
+    (throughput), one a second behind every 250 ms, so a short stall does not leave it at
+    the longest interval for as long as it takes to catch up (a switch to ``backlog_ms``
+    at one second behind held the lag of a half-loaded pipeline at ~2 s).
+
+    A full batch of fresh records is no backlog (big fetches fill batches when a reader is
+    only a moment behind), and old records in a partial batch are none either: longer
+    transactions upstream make every record old, and the reader must still come back to
+    ``keep_up_ms``. A record without a timestamp (< 0) says nothing; a timestamp ahead of
+    the clock (producer skew) is fresh.
     """
-    return batch_full and newest_ts_ms >= 0 and now_ms - newest_ts_ms > threshold_ms
+    if not batch_full or newest_ts_ms < 0:
+        return keep_up_ms
+    return min(backlog_ms, max(keep_up_ms, (now_ms - newest_ts_ms) / BACKLOG_SHARE))
 
 
 def consistency_ts(task_checkpoints: Mapping[str, int], previous: int) -> int:

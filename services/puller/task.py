@@ -282,12 +282,12 @@ class PullerTask:
 
     # -- transactions ---------------------------------------------------------------
 
-    def due(self, now: float, behind: bool = False) -> bool:
-        """Time to seal? ``behind``: the reader is catching up a backlog, so let the
-        transaction grow longer (fewer commits); otherwise commit often, for low lag."""
+    def due(self, now: float, interval_s: float) -> bool:
+        """Time to seal? ``interval_s``: how long a transaction may stay open now (the
+        worker's choice: short while keeping up, longer while catching up a backlog)."""
         if self.pending is not None:
             return False  # one commit at a time
-        age_left = self.due_in(now, behind)
+        age_left = self.due_in(now, interval_s)
         if age_left is not None:
             records, size = self._open_records()
             return (
@@ -298,13 +298,12 @@ class PullerTask:
         # Idle: still emit resolved marks so resolved_ts advances (DESIGN.md §4).
         return bool(self.partitions) and now - self.last_commit >= self.ctx.resolved_interval_s
 
-    def due_in(self, now: float, behind: bool = False) -> float | None:
+    def due_in(self, now: float, interval_s: float) -> float | None:
         """Seconds until the open transaction is due by age (None: none open, or a commit
         is still under way)."""
         if self.pending is not None or self.open_since is None:
             return None
-        interval = self.ctx.backlog_commit_interval_s if behind else self.ctx.commit_interval_s
-        return self.open_since + interval - now
+        return self.open_since + interval_s - now
 
     def commit(self, positions: dict[TopicPartition, int], caught_up: set[TopicPartition]) -> None:
         """Seal and commit now, on this thread; raises TaskFenced if fenced."""

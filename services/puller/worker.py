@@ -20,7 +20,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed.config import Settings
 from crossfeed.core.partitions import TopicPartition, staging_partition
-from crossfeed.core.timestamps import catching_up
+from crossfeed.core.timestamps import commit_interval_ms
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
@@ -97,7 +97,8 @@ class PullerWorker:
         # of a typical instance, as a commit mostly waits on the broker.
         self.committer = ThreadPoolExecutor(max_workers=8, thread_name_prefix="commit")
         self.last_refresh = 0.0
-        self.behind = False  # was the last read catching up a backlog?
+        # How long a transaction may stay open (commit_interval_ms; each read sets it).
+        self.interval_s = settings.puller.commit_interval_ms / 1000
         self.last_metrics = 0.0
 
     # -- lifecycle ------------------------------------------------------------------
@@ -185,12 +186,16 @@ class PullerWorker:
             if task.overfull():  # its commit is slow: wait rather than buffer without end
                 self._settle_task(task)
         batch = self.reader.consume(CONSUME_BATCH, timeout=self._read_wait())
-        # Catching up a backlog: fewer, larger transactions (see catching_up).
-        behind = self.behind = catching_up(
-            len(batch) >= CONSUME_BATCH,
-            batch[-1].timestamp()[1] if batch else -1,
-            time.time() * 1000,
-            self.ctx.backlog_commit_interval_s * 1000,
+        # Catching up a backlog: fewer, larger transactions (see commit_interval_ms).
+        self.interval_s = interval_s = (
+            commit_interval_ms(
+                len(batch) >= CONSUME_BATCH,
+                batch[-1].timestamp()[1] if batch else -1,
+                time.time() * 1000,
+                self.ctx.commit_interval_s * 1000,
+                self.ctx.backlog_commit_interval_s * 1000,
+            )
+            / 1000
         )
         route = self.route.get  # the hot loop: a record at a time
         for msg in batch:
@@ -202,7 +207,7 @@ class PullerWorker:
             if found is not None:
                 found[0].add(msg, found[1])
         now = time.monotonic()
-        due = [task for task in self.tasks.values() if task.due(now, behind)]
+        due = [task for task in self.tasks.values() if task.due(now, interval_s)]
         if due:
             self._commit_all(due)
         if now - self.last_metrics >= 1.0:
@@ -214,7 +219,7 @@ class PullerWorker:
         timeout unless the batch fills (5,000 records take 125 ms at 40k/s), and a commit
         due meanwhile would be that late."""
         now = time.monotonic()
-        waits = (task.due_in(now, self.behind) for task in self.tasks.values())
+        waits = (task.due_in(now, self.interval_s) for task in self.tasks.values())
         return min([READ_WAIT_S, *(max(0.0, w) for w in waits if w is not None)])
 
     def shutdown(self) -> None:

@@ -33,7 +33,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 from crossfeed.config import Settings
 from crossfeed.core.offset_ranges import OffsetSyncWriter
 from crossfeed.core.partitions import TopicPartition
-from crossfeed.core.timestamps import catching_up
+from crossfeed.core.timestamps import commit_interval_ms
 from crossfeed.dlq import DeadLetter, FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
@@ -285,15 +285,15 @@ class MirrorSink:
                 except BaseException:
                     self._unread(batch[i:])
                     raise
-            # Catching up a backlog: fewer, larger transactions (see catching_up);
+            # Catching up a backlog: fewer, larger transactions (see commit_interval_ms);
             # keeping up: commit often, for low end-to-end lag.
-            behind = catching_up(
+            interval_ms = commit_interval_ms(
                 len(batch) >= CONSUME_BATCH,
                 self.newest_ts_ms,
                 time.time() * 1000,
+                opts.commit_interval_ms,
                 opts.backlog_commit_interval_ms,
             )
-            interval_ms = opts.backlog_commit_interval_ms if behind else opts.commit_interval_ms
             self.interval_s = interval_ms / 1000
             if self._due():
                 self._commit()

@@ -10,7 +10,7 @@ from crossfeed.core.partitions import TopicPartition as TP
 from crossfeed.core.timestamps import (
     MAX_TS,
     ResolvedTracker,
-    catching_up,
+    commit_interval_ms,
     commit_ts_us,
     consistency_ts,
     parse_commit_ts,
@@ -157,15 +157,36 @@ def test_global_resolved_is_min_of_per_partition_max(marks: list[tuple[str, int]
             previous_global = current
 
 
-class TestCatchingUp:
-    def test_a_full_batch_of_old_records_is_a_backlog(self) -> None:
-        assert catching_up(True, 1_000, now_ms=2_001, threshold_ms=1000)
-        assert not catching_up(True, 1_000, now_ms=2_000, threshold_ms=1000)
+class TestCommitInterval:
+    def test_keeping_up_commits_at_the_short_interval(self) -> None:
+        assert commit_interval_ms(False, 1_000, 1_050, keep_up_ms=100, backlog_ms=1000) == 100
+        assert commit_interval_ms(True, 1_000, 1_300, keep_up_ms=100, backlog_ms=1000) == 100
 
-    def test_old_records_in_a_partial_batch_are_not(self) -> None:
-        """Large transactions make every record old: the reader must still leave."""
-        assert not catching_up(False, 1_000, now_ms=9_000, threshold_ms=1000)
+    def test_a_full_batch_of_old_records_grows_the_transaction_with_the_lag(self) -> None:
+        assert commit_interval_ms(True, 1_000, 2_000, keep_up_ms=100, backlog_ms=1000) == 250
+        assert commit_interval_ms(True, 1_000, 3_000, keep_up_ms=100, backlog_ms=1000) == 500
+        assert commit_interval_ms(True, 0, 3_600_000, keep_up_ms=100, backlog_ms=1000) == 1000
 
-    def test_fresh_skewed_or_missing_timestamps_are_not_a_backlog(self) -> None:
-        assert not catching_up(True, 5_000, now_ms=2_000, threshold_ms=1000)  # clock ahead
-        assert not catching_up(True, -1, now_ms=2_000_000, threshold_ms=1000)  # no timestamp
+    def test_old_records_in_a_partial_batch_are_no_backlog(self) -> None:
+        """Large transactions upstream make every record old: the reader must still leave."""
+        assert commit_interval_ms(False, 1_000, 90_000, keep_up_ms=100, backlog_ms=1000) == 100
+
+    def test_fresh_skewed_or_missing_timestamps_are_no_backlog(self) -> None:
+        assert commit_interval_ms(True, 5_000, 2_000, keep_up_ms=100, backlog_ms=1000) == 100
+        assert commit_interval_ms(True, -1, 2_000_000, keep_up_ms=100, backlog_ms=1000) == 100
+
+    @given(
+        full=st.booleans(),
+        ts=st.integers(-1, 10**13),
+        now=st.integers(0, 10**13),
+        keep_up=st.integers(1, 10_000),
+        extra=st.integers(0, 100_000),
+    )
+    def test_always_between_the_two_intervals_and_monotonic_in_the_lag(
+        self, full: bool, ts: int, now: int, keep_up: int, extra: int
+    ) -> None:
+        backlog = keep_up + extra
+        got = commit_interval_ms(full, ts, now, keep_up_ms=keep_up, backlog_ms=backlog)
+        assert keep_up <= got <= backlog
+        older = commit_interval_ms(full, ts - 1_000, now, keep_up_ms=keep_up, backlog_ms=backlog)
+        assert ts < 1_000 or older >= got
