@@ -105,6 +105,7 @@ def _throughput(
     so an interrupted run keeps what it measured)."""
     workdir = janitor.tempdir("load")
     brokers = {n: pid for n in ("dc-a", "dc-b") if (pid := stack.node(n).pid())}
+    watched = {f"{n} broker": pid for n, pid in brokers.items()}  # their CPU beside each copy
     startup: dict[str, Any] = into.setdefault("startup", {})
     starters: list[Replicator] = [
         Crossfeed(janitor, f"{run_id}-cf0", a, b),
@@ -122,7 +123,7 @@ def _throughput(
         )
         startup[starter.name] = _attempt(say, f"start-up cost of {starter.name}", calibrate)
     cpu = {name: s.get("cpu_s", {}) for name, s in startup.items()}
-    _warm_up(plan, a, b, janitor, run_id, say, workdir, brokers, into)
+    _warm_up(plan, a, b, janitor, run_id, say, workdir, watched, into)
     out: dict[str, Any] = into.setdefault("throughput", {})
     for size in plan.sizes:
         payloads = payload_file(workdir, size)
@@ -165,7 +166,7 @@ def _throughput(
                     b,
                     janitor,
                     backlog_topic=backlog,
-                    brokers={f"{n} broker": pid for n, pid in brokers.items()},
+                    brokers=watched,
                     startup_cpu=cpu[system.name],
                     lag_fraction=plan.lag_fraction,
                     lag_seconds=plan.lag_seconds,
@@ -216,7 +217,7 @@ def _warm_up(
             partitions=plan.partitions,
             payloads=payloads,
             workdir=workdir,
-            brokers={f"{n} broker": pid for n, pid in brokers.items()},
+            brokers=brokers,
             lag_seconds=WARMUP_LAG_S,
         )
         result = _attempt(say, f"warm-up {system.name}", warm)
