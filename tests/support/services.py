@@ -385,6 +385,7 @@ class Feed:
         self.workdir = workdir
         self.env = dict(env or {})
         self.pullers: list[ServiceProcess] = []
+        self.sorters: list[ServiceProcess] = []
         self.sinks: list[ServiceProcess] = []
 
     @property
@@ -392,16 +393,21 @@ class Feed:
         return f"_crossfeed.{self.name}.changes"
 
     @property
+    def sorted_topic(self) -> str:
+        return f"_crossfeed.{self.name}.sorted"
+
+    @property
     def processes(self) -> list[ServiceProcess]:
-        return [*self.pullers, *self.sinks]
+        return [*self.pullers, *self.sorters, *self.sinks]
 
     def add(
         self, role: str, *, start: bool = True, extra_args: Sequence[str] = ()
     ) -> ServiceProcess:
-        """One more instance of ``role`` ("puller" or "sink") for this feed."""
-        group = self.pullers if role == "puller" else self.sinks if role == "sink" else None
+        """One more instance of ``role`` ("puller", "sorter" or "sink") for this feed."""
+        groups = {"puller": self.pullers, "sorter": self.sorters, "sink": self.sinks}
+        group = groups.get(role)
         if group is None:
-            raise ValueError(f"role must be 'puller' or 'sink', not {role!r}")
+            raise ValueError(f"role must be 'puller', 'sorter' or 'sink', not {role!r}")
         proc = ServiceProcess(
             role,
             feed=self.name,
@@ -420,6 +426,9 @@ class Feed:
 
     def add_puller(self, **kwargs: Any) -> ServiceProcess:
         return self.add("puller", **kwargs)
+
+    def add_sorter(self, **kwargs: Any) -> ServiceProcess:
+        return self.add("sorter", **kwargs)
 
     def add_sink(self, **kwargs: Any) -> ServiceProcess:
         return self.add("sink", **kwargs)
@@ -497,6 +506,8 @@ class ServiceFactory:
         pullers: int = 1,
         sinks: int = 1,
         *,
+        sorters: int = 0,
+        sink_uri: str | None = None,
         exclude: Iterable[str] = (),
         mode: str = "mirror",
         start: str = "earliest",
@@ -512,7 +523,9 @@ class ServiceFactory:
         ``clusters``: the ``clusters`` fixture (or a mapping alias -> client config).
         ``config``: the feed's options (``errors.tolerance``, ``staging.partitions``, ...).
         ``settings``: merged into the configuration file (e.g. ``{"puller":
-        {"commit_interval_ms": 50}}``). With ``wait``, returns once every process answers
+        {"commit_interval_ms": 50}}``). ``sink_uri`` replaces ``kafka://<target>`` (ordered
+        feeds: ``kafka://dc-b/TOPIC`` or ``postgresql://...``), ``sorters`` starts that many
+        sorters (ordered feeds). With ``wait``, returns once every process answers
         /status (fails with the log of one that exits or does not answer).
         """
         # Feeds keep state on the clusters (staging topic, groups): a fresh suffix per
@@ -523,7 +536,7 @@ class ServiceFactory:
         spec: dict[str, Any] = {
             "name": fname,
             "source": source,
-            "sink-uri": f"kafka://{target}",
+            "sink-uri": sink_uri or f"kafka://{target}",
             "topics": list(topics),
             "exclude": list(exclude),
             "mode": mode,
@@ -542,6 +555,8 @@ class ServiceFactory:
         self.feeds.append(feed)
         for _ in range(pullers):
             feed.add_puller()
+        for _ in range(sorters):
+            feed.add_sorter()
         for _ in range(sinks):
             feed.add_sink()
         if wait:
