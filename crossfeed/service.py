@@ -1,7 +1,8 @@
 """Running one service instance: logging, /metrics + /status, signals, exit codes.
 
 SIGTERM and SIGINT stop the instance gracefully (open transactions are committed
-and tasks handed over at once); a second signal exits immediately.
+and tasks handed over at once), within STOP_GRACE_S even when a cluster does not answer;
+a second signal exits immediately.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -23,6 +25,8 @@ from crossfeed.config import Settings
 from crossfeed.dlq import FeedStopped
 
 EXIT_FEED_STOPPED = 3
+EXIT_STOP_TIMEOUT = 4
+STOP_GRACE_S = 10.0
 # The copy loops allocate objects per record (a message, its tuples) that reference
 # counting frees; with the default threshold (700) the cyclic collector ran every few
 # hundred records and re-scanned every message of a 5,000-record batch still held:
@@ -36,6 +40,16 @@ class Worker(Protocol):
     def run(self, stop: threading.Event) -> None: ...
 
     def status(self) -> dict[str, Any]: ...
+
+
+def _exit_after_grace() -> None:
+    """A graceful stop waits on clusters (a last commit, leaving the group); with one of
+    them down each call waits out its own timeout, a minute or more. Past STOP_GRACE_S
+    the process exits anyway: what it had not committed is aborted by the next owner."""
+    time.sleep(STOP_GRACE_S)
+    log.warning("not stopped after %.0fs: exiting now", STOP_GRACE_S)
+    logging.shutdown()
+    os._exit(EXIT_STOP_TIMEOUT)
 
 
 def instance_id(role: str, given: str | None = None) -> str:
@@ -55,6 +69,7 @@ def run(settings: Settings, make_worker: Callable[[], Worker], metrics_port: int
             os._exit(130)
         log.info("received %s: stopping gracefully", signal.Signals(signum).name)
         stop.set()
+        threading.Thread(target=_exit_after_grace, name="stop-grace", daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
