@@ -52,6 +52,29 @@ def _exit_after_grace() -> None:
     os._exit(EXIT_STOP_TIMEOUT)
 
 
+def _run_off_main_thread(worker: Worker, stop: threading.Event) -> None:
+    """``worker.run(stop)`` on a thread of its own, re-raising what it raised.
+
+    Python runs signal handlers on the main thread only, between bytecodes: a worker
+    blocked in a client call (a commit waiting a minute for a cluster that is down) would
+    hold SIGTERM back until the call returned — seen: a sink deaf to SIGTERM for 20 s. The
+    main thread only waits here, so a signal is handled at once (and STOP_GRACE_S holds)."""
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            worker.run(stop)
+        except BaseException as err:  # handed to the main thread, which decides
+            failed.append(err)
+
+    thread = threading.Thread(target=work, name="worker", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.2)  # returns to the interpreter often: signal handlers run
+    if failed:
+        raise failed[0]
+
+
 def instance_id(role: str, given: str | None = None) -> str:
     """A readable, unique instance id: ``puller-<host>-<pid>-<4 hex>``."""
     return given or f"{role}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
@@ -92,7 +115,7 @@ def run(settings: Settings, make_worker: Callable[[], Worker], metrics_port: int
         worker.address = f"{settings.metrics_host}:{port}"  # announced in heartbeats
     log.info("metrics and status on http://%s:%d/", settings.metrics_host, port)
     try:
-        worker.run(stop)
+        _run_off_main_thread(worker, stop)
     except FeedStopped as err:
         log.error("%s", err)
         print(f"error: {err}", file=sys.stderr)

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed.config import Settings
@@ -182,6 +182,7 @@ class MirrorSink:
         self.assigned: frozenset[int] = frozenset()
         self.last_error: str | None = None
         self.failures = 0  # transactions failed in a row
+        self.rewind = False  # to the committed positions, once a new producer runs
         self.reachability = Reachability("target", target_alias, self.target_conf)
         self.interval_s = settings.sink.commit_interval_ms / 1000  # of the open transaction
         self._reset_txn()
@@ -617,10 +618,11 @@ class MirrorSink:
         self._abort_producer()
         for writer in self.writers.values():
             writer.abort()
-        assigned = self._assignment_now()
-        for p, offset in self.first_offset.items():
-            if p in assigned:
-                self.consumer.seek(KafkaTP(self.changes_topic, p, offset))
+        if self.producer is not None:  # else the outcome is unknown: see _drop_producer
+            assigned = self._assignment_now()
+            for p, offset in self.first_offset.items():
+                if p in assigned:
+                    self.consumer.seek(KafkaTP(self.changes_topic, p, offset))
         metrics.ABORTS.labels(self.feed.name).inc()
         self._reset_txn()
 
@@ -636,7 +638,18 @@ class MirrorSink:
             self.producer.abort_transaction(30)
         except KafkaException as err:
             log.warning("abort failed (%s): a new producer takes over", err.args[0].str())
-            self.producer = None
+            self._drop_producer()
+
+    def _drop_producer(self) -> None:
+        """Let the producer go; the next step starts a new one. Whether its last
+        transaction committed is not known here (a commit that timed out may still
+        complete), so the input is not rewound to where that transaction began — that
+        could copy its records twice — but, once the new producer's ``init_transactions``
+        has settled the old transaction, to the group's committed positions, which are
+        part of every transaction (``send_offsets_to_transaction``)."""
+        self.producer = None
+        self.writers.clear()
+        self.rewind = True
 
     def _on_kafka_error(self, exc: KafkaException) -> None:
         err: KafkaError = exc.args[0]
@@ -645,18 +658,7 @@ class MirrorSink:
             # everything in flight and start over with a fresh producer.
             log.warning("sink %s fenced (%s): restarting its producer", self.instance_id, err.str())
             self._reset_txn()
-            self.writers.clear()
-            self.producer = None  # a new one at the next step (the target may be away)
-            try:
-                for tp in self.consumer.assignment():
-                    committed = self.consumer.committed([tp], timeout=10)[0]
-                    if committed.offset >= 0:
-                        self.consumer.seek(committed)
-            except KafkaException as seek_err:
-                if clients.is_fatal(seek_err.args[0]):
-                    self._replace_consumer(seek_err.args[0])
-                else:  # read on from where we are: a revocation will rewind it anyway
-                    log.warning("could not rewind to the committed positions: %s", seek_err)
+            self._drop_producer()  # a new one at the next step (the target may be away)
             return
         log.warning("transaction failed (%s); aborting and retrying", err.str())
         self._enter_error(f"transaction on {self.target_alias} failed: {err.str()}")
@@ -665,7 +667,7 @@ class MirrorSink:
             # Failing outside any transaction, again and again: the producer is stuck in a
             # state no abort clears; a new one (fresh epoch) takes over.
             log.warning("%d transactions failed in a row: a new producer", self.failures)
-            self.producer = None
+            self._drop_producer()
         self._abort()
 
     def _on_assign(self, consumer: Any, partitions: list[KafkaTP]) -> None:
@@ -693,13 +695,32 @@ class MirrorSink:
         False (after a pause) while the target does not let it start."""
         try:
             self.producer = self._new_producer()
-            return True
         except KafkaException as err:
             self._enter_error(
                 f"cannot start a producer on {self.target_alias}: {err.args[0].str()}"
             )
             time.sleep(1.0)
             return False
+        if self.rewind:
+            self._rewind_to_committed()
+        return True
+
+    def _rewind_to_committed(self) -> None:
+        """Read every assigned staging partition again from the group's committed position
+        (from its start when the group never committed: auto.offset.reset=earliest)."""
+        try:
+            for tp in self.consumer.assignment():
+                committed = self.consumer.committed([tp], timeout=10)[0]
+                offset = committed.offset if committed.offset >= 0 else OFFSET_BEGINNING
+                self.consumer.seek(KafkaTP(tp.topic, tp.partition, offset))
+            self.rewind = False
+        except KafkaException as err:
+            if clients.is_fatal(err.args[0]):
+                self._replace_consumer(err.args[0])  # a new one starts from committed anyway
+                self.rewind = False
+            else:  # tried again at the next producer start, or after a revocation
+                log.warning("could not rewind to the committed positions: %s", err)
+                self.producer = None
 
     def _new_consumer(self) -> Any:
         """The staging reader, subscribed: the sinks of a feed share its partitions."""
