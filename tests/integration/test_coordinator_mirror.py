@@ -52,6 +52,34 @@ class CoordinatedProcess(ServiceProcess):
         ]
 
 
+def start_coordinated(
+    role: str,
+    feed: str,
+    n: int,
+    config_file: Path,
+    workdir: Path,
+    procs: list[ServiceProcess],
+    failover_s: float | None = FAILOVER_S,
+) -> ServiceProcess:
+    """Instance ``n`` of ``role`` for ``feed``, started and added to ``procs`` (a stable
+    instance id: static group membership for sinks)."""
+    env = {}
+    if failover_s is not None:
+        # sinks share partitions by consumer group: 6 s is the broker's minimum session
+        env["CROSSFEED_COORDINATOR__FAILOVER_TIMEOUT_S"] = str(failover_s)
+    proc = CoordinatedProcess(
+        role,
+        feed=feed,
+        feed_file=Path("-"),
+        config_file=config_file,
+        workdir=workdir,
+        instance=f"{role}-{feed}-{n}",
+        env=env,
+    )
+    procs.append(proc.start())
+    return proc
+
+
 def test_mirror_feed_survives_kill_9_of_the_leader_and_of_a_puller(
     clusters: Clusters, topic_factory: object, tmp_path: Path
 ) -> None:
@@ -62,19 +90,7 @@ def test_mirror_feed_survives_kill_9_of_the_leader_and_of_a_puller(
     procs: list[ServiceProcess] = []
 
     def start(role: str, n: int) -> ServiceProcess:
-        # sinks share partitions by consumer group: 6 s is the broker's minimum session
-        env = {"CROSSFEED_COORDINATOR__FAILOVER_TIMEOUT_S": str(FAILOVER_S)}
-        proc = CoordinatedProcess(
-            role,
-            feed=name,
-            feed_file=Path("-"),
-            config_file=group.config_file,
-            workdir=tmp_path,
-            instance=f"{role}-{name}-{n}",
-            env=env,
-        )
-        procs.append(proc.start())
-        return proc
+        return start_coordinated(role, name, n, group.config_file, tmp_path, procs)
 
     try:
         group.start(2)
@@ -144,18 +160,7 @@ def test_a_puller_woken_after_sigstop_starts_only_what_the_newest_assignment_giv
     procs: list[ServiceProcess] = []
 
     def start(n: int) -> ServiceProcess:
-        env = {"CROSSFEED_COORDINATOR__FAILOVER_TIMEOUT_S": str(FAILOVER_S)}
-        proc = CoordinatedProcess(
-            "puller",
-            feed=name,
-            feed_file=Path("-"),
-            config_file=group.config_file,
-            workdir=tmp_path,
-            instance=f"puller-{name}-{n}",
-            env=env,
-        )
-        procs.append(proc.start())
-        return proc
+        return start_coordinated("puller", name, n, group.config_file, tmp_path, procs)
 
     try:
         group.start(1)

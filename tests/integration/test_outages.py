@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from crossfeed.client.rest import CoordinatorClient
-from tests.integration.test_coordinator_mirror import CoordinatedProcess
+from tests.integration.test_coordinator_mirror import start_coordinated
 from tests.integration.test_coordinator_process import (
     TOKEN,
     CoordinatorProcess,
@@ -84,16 +84,8 @@ def test_a_cluster_lost_for_20s_and_back_resumes_by_itself_exactly_once(
                     "config": {"staging.partitions": "2"},
                 }
             )
-        for role in ("puller", "sink"):
-            proc = CoordinatedProcess(
-                role,
-                feed=feed,
-                feed_file=Path("-"),
-                config_file=config_file,
-                workdir=tmp_path,
-                instance=f"{role}-{feed}",
-            )
-            procs.append(proc.start())
+        for role in ("puller", "sink"):  # the default 10 s sessions, as in the field
+            start_coordinated(role, feed, 0, config_file, tmp_path, procs, failover_s=None)
         logs = lambda: "\n".join(f"  {p.describe()}" for p in procs)  # noqa: E731
 
         live = ContinuousProducer(clusters.a.config, [topic], RATE).start()
