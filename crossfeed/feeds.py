@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlparse
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from crossfeed.config.errors import ConfigError, from_validation_error
+from crossfeed.config.errors import ConfigError, from_validation_error, read_yaml
 from crossfeed.core.topic_selection import TopicSelector, rename
 
 FEED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -208,12 +207,7 @@ def parse_feed(data: dict[str, Any], where: str) -> FeedSpec:
 def load_feed_file(path: str | Path) -> FeedSpec:
     """Read a YAML feed file (the fields of ``changefeed create``)."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise ConfigError(f"feed file {path}: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"feed file {path} is not valid YAML: {err}") from None
+    data = read_yaml(path, "feed file")
     if not isinstance(data, dict):
         raise ConfigError(f"feed file {path} must hold a mapping (name, source, sink-uri, topics…)")
     data = {

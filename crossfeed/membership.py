@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
 from crossfeed import __version__
 from crossfeed.kafka import clients
@@ -68,9 +68,16 @@ class HeartbeatSender:
         self.content = content
         self.interval_s = interval_s
         self.started_at_ms = int(time.time() * 1000)
-        self.producer = clients.producer(conf, **{"linger.ms": 0})
+        self.conf = conf
+        self.producer = self._new_producer()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
+
+    def _new_producer(self) -> Any:
+        # Not idempotent: a lost heartbeat is replaced a second later, and an idempotent
+        # producer can fail for good (out-of-order sequence numbers after the control
+        # cluster lost its tail in a crash) — the instance would look dead from then on.
+        return clients.producer(self.conf, **{"linger.ms": 0, "enable.idempotence": False})
 
     def start(self) -> HeartbeatSender:
         self._thread.start()
@@ -109,6 +116,8 @@ class HeartbeatSender:
                 self.send()
             except Exception as err:  # a heartbeat must never kill the instance
                 log.warning("heartbeat failed: %s", err)
+                if isinstance(err, KafkaException) and err.args and clients.is_fatal(err.args[0]):
+                    self.producer = self._new_producer()
             self._stop.wait(self.interval_s)
 
     def leave(self) -> None:
@@ -139,8 +148,11 @@ class TopicTail:
     ) -> None:
         self.topic = topic
         self.on_record = on_record
+        self.conf = conf
         self.consumer = clients.consumer(conf, **{"group.id": f"crossfeed-tail-{os.getpid()}"})
         self.caught_up = threading.Event()
+        self._read_up_to: dict[int, int] = {}  # partition -> position of the tail
+        self._ends: Any = None  # a client of its own for read_to_end (see there)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
@@ -182,13 +194,42 @@ class TopicTail:
                     self.on_record(key, msg.value())
                 except Exception:
                     log.exception("could not apply %s record %r", self.topic, key)
-            if not self.caught_up.is_set():
-                positions = self.consumer.position([TopicPartition(self.topic, p) for p in ends])
-                if all(
-                    tp.offset >= ends[tp.partition] or ends[tp.partition] == 0 for tp in positions
-                ):
-                    self.caught_up.set()
+            positions = self.consumer.position([TopicPartition(self.topic, p) for p in ends])
+            self._read_up_to = {tp.partition: tp.offset for tp in positions}
+            if not self.caught_up.is_set() and all(
+                tp.offset >= ends[tp.partition] or ends[tp.partition] == 0 for tp in positions
+            ):
+                self.caught_up.set()
         self.consumer.close()
+
+    def read_to_end(self, timeout_s: float) -> bool:
+        """Wait until the tail has applied every record the topic holds now; False if it
+        did not within ``timeout_s`` (or the cluster did not say where the end is).
+
+        The end is asked for by a client of its own: a call on the tail's consumer from
+        another thread waits behind its back-to-back reads."""
+        deadline = time.monotonic() + timeout_s
+        try:
+            if self._ends is None:
+                self._ends = clients.consumer(
+                    self.conf, **{"group.id": f"crossfeed-tail-end-{os.getpid()}"}
+                )
+            parts = sorted(self._read_up_to)
+            ends = {
+                p: self._ends.get_watermark_offsets(
+                    TopicPartition(self.topic, p), timeout=timeout_s
+                )[1]
+                for p in parts
+            }
+        except Exception as err:  # KafkaException: the cluster does not answer
+            log.debug("cannot find the end of %s: %s", self.topic, err)
+            return False
+        while time.monotonic() < deadline:
+            read = self._read_up_to
+            if parts and all(read.get(p, -1) >= end for p, end in ends.items()):
+                return True
+            time.sleep(0.02)
+        return False
 
     def stop(self) -> None:
         self._stop.set()

@@ -31,8 +31,16 @@ def local_config() -> Path:
 
 
 def classpath_file(name: str) -> Path:
-    """Resolved JVM classpath written by ``make setup`` (``kafka`` or ``spark``)."""
-    return home() / "lib" / f"{name}.classpath"
+    """Resolved JVM classpath written by ``make setup`` (``kafka`` or ``spark``).
+
+    ``make setup`` writes the jars to the checkout's ``.crossfeed/lib``; a second stack
+    (``$CROSSFEED_HOME`` elsewhere) has its own data but shares those jars, so its home's
+    ``lib`` is used only when it holds the file.
+    """
+    own = home() / "lib" / f"{name}.classpath"
+    if own.is_file():
+        return own
+    return project_root() / ".crossfeed" / "lib" / f"{name}.classpath"
 
 
 def port_offset() -> int:

@@ -1,7 +1,8 @@
 """Running one service instance: logging, /metrics + /status, signals, exit codes.
 
 SIGTERM and SIGINT stop the instance gracefully (open transactions are committed
-and tasks handed over at once); a second signal exits immediately.
+and tasks handed over at once), within STOP_GRACE_S even when a cluster does not answer;
+a second signal exits immediately.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -23,6 +25,8 @@ from crossfeed.config import Settings
 from crossfeed.dlq import FeedStopped
 
 EXIT_FEED_STOPPED = 3
+EXIT_STOP_TIMEOUT = 4
+STOP_GRACE_S = 10.0
 # The copy loops allocate objects per record (a message, its tuples) that reference
 # counting frees; with the default threshold (700) the cyclic collector ran every few
 # hundred records and re-scanned every message of a 5,000-record batch still held:
@@ -36,6 +40,39 @@ class Worker(Protocol):
     def run(self, stop: threading.Event) -> None: ...
 
     def status(self) -> dict[str, Any]: ...
+
+
+def _exit_after_grace() -> None:
+    """A graceful stop waits on clusters (a last commit, leaving the group); with one of
+    them down each call waits out its own timeout, a minute or more. Past STOP_GRACE_S
+    the process exits anyway: what it had not committed is aborted by the next owner."""
+    time.sleep(STOP_GRACE_S)
+    log.warning("not stopped after %.0fs: exiting now", STOP_GRACE_S)
+    logging.shutdown()
+    os._exit(EXIT_STOP_TIMEOUT)
+
+
+def _run_off_main_thread(worker: Worker, stop: threading.Event) -> None:
+    """``worker.run(stop)`` on a thread of its own, re-raising what it raised.
+
+    Python runs signal handlers on the main thread only, between bytecodes: a worker
+    blocked in a client call (a commit waiting a minute for a cluster that is down) would
+    hold SIGTERM back until the call returned — seen: a sink deaf to SIGTERM for 20 s. The
+    main thread only waits here, so a signal is handled at once (and STOP_GRACE_S holds)."""
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            worker.run(stop)
+        except BaseException as err:  # handed to the main thread, which decides
+            failed.append(err)
+
+    thread = threading.Thread(target=work, name="worker", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.2)  # returns to the interpreter often: signal handlers run
+    if failed:
+        raise failed[0]
 
 
 def instance_id(role: str, given: str | None = None) -> str:
@@ -55,6 +92,7 @@ def run(settings: Settings, make_worker: Callable[[], Worker], metrics_port: int
             os._exit(130)
         log.info("received %s: stopping gracefully", signal.Signals(signum).name)
         stop.set()
+        threading.Thread(target=_exit_after_grace, name="stop-grace", daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -77,7 +115,7 @@ def run(settings: Settings, make_worker: Callable[[], Worker], metrics_port: int
         worker.address = f"{settings.metrics_host}:{port}"  # announced in heartbeats
     log.info("metrics and status on http://%s:%d/", settings.metrics_host, port)
     try:
-        worker.run(stop)
+        _run_off_main_thread(worker, stop)
     except FeedStopped as err:
         log.error("%s", err)
         print(f"error: {err}", file=sys.stderr)

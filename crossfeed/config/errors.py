@@ -2,13 +2,33 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 
 class ConfigError(ValueError):
     """Invalid configuration: names the source, the field, the bad value and the fix."""
+
+
+def read_yaml(path: Path, what: str) -> Any:
+    """The parsed YAML of a file; ConfigError (one line, ``what`` names the file's role)
+    when it cannot be read, is not UTF-8 text, or is not YAML."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{what} {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{what} {path} is not UTF-8 text (byte 0x{err.object[err.start]:02x} at "
+            f"position {err.start}): save it as UTF-8 YAML"
+        ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{what} {path} is not valid YAML: {err}") from None
 
 
 def from_validation_error(err: ValidationError, source: str) -> ConfigError:

@@ -11,11 +11,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from crossfeed import paths
-from crossfeed.config.errors import ConfigError, from_validation_error
+from crossfeed.config.errors import ConfigError, from_validation_error, read_yaml
 from crossfeed.config.settings import FILE_DATA, Settings
 
 SECTIONS = set(Settings.model_fields)
@@ -42,10 +41,7 @@ def config_source(explicit: str | os.PathLike[str] | None = None) -> Path | None
 
 def read_file(path: Path) -> dict[str, Any]:
     """Parse a YAML configuration file and fold flat ``alias.prop`` keys into ``clusters``."""
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"configuration file {path} is not valid YAML: {err}") from None
+    raw = read_yaml(path, "configuration file") or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"configuration file {path} must hold a mapping of settings")
     data: dict[str, Any] = {}

@@ -328,7 +328,7 @@ class Demo:
             feeds = api.status()
         except Exception:  # the coordinator is busy starting; try again next second
             feeds = []
-        status = next((f for f in feeds if f.get("feed") == self.names.feed), {})
+        status = next((f for f in feeds if f.get("name") == self.names.feed), {})
         self.progress({**counts, "status": status})
 
     def _wait(self, check: Callable[[], bool], timeout_s: float, what: str) -> None:

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
 QUIET = logging.getLogger("crossfeed.kafka.quiet")
@@ -57,3 +57,10 @@ def cluster_id(cluster: Mapping[str, Any], timeout_s: float = 5.0) -> str | None
     except Exception:  # KafkaException: no broker answered within the timeout
         return None
     return str(meta.cluster_id) if meta.cluster_id else None
+
+
+def is_fatal(err: KafkaError) -> bool:
+    """True when the client that reported ``err`` can do nothing more: only a new one can.
+    A consumer hands its fatal error to the application as a message whose error has
+    code ``_FATAL`` and, unlike the exception, no fatal flag."""
+    return bool(err.fatal()) or err.code() == KafkaError._FATAL

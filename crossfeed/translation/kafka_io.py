@@ -290,12 +290,19 @@ def max_timestamps(
 def offset_for_time(
     cluster: ClusterAdmin, tp: TP, timestamp_ms: int, timeout_s: float = TIMEOUT_S
 ) -> int:
-    """First offset whose timestamp is >= ``timestamp_ms``; the end offset if none is."""
+    """First offset whose timestamp is >= ``timestamp_ms``; the end offset if none is.
+
+    The end offset is asked for first. A read_committed timestamp lookup ignores records
+    past the last stable offset, so it answers "none" while the records it looks for sit
+    in a transaction still open; an end offset asked for afterwards may already lie past
+    them (the transaction committed in between), and a group moved there would skip
+    them — seen on a first run, where a sink's first transaction held a whole backlog.
+    Taken before, the end offset is at or before every record the lookup did not see.
+    """
+    end = end_offsets(cluster, [tp], timeout_s).get(tp, 0)
     spec = _spec("for_timestamp", timestamp_ms)
     offset = _list_offsets(cluster, [tp], spec, timeout_s, "offset for time").get(tp, (-1, -1))[0]
-    if offset >= 0:
-        return offset
-    return end_offsets(cluster, [tp], timeout_s).get(tp, 0)
+    return offset if offset >= 0 else end
 
 
 def active_members(

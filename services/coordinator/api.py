@@ -7,6 +7,7 @@
 * Mutations need ``Authorization: Bearer <token>`` when a token is configured (401
   otherwise). Only the leader performs them: a standby answers 307 to the same path on
   the leader's address (from the leader's heartbeat), or 503 when no leader is known.
+* A body over 256 KiB is refused with 413 before it is read (body_limit.py).
 * Refusals are 4xx with ``{"detail": "<what is wrong and how to fix it>"}``.
 """
 
@@ -24,6 +25,7 @@ from pydantic import BaseModel
 
 from crossfeed import __version__
 from crossfeed.feeds import FeedSpec
+from services.coordinator.body_limit import BodyLimit
 from services.coordinator.fold import StateView
 from services.coordinator.leadership import LeaderInfo
 from services.coordinator.lifecycle import Action, LifecycleError, describe_errors, not_found
@@ -120,6 +122,7 @@ def make_app(control: Control, token: str | None) -> FastAPI:
         description="Changefeeds, their state and tasks, live instances and leadership.",
     )
 
+    app.add_middleware(BodyLimit)
     authorized = token_check(token)
     route_to_leader = leader_only(control)
 

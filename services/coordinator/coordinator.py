@@ -30,7 +30,7 @@ from services.coordinator.leadership import LeaderInfo, Leadership, now_ms
 from services.coordinator.members import Members, MembersView
 from services.coordinator.records import FeedStatus, StoredFeed, feed_key, status_key
 from services.coordinator.rest_server import RestServer
-from services.coordinator.status import next_status
+from services.coordinator.status import control_lost, next_status
 from services.coordinator.store import StateStore
 from services.coordinator.writer import Fenced, NotLeader, Record, StateWriter, WriteFailed
 
@@ -47,6 +47,10 @@ INITIAL_DELAY_MS = 2000
 their tasks once, instead of having them handed from one to the next while starting."""
 PROBE_TIMEOUT_S = 5.0
 READ_SYNC_TIMEOUT_S = 2.0
+LOST_SYNC_TIMEOUT_S = 0.5
+"""How long a REST read waits for the state topic once it is known not to answer."""
+CONTROL_LOST_S = 3.0
+"""The control cluster away this long: every running feed is shown in error."""
 PAST = {"pause": "paused", "resume": "resumed", "remove": "removed", "fail_over": "failed over"}
 
 
@@ -249,10 +253,20 @@ class Coordinator:
 
     def views(self) -> tuple[StateView, MembersView, int]:
         # Read the log to its end first (milliseconds), so a client reading from a standby
-        # right after a change sees it; when that fails, answer from what we have.
-        self.store.sync(READ_SYNC_TIMEOUT_S)
+        # right after a change sees it; when that fails, answer from what we have — with
+        # every running feed in error once the control cluster has been away a while.
+        wait_s = READ_SYNC_TIMEOUT_S if not self.store.sync_error else LOST_SYNC_TIMEOUT_S
+        synced = self.store.sync(wait_s)
         now = now_ms()
-        return self.store.snapshot(), self.members.view(now, self.timeout_ms), now
+        view = self.store.snapshot()
+        away_s = self.store.unreachable_for()
+        if not synced and away_s >= CONTROL_LOST_S:
+            reason = (
+                f"control cluster {self.control} ({self.conf.get('bootstrap.servers')}) "
+                f"unreachable for {away_s:.0f}s: {self.store.sync_error}"
+            )
+            view = replace(view, statuses=control_lost(view.statuses, reason))
+        return view, self.members.view(now, self.timeout_ms), now
 
     def leader(self) -> LeaderInfo:
         return self.leadership.info()

@@ -24,7 +24,7 @@ With no live puller (a paused feed, say) nothing is known and the timestamps sta
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from crossfeed.core.timestamps import consistency_ts
@@ -80,3 +80,16 @@ def next_status(
         checkpoint_ts_us=min(known.values()),
         consistency_ts_us=consistency_ts(known, previous.consistency_ts_us),
     )
+
+
+def control_lost(statuses: Mapping[str, FeedStatus], reason: str) -> dict[str, FeedStatus]:
+    """The statuses to show while the control cluster does not answer: every running
+    feed ``error`` with ``reason``. Nothing can be written meanwhile (no heartbeat is
+    read, no status published), and the last published ``normal`` would hide that no
+    instance can coordinate, or even report, any progress."""
+    return {
+        name: replace(status, state="error", last_error=reason)
+        if status.state in RUNNING_STATES
+        else status
+        for name, status in statuses.items()
+    }

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, IsolationLevel, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 from crossfeed.kafka import clients
@@ -31,11 +31,11 @@ class StateStore:
     """Follows ``_crossfeed.state`` and folds it; thread-safe snapshots."""
 
     def __init__(self, conf: dict[str, Any]) -> None:
-        self._consumer = clients.consumer(
-            conf,
-            **{"group.id": f"crossfeed-coordinator-state-{os.getpid()}", "fetch.wait.max.ms": 50},
-        )
+        self._conf = conf
+        self._consumer = self._new_consumer()
         self._admin = clients.admin(conf)  # asks for the last stable offset
+        self.synced_at = time.monotonic()  # when a sync last reached the end of the log
+        self.sync_error = ""  # why the last sync failed ("" once one succeeds)
         self._partition = TopicPartition(topics.STATE, 0)
         self._lock = threading.Condition()
         self._fold = StateFold()
@@ -46,10 +46,26 @@ class StateStore:
 
     # -- reading the log -------------------------------------------------------------
 
+    def _new_consumer(self) -> Any:
+        return clients.consumer(
+            self._conf,
+            **{"group.id": f"crossfeed-coordinator-state-{os.getpid()}", "fetch.wait.max.ms": 50},
+        )
+
     def start(self) -> StateStore:
         self._consumer.assign([TopicPartition(topics.STATE, 0, OFFSET_BEGINNING)])
         self._thread.start()
         return self
+
+    def _replace_consumer(self, why: str) -> None:
+        """A fresh reader where the last one stopped (a fatal error ends a client for good)."""
+        log.warning("reading %s failed for good (%s): using a new reader", topics.STATE, why)
+        old, self._consumer = self._consumer, self._new_consumer()
+        self._consumer.assign([TopicPartition(topics.STATE, 0, self._position)])
+        try:
+            old.close()
+        except Exception as err:  # a dead client may refuse even that
+            log.debug("closing the old reader: %s", err)
 
     def stop(self) -> None:
         self._stop.set()
@@ -63,7 +79,15 @@ class StateStore:
                 position = self._consumer.position([self._partition])[0].offset
             except Exception as err:  # the control cluster may be away for a while
                 log.warning("reading %s failed: %s", topics.STATE, err)
+                if isinstance(err, KafkaException) and err.args and clients.is_fatal(err.args[0]):
+                    self._replace_consumer(err.args[0].str())
                 self._stop.wait(1.0)
+                continue
+            fatal = next(
+                (m.error() for m in messages if m.error() and clients.is_fatal(m.error())), None
+            )
+            if fatal is not None:
+                self._replace_consumer(fatal.str())
                 continue
             with self._lock:
                 for msg in messages:
@@ -123,9 +147,21 @@ class StateStore:
                 break
             except Exception as err:  # KafkaException, a timeout: the cluster may be away,
                 # or the topic was just created and has no leader yet: try again until the
-                # deadline rather than give up at once.
+                # deadline rather than give up at once. With a fresh client: one that saw
+                # the cluster restart may keep its stale leader epoch and be refused with
+                # FENCED_LEADER_EPOCH for ever.
+                self._admin = clients.admin(self._conf)
                 if time.monotonic() >= deadline:
                     log.warning("cannot find the end of %s: %s", topics.STATE, err)
+                    self.sync_error = f"cannot read {topics.STATE}: {err}"
                     return False
                 time.sleep(0.5)
-        return self.wait_for(end, max(deadline - time.monotonic(), 0.1))
+        if not self.wait_for(end, max(deadline - time.monotonic(), 0.1)):
+            self.sync_error = f"{topics.STATE} not read to its end in {timeout_s:.0f}s"
+            return False
+        self.synced_at, self.sync_error = time.monotonic(), ""
+        return True
+
+    def unreachable_for(self) -> float:
+        """Seconds since a sync last reached the end of the log (0 after a good one)."""
+        return 0.0 if not self.sync_error else time.monotonic() - self.synced_at

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Protocol
 
+from confluent_kafka import KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed.kafka import clients
@@ -25,6 +27,9 @@ from crossfeed.membership import TopicTail
 from crossfeed.wire import codec, topics
 
 log = logging.getLogger(__name__)
+
+READ_TO_END_S = 2.0  # to read the newest assignment before starting a task
+RETRY_S = 1.0  # a task that could not start is tried again this much later
 
 
 class TaskHost(Protocol):
@@ -57,12 +62,19 @@ class GroupMembership:
             # An instance with a stable id (--instance) takes its tasks back at once when
             # restarted; the price: a static member does not leave the group on close.
             conf["group.instance.id"] = instance_id
+        self.target_conf = target_conf
+        self.conf = conf
         self.consumer = clients.consumer(target_conf, **conf)
         self.changes_topic = topics.changes(feed)
         self.host: TaskHost | None = None
+        self.owned: set[int] = set()  # tasks the group gives us (running or to start)
+        self.retry_at = 0.0
 
     def start(self, host: TaskHost) -> None:
         self.host = host
+        self._subscribe()
+
+    def _subscribe(self) -> None:
         self.consumer.subscribe(
             [self.changes_topic],
             on_assign=self._assign,
@@ -71,24 +83,60 @@ class GroupMembership:
         )
 
     def poll(self) -> None:
-        self.consumer.poll(0)  # group heartbeats; (re)assignment callbacks run here
+        assert self.host is not None
+        try:
+            msg = self.consumer.poll(0)  # group heartbeats; (re)assignment callbacks run here
+            fatal = msg.error() if msg is not None and msg.error() else None
+        except KafkaException as err:
+            fatal = err.args[0]
+        if fatal is not None and clients.is_fatal(fatal):
+            self._replace_consumer(fatal.str())
+            return
+        # Tasks the group gave us that are not running: their start failed (the target
+        # did not answer) or their producer failed for good and they were dropped.
+        missing = sorted(self.owned - set(self.host.tasks))
+        if missing and time.monotonic() >= self.retry_at:
+            for s in missing:
+                try:
+                    self.host.start_task(s)
+                except KafkaException as err:
+                    log.warning("task %d not started (%s); retrying in %.0fs", s, err, RETRY_S)
+                    self.retry_at = time.monotonic() + RETRY_S
+                    return
+
+    def _replace_consumer(self, why: str) -> None:
+        """A fatal error ends a consumer for good (a static member "fenced by other
+        consumer with same group.instance.id" after the target came back): its tasks
+        stop, and a new member joins; the group gives them back (or to another)."""
+        assert self.host is not None
+        log.warning("task membership failed for good (%s): joining again", why)
+        for s in sorted(self.owned):
+            self.host.drop_task(s, commit=True)
+        self.owned.clear()
+        old, self.consumer = self.consumer, clients.consumer(self.target_conf, **self.conf)
+        try:
+            old.close()
+        except KafkaException as err:  # a dead consumer may refuse even that
+            log.debug("closing the old membership consumer: %s", err)
+        self._subscribe()
 
     def _assign(self, consumer: Any, partitions: list[KafkaTP]) -> None:
         consumer.incremental_assign(partitions)
         consumer.pause(partitions)
-        assert self.host is not None
-        for kp in partitions:
-            self.host.start_task(kp.partition)
+        self.owned |= {kp.partition for kp in partitions}
+        self.retry_at = 0.0  # poll() starts them, on the worker's thread, with retries
 
     def _revoke(self, consumer: Any, partitions: list[KafkaTP]) -> None:
         assert self.host is not None
         for kp in partitions:
+            self.owned.discard(kp.partition)
             self.host.drop_task(kp.partition, commit=True)
         consumer.incremental_unassign(partitions)
 
     def _lost(self, consumer: Any, partitions: list[KafkaTP]) -> None:
         assert self.host is not None
         for kp in partitions:
+            self.owned.discard(kp.partition)
             self.host.drop_task(kp.partition, commit=False)
         consumer.incremental_unassign(partitions)
 
@@ -105,6 +153,7 @@ class CoordinatorMembership:
         self.desired: set[int] = set()
         self.generation = -1
         self.host: TaskHost | None = None
+        self.retry_at = 0.0  # no task is started before (the last attempt failed)
         self.tail = TopicTail(control_conf, topics.STATE, self._on_record, name="assignments")
 
     def start(self, host: TaskHost) -> None:
@@ -142,13 +191,28 @@ class CoordinatorMembership:
         for s in sorted(current - desired):
             log.info("task %d taken away (epoch %d, generation %d)", s, epoch, generation)
             self.host.drop_task(s, commit=True)
-        for s in sorted(desired - current):
+        to_start = sorted(desired - current)
+        if not to_start or time.monotonic() < self.retry_at:
+            return
+        # Only from the newest assignment: an instance woken up (SIGCONT after SIGSTOP) or
+        # back from an outage holds a view that may be stale, and starting a task that was
+        # moved away meanwhile would fence its new owner.
+        if not self.tail.read_to_end(READ_TO_END_S):
+            self.retry_at = time.monotonic() + RETRY_S
+            return
+        for s in to_start:
             # Starting a task takes a while (fencing, recovery); a newer assignment may have
             # moved it on meanwhile, and starting it anyway would fence its new owner.
             with self.lock:
                 still_mine = s in self.desired
-            if still_mine:
+            if not still_mine:
+                continue
+            try:
                 self.host.start_task(s)
+            except KafkaException as err:  # the target does not answer: again in a while
+                log.warning("task %d not started (%s); retrying in %.0fs", s, err, RETRY_S)
+                self.retry_at = time.monotonic() + RETRY_S
+                return
 
     def close(self) -> None:
         self.tail.stop()

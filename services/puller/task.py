@@ -122,6 +122,8 @@ class PullerTask:
     txn_bytes: int = 0
     open_since: float | None = None  # when the oldest record not yet sealed arrived
     pending: Future[None] | None = None  # the sealed transaction's commit, under way
+    pending_since: float | None = None  # when that commit was handed to its thread
+    failures: int = 0  # transactions failed in a row
     last_commit: float = field(default_factory=time.monotonic)
 
     @property
@@ -365,13 +367,14 @@ class PullerTask:
             state.resolved_ts_us = state.pending_resolved_us
         self.in_txn = False
         self.txn_records = self.txn_bytes = 0
+        self.failures = 0
         self.last_commit = time.monotonic()
         metrics.TRANSACTIONS.labels(self.ctx.name).inc()
 
     def abort(self) -> dict[TopicPartition, int]:
         """Abort the open (or failed sealed) transaction and drop what was read since;
         returns where the reader must rewind to."""
-        self.pending = None
+        self.pending = self.pending_since = None
         self.open_since = None
         if self.in_txn:
             try:

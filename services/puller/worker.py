@@ -8,7 +8,6 @@ record goes to its task's open transaction. The instance heartbeats to
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -24,6 +23,7 @@ from crossfeed.core.timestamps import commit_interval_ms
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
+from crossfeed.kafka.reachability import Reachability
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
 from crossfeed.wire import topics
 from services.puller import metrics, positions
@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 CONSUME_BATCH = 5000  # records per consume call
 READ_WAIT_S = 0.05  # longest a consume call waits for source records
 SOURCE_UP_WINDOW_S = 3.0  # statistics arrive every second; allow for two missing
+RESTART_AFTER_FAILURES = 3  # transactions of a task failed in a row: a fresh producer
+STUCK_COMMIT_S = 5.0  # a commit under way this long: the target is not answering
 STAGING_MAX_MESSAGE_BYTES = 64 << 20  # a ChangeEvent wraps a source record up to this size
 DLQ_MAX_MESSAGE_BYTES = 64 << 20
 
@@ -92,7 +94,8 @@ class PullerWorker:
         self.control_conf = control_conf
         self.heartbeats: HeartbeatSender | None = None
         self.address = ""
-        self.source_seen_up = 0.0  # when the source last had a broker connection up
+        self.source = Reachability("source", feed.source, self.source_conf)
+        self.commit_error: str | None = None  # the last failed transaction, until one commits
         # Commits run here, overlapping with reading (see PullerTask): one thread per task
         # of a typical instance, as a commit mostly waits on the broker.
         self.committer = ThreadPoolExecutor(max_workers=8, thread_name_prefix="commit")
@@ -145,8 +148,7 @@ class PullerWorker:
                 # ~100k records/s of 1 KiB with this prefetch bound; 8 MiB: ~600k.
                 "max.partition.fetch.bytes": 8 << 20,
                 # Broker states once a second: is the source reachable at all?
-                "statistics.interval.ms": 1000,
-                "stats_cb": self._on_stats,
+                **self.source.client_conf(),
             },
         )
         ensure_control_topics(self.control_conf)
@@ -295,7 +297,7 @@ class PullerWorker:
             return
         if task.pending is not None:  # a commit under way: its outcome first
             failed = task.pending.exception()
-            task.pending = None
+            task.pending = task.pending_since = None
             if failed is None:
                 task.committed()
             else:
@@ -329,7 +331,7 @@ class PullerWorker:
         caught_up = set()
         # A partition is caught up only if the source answers now: its cached high
         # watermark says nothing about records written while it is out of reach.
-        source_up = time.monotonic() - self.source_seen_up < SOURCE_UP_WINDOW_S
+        source_up = self.source.up(SOURCE_UP_WINDOW_S)
         for tp, kp in zip(tps, kafka_tps, strict=True):
             if not source_up:
                 break
@@ -337,11 +339,6 @@ class PullerWorker:
             if high >= 0 and positions_now[tp] >= high:
                 caught_up.add(tp)
         return positions_now, caught_up
-
-    def _on_stats(self, stats_json: str) -> None:
-        stats = json.loads(stats_json)
-        if any(b.get("state") == "UP" for b in stats.get("brokers", {}).values()):
-            self.source_seen_up = time.monotonic()
 
     def _commit_all(self, due: list[PullerTask]) -> None:
         """Seal the due tasks' transactions here and commit them on the committer threads
@@ -354,6 +351,7 @@ class PullerWorker:
                 self._commit_failed(task, err)
                 continue
             task.pending = self.committer.submit(task.finish)
+            task.pending_since = time.monotonic()
 
     def _settle(self) -> None:
         """Bookkeeping for the commits that have finished."""
@@ -364,26 +362,44 @@ class PullerWorker:
     def _settle_task(self, task: PullerTask) -> None:
         assert task.pending is not None
         err = task.pending.exception()  # waits for the commit
-        task.pending = None
+        task.pending = task.pending_since = None
         if err is None:
             task.committed()
+            self.commit_error = None
         elif isinstance(err, (TaskFenced, KafkaException)):
             self._commit_failed(task, err)
         else:
             raise err
 
     def _commit_failed(self, task: PullerTask, err: Exception) -> None:
+        self.commit_error = f"task {task.staging_partition}: transaction failed: {err}"
         if isinstance(err, TaskFenced):
+            # Fenced by a new owner, or the producer failed for good (after an outage of
+            # the target, its open transaction timed out and its epoch was bumped): the
+            # task is dropped here and started again with a fresh producer if the newest
+            # assignment still gives it to this instance (membership.poll).
             log.warning("%s", err)
             self.drop_task(task.staging_partition, commit=False)
-        else:
+            return
+        task.failures += 1
+        if task.failures >= RESTART_AFTER_FAILURES:
+            # Aborting did not help (seen after the target came back: OUT_OF_ORDER_SEQUENCE
+            # on every attempt): a fresh producer, positions recovered from the target.
             log.warning(
-                "task %d: transaction failed (%s); aborting and retrying",
+                "task %d: %d transactions failed in a row (%s); restarting the task",
                 task.staging_partition,
+                task.failures,
                 err,
             )
-            for tp, offset in task.abort().items():
-                self.reader.seek(KafkaTP(tp.topic, tp.partition, offset))
+            self.drop_task(task.staging_partition, commit=False)
+            return
+        log.warning(
+            "task %d: transaction failed (%s); aborting and retrying",
+            task.staging_partition,
+            err,
+        )
+        for tp, offset in task.abort().items():
+            self.reader.seek(KafkaTP(tp.topic, tp.partition, offset))
 
     def _refresh(self) -> None:
         assert self.discovery is not None
@@ -420,7 +436,6 @@ class PullerWorker:
     # -- status ---------------------------------------------------------------------
 
     def _heartbeat(self) -> HeartbeatContent:
-        discovery = self.discovery
         tasks = list(self.tasks.items())
         checkpoints: dict[str, int] = {}
         for _, task in tasks:
@@ -431,17 +446,37 @@ class PullerWorker:
             feeds=[self.feed.name],
             address=self.address,
             checkpoints=checkpoints,
-            last_error=(discovery.last_error or "") if discovery else "",
+            last_error=self._problem() or "",
         )
+
+    def _problem(self) -> str | None:
+        """Why the instance makes no progress now, if it knows (heartbeat's last_error)."""
+        if self.discovery is None:
+            return None
+        stuck = [
+            s
+            for s, task in list(self.tasks.items())
+            if task.pending_since is not None
+            and time.monotonic() - task.pending_since >= STUCK_COMMIT_S
+        ]
+        target = (
+            f"target cluster {self.feed.sink.cluster} ({self.target_conf.get('bootstrap.servers')})"
+            f" not answering: commit of task(s) {stuck} under way for {STUCK_COMMIT_S:.0f}s+"
+            if stuck
+            else None
+        )
+        problems = [self.discovery.last_error, self.source.problem(), target, self.commit_error]
+        return "; ".join(p for p in problems if p) or None
 
     def status(self) -> dict[str, Any]:
         discovery = self.discovery
+        problem = self._problem()
         return {
             "role": "puller",
             "instance": self.instance_id,
             "feed": self.feed.name,
-            "state": discovery.state if discovery else "starting",
-            "last_error": discovery.last_error if discovery else None,
+            "state": ("error" if problem else "normal") if discovery else "starting",
+            "last_error": problem,
             "tasks": sorted(self.tasks),
             "partitions": {
                 str(state.tp): {"next_offset": state.next_offset}

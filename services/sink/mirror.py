@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed.config import Settings
@@ -38,6 +38,7 @@ from crossfeed.dlq import DeadLetter, FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
+from crossfeed.kafka.reachability import Reachability
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
 from crossfeed.wire import codec, copied, headers, topics
 from crossfeed.wire.codec import CodecError
@@ -56,6 +57,7 @@ FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRO
 SIZE_SLACK = 64 << 10  # below max.message.bytes by this much, no exact size check is needed
 CONSUME_BATCH = 32  # staging records (packs of up to puller.pack_bytes) per consume call
 READ_WAIT_S = 0.05  # longest a consume call waits for staging records
+RENEW_AFTER_FAILURES = 3  # transactions failed in a row, outside any: a new producer
 
 
 class RetryLater(RuntimeError):
@@ -130,6 +132,16 @@ class Block:
         return self.first_target
 
 
+class _FatalRead:
+    """A fatal error raised by ``consume`` itself, as if it came with the batch."""
+
+    def __init__(self, err: KafkaError) -> None:
+        self._err = err
+
+    def error(self) -> KafkaError:
+        return self._err
+
+
 class TargetInterleaved(RuntimeError):
     """Another producer wrote between the copies of a block: redo with exact reports."""
 
@@ -169,6 +181,9 @@ class MirrorSink:
         # thread's back-to-back consume() calls (seen: /status unanswered for a minute).
         self.assigned: frozenset[int] = frozenset()
         self.last_error: str | None = None
+        self.failures = 0  # transactions failed in a row
+        self.rewind = False  # to the committed positions, once a new producer runs
+        self.reachability = Reachability("target", target_alias, self.target_conf)
         self.interval_s = settings.sink.commit_interval_ms / 1000  # of the open transaction
         self._reset_txn()
 
@@ -211,26 +226,7 @@ class MirrorSink:
         )
         self.targets = TargetTopics(admin)
         self.producer = self._new_producer()
-        conf: dict[str, Any] = {
-            "group.id": f"crossfeed-sink.{self.feed.name}",
-            "client.id": self.instance_id,
-            "partition.assignment.strategy": "cooperative-sticky",
-            "session.timeout.ms": int(self.settings.coordinator.failover_timeout_s * 1000),
-            "heartbeat.interval.ms": 1000,
-            "queued.max.messages.kbytes": 65536,
-            "fetch.wait.max.ms": 50,
-            "max.partition.fetch.bytes": 8 << 20,  # packs are up to puller.pack_bytes each
-        }
-        if self.static:
-            # A stable id (--instance) resumes at once on restart; it does not leave on close.
-            conf["group.instance.id"] = self.instance_id
-        self.consumer = clients.consumer(self.target_conf, **conf)
-        self.consumer.subscribe(
-            [self.changes_topic],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
+        self.consumer = self._new_consumer()
         ensure_control_topics(self.control_conf)
         self.heartbeats = HeartbeatSender(
             self.control_conf, self.instance_id, "sink", self._heartbeat
@@ -271,8 +267,21 @@ class MirrorSink:
 
     def step(self) -> None:
         opts = self.settings.sink
+        if self.producer is None and not self._restart_producer():
+            return
         try:
-            batch = self.consumer.consume(CONSUME_BATCH, timeout=self._read_wait())
+            try:
+                batch = self.consumer.consume(CONSUME_BATCH, timeout=self._read_wait())
+            except KafkaException as err:
+                if not clients.is_fatal(err.args[0]):
+                    raise
+                batch = [_FatalRead(err.args[0])]
+            fatal = next(
+                (m.error() for m in batch if m.error() and clients.is_fatal(m.error())), None
+            )
+            if fatal is not None:
+                self._replace_consumer(fatal)
+                return
             for i, msg in enumerate(batch):
                 try:
                     if msg.error():
@@ -345,6 +354,8 @@ class MirrorSink:
         return min(READ_WAIT_S, max(0.0, self._due_in()))
 
     def _handle(self, msg: Any) -> None:
+        if self.producer is None:  # dropped by a failed abort in a rebalance callback
+            raise KafkaException(KafkaError(KafkaError._STATE, "no producer until the next step"))
         if not self.in_txn:
             self.producer.begin_transaction()
             self.in_txn = True
@@ -595,6 +606,7 @@ class MirrorSink:
             self.checkpoints[str(source)] = mark["resolved_ts_us"]
             labels = (self.feed.name, source.topic, str(source.partition))
             metrics.CHECKPOINT_TS.labels(*labels).set(mark["resolved_ts_us"] / 1e6)
+        self.failures = 0
         if self.state == "error":
             log.info("feed %s: sink writing again", self.feed.name)
             self.state, self.last_error = "normal", None
@@ -603,18 +615,41 @@ class MirrorSink:
         """Abort the open transaction and rewind the input to where it began."""
         if not self.in_txn:
             return
+        self._abort_producer()
+        for writer in self.writers.values():
+            writer.abort()
+        if self.producer is not None:  # else the outcome is unknown: see _drop_producer
+            assigned = self._assignment_now()
+            for p, offset in self.first_offset.items():
+                if p in assigned:
+                    self.consumer.seek(KafkaTP(self.changes_topic, p, offset))
+        metrics.ABORTS.labels(self.feed.name).inc()
+        self._reset_txn()
+
+    def _abort_producer(self) -> None:
+        """Abort the producer's open transaction. If that fails — the target did not
+        answer in time (librdkafka then wants the same call repeated, and refuses every
+        other one meanwhile: seen after an outage, a sink stuck on "Conflicting
+        abort_transaction API call is already in progress") or the producer failed for
+        good — drop it: the next one's ``init_transactions`` aborts what it left open."""
+        if self.producer is None:
+            return
         try:
             self.producer.abort_transaction(30)
         except KafkaException as err:
-            log.warning("abort failed: %s", err)
-        for writer in self.writers.values():
-            writer.abort()
-        assigned = self._assignment_now()
-        for p, offset in self.first_offset.items():
-            if p in assigned:
-                self.consumer.seek(KafkaTP(self.changes_topic, p, offset))
-        metrics.ABORTS.labels(self.feed.name).inc()
-        self._reset_txn()
+            log.warning("abort failed (%s): a new producer takes over", err.args[0].str())
+            self._drop_producer()
+
+    def _drop_producer(self) -> None:
+        """Let the producer go; the next step starts a new one. Whether its last
+        transaction committed is not known here (a commit that timed out may still
+        complete), so the input is not rewound to where that transaction began — that
+        could copy its records twice — but, once the new producer's ``init_transactions``
+        has settled the old transaction, to the group's committed positions, which are
+        part of every transaction (``send_offsets_to_transaction``)."""
+        self.producer = None
+        self.writers.clear()
+        self.rewind = True
 
     def _on_kafka_error(self, exc: KafkaException) -> None:
         err: KafkaError = exc.args[0]
@@ -623,14 +658,16 @@ class MirrorSink:
             # everything in flight and start over with a fresh producer.
             log.warning("sink %s fenced (%s): restarting its producer", self.instance_id, err.str())
             self._reset_txn()
-            self.writers.clear()
-            self.producer = self._new_producer()
-            for tp in self.consumer.assignment():
-                committed = self.consumer.committed([tp], timeout=10)[0]
-                if committed.offset >= 0:
-                    self.consumer.seek(committed)
+            self._drop_producer()  # a new one at the next step (the target may be away)
             return
         log.warning("transaction failed (%s); aborting and retrying", err.str())
+        self._enter_error(f"transaction on {self.target_alias} failed: {err.str()}")
+        self.failures += 1
+        if not self.in_txn and self.failures >= RENEW_AFTER_FAILURES and self.producer:
+            # Failing outside any transaction, again and again: the producer is stuck in a
+            # state no abort clears; a new one (fresh epoch) takes over.
+            log.warning("%d transactions failed in a row: a new producer", self.failures)
+            self._drop_producer()
         self._abort()
 
     def _on_assign(self, consumer: Any, partitions: list[KafkaTP]) -> None:
@@ -652,6 +689,87 @@ class MirrorSink:
         self.assigned = self.assigned - {tp.partition for tp in partitions}
 
     # -- helpers --------------------------------------------------------------------
+
+    def _restart_producer(self) -> bool:
+        """A new transactional producer after the last one was fenced or failed for good;
+        False (after a pause) while the target does not let it start."""
+        try:
+            self.producer = self._new_producer()
+        except KafkaException as err:
+            self._enter_error(
+                f"cannot start a producer on {self.target_alias}: {err.args[0].str()}"
+            )
+            time.sleep(1.0)
+            return False
+        if self.rewind:
+            self._rewind_to_committed()
+        return True
+
+    def _rewind_to_committed(self) -> None:
+        """Read every assigned staging partition again from the group's committed position
+        (from its start when the group never committed: auto.offset.reset=earliest)."""
+        try:
+            for tp in self.consumer.assignment():
+                committed = self.consumer.committed([tp], timeout=10)[0]
+                offset = committed.offset if committed.offset >= 0 else OFFSET_BEGINNING
+                self.consumer.seek(KafkaTP(tp.topic, tp.partition, offset))
+            self.rewind = False
+        except KafkaException as err:
+            if clients.is_fatal(err.args[0]):
+                self._replace_consumer(err.args[0])  # a new one starts from committed anyway
+                self.rewind = False
+            else:  # tried again at the next producer start, or after a revocation
+                log.warning("could not rewind to the committed positions: %s", err)
+                self.producer = None
+
+    def _new_consumer(self) -> Any:
+        """The staging reader, subscribed: the sinks of a feed share its partitions."""
+        conf: dict[str, Any] = {
+            "group.id": f"crossfeed-sink.{self.feed.name}",
+            "client.id": self.instance_id,
+            "partition.assignment.strategy": "cooperative-sticky",
+            "session.timeout.ms": int(self.settings.coordinator.failover_timeout_s * 1000),
+            "heartbeat.interval.ms": 1000,
+            "queued.max.messages.kbytes": 65536,
+            "fetch.wait.max.ms": 50,
+            "max.partition.fetch.bytes": 8 << 20,  # packs are up to puller.pack_bytes each
+            **self.reachability.client_conf(),
+        }
+        if self.static:
+            # A stable id (--instance) resumes at once on restart; it does not leave on close.
+            conf["group.instance.id"] = self.instance_id
+        consumer = clients.consumer(self.target_conf, **conf)
+        consumer.subscribe(
+            [self.changes_topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        return consumer
+
+    def _replace_consumer(self, err: KafkaError) -> None:
+        """A fatal consumer error ends that consumer for good (seen: a static member
+        "fenced by other consumer with same group.instance.id" when the target came back
+        after an outage longer than its session): drop the open transaction and read on
+        with a new consumer, from the group's committed positions."""
+        log.warning(
+            "sink %s: staging reader failed for good (%s): starting a new one",
+            self.instance_id,
+            err.str(),
+        )
+        self._enter_error(f"staging reader failed: {err.str()}")
+        if self.in_txn:
+            self._abort_producer()
+        for writer in self.writers.values():
+            writer.abort()
+        self._reset_txn()
+        old, self.consumer = self.consumer, None
+        self.assigned = frozenset()
+        try:
+            old.close()
+        except KafkaException as close_err:  # a dead consumer may refuse even that
+            log.debug("closing the old staging reader: %s", close_err)
+        self.consumer = self._new_consumer()
 
     def _new_producer(self) -> Any:
         """The instance's transactional producer (KIP-447: fenced by group generation)."""
@@ -675,21 +793,27 @@ class MirrorSink:
             log.error("feed %s: %s", self.feed.name, message)
         self.state, self.last_error = "error", message
 
+    def _problem(self) -> str | None:
+        """Why the sink makes no progress now, if it knows: the target does not answer,
+        or the last transaction failed (cleared by the next commit)."""
+        return self.reachability.problem() or self.last_error
+
     def _heartbeat(self) -> HeartbeatContent:
         return HeartbeatContent(
             tasks=[f"{self.feed.name}/sink/{p}" for p in sorted(self.assigned)],
             feeds=[self.feed.name],
             address=self.address,
             checkpoints=dict(self.checkpoints),
-            last_error=self.last_error or "",
+            last_error=self._problem() or "",
         )
 
     def status(self) -> dict[str, Any]:
+        problem = self._problem()
         return {
             "role": "sink",
             "instance": self.instance_id,
             "feed": self.feed.name,
-            "state": self.state,
-            "last_error": self.last_error,
+            "state": "error" if problem else self.state,
+            "last_error": problem,
             "tasks": sorted(self.assigned),
         }

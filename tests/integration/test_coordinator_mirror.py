@@ -52,6 +52,34 @@ class CoordinatedProcess(ServiceProcess):
         ]
 
 
+def start_coordinated(
+    role: str,
+    feed: str,
+    n: int,
+    config_file: Path,
+    workdir: Path,
+    procs: list[ServiceProcess],
+    failover_s: float | None = FAILOVER_S,
+) -> ServiceProcess:
+    """Instance ``n`` of ``role`` for ``feed``, started and added to ``procs`` (a stable
+    instance id: static group membership for sinks)."""
+    env = {}
+    if failover_s is not None:
+        # sinks share partitions by consumer group: 6 s is the broker's minimum session
+        env["CROSSFEED_COORDINATOR__FAILOVER_TIMEOUT_S"] = str(failover_s)
+    proc = CoordinatedProcess(
+        role,
+        feed=feed,
+        feed_file=Path("-"),
+        config_file=config_file,
+        workdir=workdir,
+        instance=f"{role}-{feed}-{n}",
+        env=env,
+    )
+    procs.append(proc.start())
+    return proc
+
+
 def test_mirror_feed_survives_kill_9_of_the_leader_and_of_a_puller(
     clusters: Clusters, topic_factory: object, tmp_path: Path
 ) -> None:
@@ -62,19 +90,7 @@ def test_mirror_feed_survives_kill_9_of_the_leader_and_of_a_puller(
     procs: list[ServiceProcess] = []
 
     def start(role: str, n: int) -> ServiceProcess:
-        # sinks share partitions by consumer group: 6 s is the broker's minimum session
-        env = {"CROSSFEED_COORDINATOR__FAILOVER_TIMEOUT_S": str(FAILOVER_S)}
-        proc = CoordinatedProcess(
-            role,
-            feed=name,
-            feed_file=Path("-"),
-            config_file=group.config_file,
-            workdir=tmp_path,
-            instance=f"{role}-{name}-{n}",
-            env=env,
-        )
-        procs.append(proc.start())
-        return proc
+        return start_coordinated(role, name, n, group.config_file, tmp_path, procs)
 
     try:
         group.start(2)
@@ -124,6 +140,63 @@ def test_mirror_feed_survives_kill_9_of_the_leader_and_of_a_puller(
             source_cluster_id=clusters.a.cluster_id,
             target_cluster_id=clusters.b.cluster_id,
         ).assert_ok(logs)
+    finally:
+        for proc in procs:
+            proc.kill()
+        remove_feed_quietly(group, name)
+        group.stop()
+
+
+def test_a_puller_woken_after_sigstop_starts_only_what_the_newest_assignment_gives_it(
+    clusters: Clusters, topic_factory: object, tmp_path: Path
+) -> None:
+    """A paused puller's tasks move to another; on SIGCONT it must read the newest
+    assignment before starting anything, rather than take a moved task back (which
+    fences its new owner: churn, and a commit of the new owner lost to the fencing)."""
+    make_topic = topic_factory
+    topic = make_topic(clusters.a, partitions=4)  # type: ignore[operator]
+    name = f"woken-{uuid.uuid4().hex[:8]}"
+    group = Coordinators(clusters, tmp_path)
+    procs: list[ServiceProcess] = []
+
+    def start(n: int) -> ServiceProcess:
+        return start_coordinated("puller", name, n, group.config_file, tmp_path, procs)
+
+    try:
+        group.start(1)
+        leader = group.settle()
+        with CoordinatorClient(leader.url, TOKEN) as api:
+            api.create_feed(
+                {
+                    "name": name,
+                    "source": "dc-a",
+                    "sink-uri": "kafka://dc-b",
+                    "topics": [topic],
+                    "config": {"staging.partitions": "4"},
+                }
+            )
+        sleeper, other = start(0), start(1)
+        ids = {sleeper.instance, other.instance}
+        with (
+            AssignmentReader(clusters, name) as reader,
+            ContinuousProducer(clusters.a.config, [topic], 200),
+        ):
+            reader.wait_tasks(balanced(2, 4, ids), 60, "4 tasks on 2 pullers")
+            for proc in procs:
+                proc.wait_status(lambda s: len(s.get("tasks", [])) == 2, 30, "running 2 tasks")
+            sleeper.pause()
+            reader.wait_tasks(balanced(1, 4, {other.instance}), FAILOVER_S + 10, "all moved")
+            other.wait_status(lambda s: len(s.get("tasks", [])) == 4, 30, "running all 4 tasks")
+            before_wake = other.log_text().count("fenced")
+            woke_at = len(sleeper.log_text())
+            sleeper.resume()
+            time.sleep(8)  # the woken one finds its tasks fenced and drops them
+            woken_log = sleeper.log_text()[woke_at:]
+            assert "assigned to" not in woken_log, sleeper.failure("took a task back on wake-up")
+            assert other.log_text().count("fenced") == before_wake, other.failure(
+                "the new owner was fenced by the woken puller"
+            )
+            assert reader.tasks() == {other.instance: {0, 1, 2, 3}}
     finally:
         for proc in procs:
             proc.kill()

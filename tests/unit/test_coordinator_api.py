@@ -159,3 +159,27 @@ def test_openapi_and_runtime_views_are_served() -> None:
     assert [p["instance_id"] for p in ha["peers"]] == ["c2"]
     assert {c["instance_id"] for c in api.get("/v1/captures").json()} == {"c1", "c2"}
     assert "crossfeed_coordinator_role" in api.get("/metrics").text
+
+
+def test_an_oversized_body_is_413_before_anything_is_stored() -> None:
+    control = FakeControl()
+    api = client(control)
+    huge = {**FEED, "topics": ["t" * 1000] * 10_000}  # ~10 MB
+    response = api.post("/v1/changefeeds", json=huge, headers=auth())
+    assert response.status_code == 413, response.text
+    assert "request body larger than" in response.json()["detail"]
+
+    def chunks():  # no Content-Length: refused once the limit is passed
+        yield b'{"name": "orders", "topics": ["'
+        for _ in range(300):
+            yield b"x" * 1024
+        yield b'"]}'
+
+    chunked = api.post(
+        "/v1/changefeeds",
+        content=chunks(),
+        headers={**auth(), "Content-Type": "application/json"},
+    )
+    assert chunked.status_code == 413, chunked.text
+    assert control.feeds == {}  # nothing reached the state
+    assert api.post("/v1/changefeeds", json=FEED, headers=auth()).status_code == 201

@@ -19,7 +19,7 @@ from services.coordinator.lifecycle import (
 )
 from services.coordinator.members import Member
 from services.coordinator.records import FeedStatus, StoredFeed
-from services.coordinator.status import next_status
+from services.coordinator.status import control_lost, next_status
 
 pytestmark = pytest.mark.unit
 
@@ -185,3 +185,18 @@ class TestStatus:
             6,
             7,
         )
+
+
+def test_while_the_control_cluster_is_away_running_feeds_show_error_with_the_reason() -> None:
+    statuses = {
+        "a": FeedStatus("a", "normal", consistency_ts_us=5),
+        "b": FeedStatus("b", "error", last_error="x: older"),
+        "c": FeedStatus("c", "paused"),
+    }
+    shown = control_lost(statuses, "control cluster dc-b unreachable for 4s")
+    assert shown["a"].state == "error"
+    assert shown["a"].last_error == "control cluster dc-b unreachable for 4s"
+    assert shown["a"].consistency_ts_us == 5  # what was known stays
+    assert shown["b"].last_error == "control cluster dc-b unreachable for 4s"
+    assert shown["c"] == statuses["c"]  # a paused feed is not stuck: it is paused
+    assert statuses["a"].state == "normal"  # the stored view is not changed

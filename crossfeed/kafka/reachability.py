@@ -1,0 +1,53 @@
+"""Is a cluster answering? From librdkafka's statistics, which a client emits each second.
+
+A client keeps retrying a cluster that is down without a word to its application: reads
+simply return nothing. An instance that must say why it makes no progress (its heartbeat's
+``last_error``, the feed's status) asks a :class:`Reachability` fed by its client's
+statistics callback instead.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Final
+
+STATS_INTERVAL_MS: Final = 1000
+DOWN_AFTER_S: Final = 5.0
+"""No broker connection up for this long (several statistics missed): down."""
+
+
+class Reachability:
+    """Tracks whether a client of one cluster has a broker connection up."""
+
+    def __init__(self, role: str, alias: str, conf: dict[str, Any]) -> None:
+        self.role = role  # "source", "target": how the instance names the cluster
+        self.alias = alias
+        self.servers = conf.get("bootstrap.servers", "")
+        self.seen_up = time.monotonic()
+        self.down_since: str | None = None  # wall clock, for a message that stays the same
+
+    def client_conf(self) -> dict[str, Any]:
+        """Properties that make a client report to this tracker (served by its poll)."""
+        return {"statistics.interval.ms": STATS_INTERVAL_MS, "stats_cb": self.on_stats}
+
+    def on_stats(self, stats_json: str) -> None:
+        stats = json.loads(stats_json)
+        if any(b.get("state") == "UP" for b in stats.get("brokers", {}).values()):
+            self.seen_up = time.monotonic()
+            self.down_since = None
+
+    def up(self, within_s: float = DOWN_AFTER_S) -> bool:
+        return time.monotonic() - self.seen_up < within_s
+
+    def problem(self) -> str | None:
+        """Why the cluster counts as lost, or None while it answers."""
+        if self.up():
+            return None
+        if self.down_since is None:
+            last_up = time.time() - (time.monotonic() - self.seen_up)
+            self.down_since = time.strftime("%H:%M:%S", time.localtime(last_up))
+        return (
+            f"{self.role} cluster {self.alias} ({self.servers}) unreachable since "
+            f"{self.down_since}: no broker connection"
+        )

@@ -1,0 +1,144 @@
+"""Losing a whole cluster mid-run, and getting it back: the feed resumes by itself.
+
+A mirror feed dc-a -> dc-b runs with a coordinator, a puller and a sink (real processes,
+stable instance ids, so static group membership) while records are produced to dc-a;
+one cluster's broker is killed for ~20 s and started again. Each case checks:
+
+* while the feed cannot make progress, its status says ``error`` with a reason;
+* within 30 s of the cluster's return the target holds every record produced (lag back
+  to zero) — no restart by hand — exactly once and in order;
+* the status is ``normal`` again.
+
+Cases: the target alone (control cluster dc-a), the target that is also the control
+cluster (dc-b: every instance's group, heartbeats and the coordinator's state live
+there), and the source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from crossfeed.client.rest import CoordinatorClient
+from tests.integration.test_coordinator_mirror import start_coordinated
+from tests.integration.test_coordinator_process import (
+    TOKEN,
+    CoordinatorProcess,
+    wait_for,
+    write_config,
+)
+from tests.support.clusters import Clusters
+from tests.support.services import ServiceProcess
+from tests.support.verify import read_many, verify_mirror
+from tests.support.workload import ContinuousProducer
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+OUTAGE_S = 20.0
+BACK_WITHIN_S = 30.0
+RATE = 400  # records/s produced to dc-a
+
+
+def _status(coordinator: CoordinatorProcess, feed: str) -> dict[str, Any] | None:
+    try:
+        with CoordinatorClient(coordinator.url, TOKEN, timeout_s=10, retry_s=0) as api:
+            found = [s for s in api.status() if s["name"] == feed]
+    except Exception:  # busy or restarting: asked again
+        return None
+    return found[0] if found else None
+
+
+@pytest.mark.parametrize(
+    ("lost", "control"),
+    [("dc-b", "dc-a"), ("dc-b", "dc-b"), ("dc-a", "dc-b")],
+    ids=["target", "target-and-control-cluster", "source"],
+)
+def test_a_cluster_lost_for_20s_and_back_resumes_by_itself_exactly_once(
+    clusters: Clusters, topic_factory: Any, tmp_path: Path, lost: str, control: str
+) -> None:
+    if clusters.backend != "local":
+        pytest.skip("stopping one cluster needs the local backend")
+    topic = topic_factory(clusters.a, partitions=4)
+    feed = f"outage-{uuid.uuid4().hex[:8]}"
+    config_file = write_config(clusters, tmp_path / "crossfeed.yaml")
+    config = yaml.safe_load(config_file.read_text())
+    config["control_cluster"] = control
+    config_file.write_text(yaml.safe_dump(config))
+    coordinator = CoordinatorProcess(f"coord-{feed}", config_file, tmp_path)
+    procs: list[ServiceProcess] = [coordinator.start()]
+    try:
+        wait_for(coordinator.leads, 60, "the coordinator leading")
+        with CoordinatorClient(coordinator.url, TOKEN) as api:
+            api.create_feed(
+                {
+                    "name": feed,
+                    "source": "dc-a",
+                    "sink-uri": "kafka://dc-b",
+                    "topics": [topic],
+                    "config": {"staging.partitions": "2"},
+                }
+            )
+        for role in ("puller", "sink"):  # the default 10 s sessions, as in the field
+            start_coordinated(role, feed, 0, config_file, tmp_path, procs, failover_s=None)
+        logs = lambda: "\n".join(f"  {p.describe()}" for p in procs)  # noqa: E731
+
+        live = ContinuousProducer(clusters.a.config, [topic], RATE).start()
+        try:
+            wait_for(
+                lambda: (_status(coordinator, feed) or {}).get("consistency_ts_us"),
+                60,
+                "the feed replicating",
+            )
+            time.sleep(2)
+            clusters.stop(lost)
+            try:
+                stuck = wait_for(
+                    lambda: (s := _status(coordinator, feed)) and s["state"] == "error" and s,
+                    OUTAGE_S,
+                    f"the feed's status saying error while {lost} is down\n{logs()}",
+                    every=0.5,
+                )
+                assert stuck["last_error"], stuck
+                time.sleep(max(0.0, OUTAGE_S - 1))
+            finally:
+                clusters.start(lost)
+            back = time.monotonic()
+            time.sleep(2)
+        finally:
+            produced = live.stop(timeout_s=BACK_WITHIN_S)
+        assert not live.errors, live.errors[:3]
+
+        left = BACK_WITHIN_S - (time.monotonic() - back)
+        target = read_many(clusters.b.config, [topic], expect=len(produced), timeout_s=left)
+        caught_up_s = time.monotonic() - back
+        source = read_many(clusters.a.config, [topic])
+        verify_mirror(
+            source,
+            target,
+            source_cluster_id=clusters.a.cluster_id,
+            target_cluster_id=clusters.b.cluster_id,
+        ).assert_ok(logs())
+        assert caught_up_s <= BACK_WITHIN_S, f"caught up {caught_up_s:.1f}s after\n{logs()}"
+        wait_for(
+            lambda: (_status(coordinator, feed) or {}).get("state") == "normal",
+            BACK_WITHIN_S,
+            f"the feed's status normal again\n{logs()}",
+            every=0.5,
+        )
+        for proc in procs:
+            proc.assert_alive()
+    finally:
+        for proc in procs[1:]:
+            proc.terminate(15)
+        with (  # leave the shared state tidy
+            contextlib.suppress(Exception),
+            CoordinatorClient(coordinator.url, TOKEN, timeout_s=10) as api,
+        ):
+            api.remove_feed(feed)
+        coordinator.terminate(15)
