@@ -135,16 +135,10 @@ for _service, _what in (
         _sub.command("run")(services.puller_run)
     elif _service == "sink":
         _sub.command("run")(services.sink_run)
-    elif _service == "coordinator":
-        _sub.command("run")(admin.coordinator_run)
+    elif _service == "sorter":
+        _sub.command("run")(services.sorter_run)
     else:
-
-        def _make_run(sub: typer.Typer, service: str) -> None:
-            @sub.command("run", help=f"Run one {service} instance.")
-            def _run() -> None:
-                not_implemented(f"{service} run")
-
-        _make_run(_sub, _service)
+        _sub.command("run")(admin.coordinator_run)
 
 
 workload = typer.Typer(help="Generate test workloads.")

@@ -62,6 +62,18 @@ def sink_run(
     raise typer.Exit(_run(run, feed, feed_file, instance, metrics_port))
 
 
+def sorter_run(
+    feed: str = FeedOpt,
+    feed_file: Optional[str] = FeedFileOpt,  # noqa: UP045
+    instance: Optional[str] = InstanceOpt,  # noqa: UP045
+    metrics_port: Optional[int] = PortOpt,  # noqa: UP045
+) -> None:
+    """Run the sorter of an ordered feed: commit order across partitions (Spark)."""
+    from services.sorter.main import run
+
+    raise typer.Exit(_run(run, feed, feed_file, instance, metrics_port))
+
+
 @clean_errors
 def _run(
     run: object, feed: str, feed_file: str | None, instance: str | None, metrics_port: int | None

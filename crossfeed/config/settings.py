@@ -123,6 +123,58 @@ class SinkSettings(BaseModel):
     )
 
 
+class SorterSettings(BaseModel):
+    """Sorter: a Spark Structured Streaming job putting ordered feeds into commit order."""
+
+    spark_master: str = Field(
+        "local[*]",
+        description="Spark master URL: local[*] (default), spark://host:7077, k8s://..., yarn; "
+        "ignored under spark-submit, which sets it",
+    )
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="extra Spark properties (spark.executor.memory, spark.executor.instances, "
+        "...); they override crossfeed's defaults",
+    )
+    kafka_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="extra Java Kafka client properties for Spark's Kafka source and writer "
+        "(e.g. ssl.truststore.location); they override those derived from the cluster's",
+    )
+    checkpoint_dir: str | None = Field(
+        None,
+        description="where the sorter keeps its checkpoints and pending events (one "
+        "subdirectory per feed; shared storage on a real cluster); default "
+        "$CROSSFEED_HOME/sorter",
+    )
+    driver_memory: str = Field(
+        "1g", description="spark.driver.memory (local mode: also the executors' memory)"
+    )
+    trigger_interval_ms: int = Field(
+        500, ge=0, description="micro-batch trigger interval; 0: the next batch at once"
+    )
+    max_offsets_per_trigger: int = Field(
+        200_000, ge=1, description="changes read per micro-batch, at most (maxOffsetsPerTrigger)"
+    )
+    shuffle_partitions: int = Field(
+        2, ge=1, description="spark.sql.shuffle.partitions (the release itself is one partition)"
+    )
+    max_segments: int = Field(
+        64,
+        ge=2,
+        description="pending segments (one per micro-batch) kept before they are compacted "
+        "into one, while a partition holds the feed back",
+    )
+    partitions_refresh_s: Seconds = Field(
+        30.0, description="how often the feed's source partitions are read from the source"
+    )
+    laggard_after_s: Seconds = Field(
+        10.0,
+        description="a partition holding the feed back whose resolved_ts has not advanced "
+        "for this long is reported as a laggard (/status, metric, heartbeat)",
+    )
+
+
 class CoordinatorSettings(BaseModel):
     """Coordinator: feeds, assignment, leadership, offset translation, REST API."""
 
@@ -165,6 +217,7 @@ class Settings(BaseSettings):
     )
     puller: PullerSettings = Field(default_factory=PullerSettings)  # type: ignore[arg-type]
     sink: SinkSettings = Field(default_factory=SinkSettings)  # type: ignore[arg-type]
+    sorter: SorterSettings = Field(default_factory=SorterSettings)  # type: ignore[arg-type]
     coordinator: CoordinatorSettings = Field(
         default_factory=CoordinatorSettings  # type: ignore[arg-type]
     )

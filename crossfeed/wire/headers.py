@@ -16,6 +16,9 @@ COMMIT_TS: Final = "crossfeed-commit-ts"
 """Commit timestamp in microseconds, decimal; set by the producer, kept on every hop."""
 TXN: Final = "crossfeed-txn"
 """``<txn id>/<seq>/<count>``, seq from 1 to count; set by the producer for ordered feeds."""
+TIMESTAMP: Final = "crossfeed-timestamp"
+"""Ordered feeds, in ``.sorted`` only: the change's record timestamp (ms, decimal), which
+Spark's Kafka writer cannot set; sinks give it back to the target record."""
 TYPE: Final = "crossfeed-type"
 """Absent for data; ``resolved`` for watermarks; ``begin``/``commit`` in ``sorted``."""
 

@@ -1,0 +1,560 @@
+"""The sorter's Spark Structured Streaming job (docs/ordered-feeds.md §2 in, §3 out).
+
+One query reads ``_crossfeed.<feed>.changes`` with Spark's Kafka source (read_committed,
+headers) and hands every micro-batch to :meth:`SorterJob.process_batch` (foreachBatch).
+Per batch, all per-row work runs as Spark SQL expressions in the JVM; the Python driver
+only sees small aggregates (one row per source partition) and decides:
+
+1. parse the batch's rows (kind, commit_ts, transaction, source partition) and write
+   them as a parquet *segment* under the checkpoint directory: pending changes live on
+   disk, never in a Python object or in memory;
+2. read the max resolved_ts per source partition from the segment's marks, merge it into
+   the driver state and compute the global resolved_ts R (:mod:`services.sorter.rules`);
+3. if R went up, release every complete transaction with R_prev < commit_ts <= R from all
+   pending segments, with begin/commit markers, sorted globally by (commit_ts, txn, ord)
+   in one partition (Spark sorts with spill), into ``_crossfeed.<feed>.sorted`` with
+   Spark's Kafka writer; incomplete transactions at <= R, late and unreadable changes go
+   to ``_crossfeed.dlq`` in the same write; then one resolved mark (driver);
+4. drop segments whose newest change is <= R (compact the rest when there are many) and
+   save the driver state under the batch id (atomic), so a batch Spark replays after a
+   crash recomputes the same output from the previous batch's state.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from crossfeed import dlq
+from crossfeed.feeds import FeedSpec
+from crossfeed.kafka import clients
+from crossfeed.wire import codec, headers, topics
+from services.sorter import rules
+from services.sorter.rules import DriverState, Segment, Window
+from services.sorter.store import Store
+
+log = logging.getLogger(__name__)
+
+TXN_RE = r"^([^/:]+)/([0-9]{1,9})/([0-9]{1,9})$"
+SRC_RE = r"^([^/]*)/([^/]+)/([0-9]{1,9})/([0-9]{1,19})$"
+MARK_KEY_RE = r"^([^/]+)/([0-9]{1,9})$"
+TS_RE = r"^[0-9]{1,18}$"
+
+# Writer defaults measured here: 55k rec/s Kafka-to-Kafka vs 33-44k with the client's.
+WRITER_DEFAULTS = {
+    "kafka.linger.ms": "5",
+    "kafka.batch.size": "262144",
+    "kafka.max.request.size": str(64 << 20),
+}
+
+
+def _header(name: str) -> Column:
+    """The first value of header ``name`` as a string (null when absent)."""
+    return F.expr(f"try_element_at(filter(headers, h -> h.key = '{name}'), 1).value").cast("string")
+
+
+def _bin(text: Column | str) -> Column:
+    col = F.lit(text) if isinstance(text, str) else text
+    return col.cast("binary")
+
+
+def _h(name: str, value: Column | str) -> Column:
+    return F.struct(F.lit(name).alias("key"), _bin(value).alias("value"))
+
+
+def parse(df: DataFrame) -> DataFrame:
+    """Rows of the changes topic -> the columns the sorter decides on (rules.parse_*)."""
+    typ = _header(headers.TYPE)
+    ts_text = _header(headers.COMMIT_TS)
+    txn = _header(headers.TXN)
+    src = _header(headers.SRC)
+    key_text = F.col("key").cast("string")
+    commit_ts = F.when(ts_text.rlike(TS_RE), ts_text.cast("long"))
+    src_ok = src.isNotNull() & src.rlike(SRC_RE)
+    txn_ok = txn.isNotNull() & txn.rlike(TXN_RE)
+    src_part = [F.regexp_extract(src, SRC_RE, i) for i in (1, 2, 3, 4)]
+    txn_id = F.when(txn.isNull() & src_ok, F.concat_ws(":", *src_part)).when(
+        txn_ok, F.regexp_extract(txn, TXN_RE, 1)
+    )
+    seq = F.when(txn.isNull(), F.lit(1)).when(txn_ok, F.regexp_extract(txn, TXN_RE, 2).cast("int"))
+    count = F.when(txn.isNull(), F.lit(1)).when(
+        txn_ok, F.regexp_extract(txn, TXN_RE, 3).cast("int")
+    )
+    error = (
+        F.when(
+            typ == headers.TYPE_RESOLVED,
+            F.when(
+                ~key_text.rlike(MARK_KEY_RE), F.lit("resolved mark key is not topic/partition")
+            ).when(commit_ts.isNull(), F.lit(f"resolved mark without a valid {headers.COMMIT_TS}")),
+        )
+        .when(typ.isNotNull(), F.concat(F.lit(f"unknown {headers.TYPE} "), typ))
+        .when(commit_ts.isNull(), F.lit(f"no valid {headers.COMMIT_TS} header"))
+        .when(txn_id.isNull(), F.lit(f"{headers.TXN} and {headers.SRC} unreadable"))
+        .when((seq < 1) | (seq > count), F.lit(f"{headers.TXN} seq outside 1..count"))
+    )
+    kind = (
+        F.when(error.isNotNull(), F.lit("bad"))
+        .when(typ == headers.TYPE_RESOLVED, F.lit("mark"))
+        .otherwise(F.lit("data"))
+    )
+    return df.select(
+        "key",
+        "value",
+        "headers",
+        F.expr("unix_millis(timestamp)").alias("timestamp_ms"),
+        kind.alias("kind"),
+        commit_ts.alias("commit_ts"),
+        F.when(typ == headers.TYPE_RESOLVED, key_text).alias("part"),
+        txn_id.alias("txn_id"),
+        seq.alias("seq"),
+        count.alias("count"),
+        F.when(src_ok, src_part[0]).otherwise(F.lit("")).alias("src_cluster"),
+        F.when(src_ok, src_part[1]).otherwise(F.col("topic")).alias("src_topic"),
+        F.when(src_ok, src_part[2].cast("int"))
+        .otherwise(F.col("partition"))
+        .alias("src_partition"),
+        F.when(src_ok, src_part[3].cast("long")).otherwise(F.col("offset")).alias("src_offset"),
+        error.alias("error"),
+    )
+
+
+@dataclass
+class BatchReport:
+    """What one micro-batch did (for metrics, /status and logs)."""
+
+    batch_id: int
+    rows: int = 0
+    marks: int = 0
+    released_events: int = 0
+    released_txns: int = 0
+    dead_letters: int = 0
+    resolved_ts: int = rules.NOTHING_RELEASED
+    seconds: float = 0.0
+    pending_rows: int = 0
+    segments: int = 0
+    compacted: bool = False
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class PartitionsSource:
+    """The feed's expected source partitions; set from outside (a refresher thread)."""
+
+    def __init__(self) -> None:
+        self.keys: frozenset[str] | None = None
+        self.at_s = 0.0
+
+    def set(self, keys: frozenset[str]) -> None:
+        self.keys, self.at_s = keys, time.time()
+
+
+class SorterJob:
+    def __init__(
+        self,
+        spark: SparkSession,
+        feed: FeedSpec,
+        store: Store,
+        target_conf: dict[str, Any],
+        kafka_options: dict[str, str],
+        partitions: PartitionsSource,
+        *,
+        source_cluster_id: str,
+        max_offsets_per_trigger: int,
+        trigger_interval_ms: int,
+        max_segments: int,
+        on_batch: Callable[[BatchReport, DriverState], None],
+    ) -> None:
+        self.spark = spark
+        self.feed = feed
+        self.store = store
+        self.kafka_options = kafka_options
+        self.partitions = partitions
+        self.source_cluster_id = source_cluster_id
+        self.max_offsets_per_trigger = max_offsets_per_trigger
+        self.trigger_interval_ms = trigger_interval_ms
+        self.max_segments = max_segments
+        self.on_batch = on_batch
+        self.changes_topic = topics.changes(feed.name)
+        self.sorted_topic = topics.sorted_(feed.name)
+        self.producer = clients.producer(target_conf, **{"linger.ms": 0})
+
+    # -- the query ------------------------------------------------------------------------
+
+    def start(self) -> Any:
+        reader = (
+            self.spark.readStream.format("kafka")
+            .options(**self.kafka_options)
+            .option("subscribe", self.changes_topic)
+            .option("startingOffsets", "earliest")
+            .option("includeHeaders", "true")
+            .option("kafka.isolation.level", "read_committed")
+            .option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
+            .load()
+        )
+        writer = (
+            reader.writeStream.queryName(f"crossfeed-sorter-{self.feed.name}")
+            .option("checkpointLocation", str(self.store.spark_dir))
+            .foreachBatch(self.process_batch)
+        )
+        if self.trigger_interval_ms > 0:
+            writer = writer.trigger(processingTime=f"{self.trigger_interval_ms} milliseconds")
+        return writer.start()
+
+    # -- one micro-batch ------------------------------------------------------------------
+
+    def process_batch(self, df: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        report = BatchReport(batch_id)
+        prev = self.store.load_before(batch_id)
+        # Segments the previous batch stopped using: only the batch before it (committed
+        # now) still named them.
+        self.store.delete_segments(prev.garbage)
+        state = DriverState(
+            batch_id=batch_id,
+            resolved=dict(prev.resolved),
+            expected=list(prev.expected),
+            expected_at_s=prev.expected_at_s,
+            advanced_at=dict(prev.advanced_at),
+            released_ts=prev.released_ts,
+        )
+        lap = time.monotonic()
+
+        # 1. the batch's rows as a segment on disk
+        name = f"seg-{batch_id:012d}"
+        parse(df).write.mode("overwrite").parquet(self.store.segment_path(name))
+        report.timings["segment"] = time.monotonic() - lap
+        lap = time.monotonic()
+
+        # 2. marks per source partition and the segment's statistics
+        seg = self.spark.read.parquet(self.store.segment_path(name))
+        kind, ts = F.col("kind"), F.col("commit_ts")
+        low = prev.released_ts
+        stats = (
+            seg.groupBy(F.when(kind == "mark", F.col("part")).alias("mark"))
+            .agg(
+                F.max(F.when(kind == "data", ts)).alias("max_data_ts"),
+                F.max(F.when(kind == "mark", ts)).alias("mark_ts"),
+                F.count(F.lit(1)).alias("rows"),
+                F.count_if(kind == "data").alias("data"),
+                F.count_if(kind == "bad").alias("bad"),
+                F.count_if((kind == "data") & (ts <= F.lit(low))).alias("late"),
+            )
+            .collect()
+        )
+        marks = {r["mark"]: int(r["mark_ts"]) for r in stats if r["mark"] is not None}
+        other = next((r for r in stats if r["mark"] is None), None)
+        data_rows = int(other["data"]) if other else 0
+        bad_rows = (int(other["bad"]) + int(other["late"])) if other else 0
+        report.rows = sum(int(r["rows"]) for r in stats)
+        report.marks = sum(int(r["rows"]) for r in stats if r["mark"] is not None)
+        report.timings["stats"] = time.monotonic() - lap
+        lap = time.monotonic()
+
+        # 3. resolved state and R
+        now = time.time()
+        fresh = self.partitions.keys
+        if fresh is not None:
+            state.resolved = rules.forget_removed(state.resolved, prev.expected, fresh)
+            state.expected = sorted(fresh)
+            state.expected_at_s = self.partitions.at_s
+        before = dict(state.resolved)
+        state.resolved = rules.merge_resolved(state.resolved, marks)
+        state.advanced_at = rules.advance_times(
+            before, state.resolved, state.expected, state.advanced_at, now
+        )
+        candidate = (
+            rules.global_resolved(state.resolved, state.expected)
+            if state.expected or fresh is not None
+            else None  # the source's partitions were never read: R cannot be known yet
+        )
+        high = rules.next_resolved(low, candidate)
+        window = Window(low, high)
+        segments = list(prev.segments)
+        garbage: list[str] = []
+        if data_rows:
+            segments.append(Segment(name, int(other["max_data_ts"]), data_rows))  # type: ignore[index]
+        else:
+            garbage.append(name)
+
+        # 4. release (and dead letters)
+        if not window.empty or bad_rows:
+            released = segments if not window.empty else []
+            (
+                report.released_events,
+                report.released_txns,
+                report.dead_letters,
+            ) = self._release(released, name, window, bad_rows)
+            report.timings["release"] = time.monotonic() - lap
+            lap = time.monotonic()
+        if not window.empty:
+            self._resolved_mark(high)
+            state.released_ts = high
+        report.resolved_ts = state.released_ts
+
+        # 5. segments no longer needed; compaction while R is held back
+        kept, dropped = rules.prune(segments, state.released_ts)
+        garbage += [s.name for s in dropped]
+        if rules.should_compact(kept, self.max_segments):
+            merged = self._compact(kept, batch_id, state.released_ts)
+            garbage += [s.name for s in kept]
+            kept = [merged] if merged.rows else []
+            if not merged.rows:
+                garbage.append(merged.name)
+            report.compacted = True
+            report.timings["compact"] = time.monotonic() - lap
+        state.segments = kept
+        state.garbage = garbage
+        self.store.save(state)
+        report.pending_rows = state.pending_rows
+        report.segments = len(state.segments)
+        report.seconds = time.monotonic() - started
+        self.on_batch(report, state)
+
+    def _release(
+        self, segments: list[Segment], new: str, window: Window, dead_letters: int
+    ) -> tuple[int, int, int]:
+        """One Kafka write: released transactions in order into `.sorted`, dead letters
+        into the DLQ. Returns (events, transactions, dead letters)."""
+        kind, ts = F.col("kind"), F.col("commit_ts")
+        parts: list[DataFrame] = []
+        events = txns = 0
+        agg: DataFrame | None = None
+        if segments:
+            pending = self.spark.read.parquet(*(self.store.segment_path(s.name) for s in segments))
+            rel = pending.filter(
+                (kind == "data") & (ts > F.lit(window.low)) & (ts <= F.lit(window.high))
+            )
+            agg = self._completeness(rel).persist(StorageLevel.MEMORY_AND_DISK)
+            for row in (
+                agg.groupBy("ok")
+                .agg(F.count(F.lit(1)).alias("txns"), F.sum("n").alias("events"))
+                .collect()
+            ):
+                if row["ok"]:
+                    txns, events = int(row["txns"]), int(row["events"])
+                else:
+                    dead_letters += int(row["events"])
+            if txns or dead_letters:
+                parts.append(self._transactions(rel, agg, window))
+        if dead_letters:
+            fresh = self.spark.read.parquet(self.store.segment_path(new))
+            late = fresh.filter((kind == "bad") | ((kind == "data") & (ts <= F.lit(window.low))))
+            parts.append(
+                late.select(
+                    self._dead_letter(
+                        F.when(kind == "bad", F.lit("UnreadableChange")).otherwise(
+                            F.lit("LateChange")
+                        ),
+                        F.when(kind == "bad", F.col("error")).otherwise(
+                            F.concat(
+                                F.lit("commit_ts "),
+                                ts.cast("string"),
+                                F.lit(f" arrived after the feed's resolved_ts {window.low}"),
+                            )
+                        ),
+                    ).alias("o")
+                ).select("o.*")
+            )
+        if parts:
+            out = parts[0]
+            for extra in parts[1:]:
+                out = out.unionByName(extra)
+            (
+                out.repartition(1)
+                .sortWithinPartitions("commit_ts", "txn_id", "ord")
+                .select("topic", "key", "value", "headers")
+                .write.format("kafka")
+                .options(**self.kafka_options)
+                .options(**WRITER_DEFAULTS)
+                .save()
+            )
+        if agg is not None:
+            agg.unpersist()
+        return events, txns, dead_letters
+
+    @staticmethod
+    def _completeness(rel: DataFrame) -> DataFrame:
+        """One row per transaction of the window: ``ok`` (rules.complete_by_aggregates), n."""
+        seq_d = F.col("seq").cast("decimal(38,0)")
+        agg = rel.groupBy("txn_id").agg(
+            F.count(F.lit(1)).alias("n"),
+            F.min("count").alias("cmin"),
+            F.max("count").alias("cmax"),
+            F.min("seq").alias("smin"),
+            F.max("seq").alias("smax"),
+            F.sum(seq_d).alias("ssum"),
+            F.sum(seq_d * seq_d).alias("ssq"),
+            F.min("commit_ts").alias("tmin"),
+            F.max("commit_ts").alias("tmax"),
+        )
+        c = F.col("cmax").cast("decimal(38,0)")
+        ok = (
+            (F.col("cmin") == F.col("cmax"))
+            & (F.col("tmin") == F.col("tmax"))
+            & (F.col("n") == F.col("cmax"))
+            & (F.col("smin") == 1)
+            & (F.col("smax") == F.col("cmax"))
+            & (F.col("ssum") == c * (c + 1) / 2)
+            & (F.col("ssq") == c * (c + 1) * (c * 2 + 1) / 6)
+        )
+        return agg.select("txn_id", ok.alias("ok"), "n")
+
+    def _transactions(self, rel: DataFrame, agg: DataFrame, window: Window) -> DataFrame:
+        """Rows of the release window -> begin, data, commit rows (complete transactions)
+        and dead letters (incomplete ones), with their sort key."""
+        flagged = rel.join(agg, "txn_id")
+        commit_ts = F.col("commit_ts")
+        marker_headers = [
+            _h(headers.COMMIT_TS, commit_ts.cast("string")),
+            _h(headers.TXN, F.concat(F.col("txn_id"), F.lit("/0/"), F.col("count").cast("string"))),
+        ]
+
+        def marker(what: str, ord_: Column) -> Column:
+            return self._row(
+                self.sorted_topic,
+                F.lit(None).cast("binary"),
+                F.lit(None).cast("binary"),
+                F.array(_h(headers.TYPE, what), *marker_headers),
+                ord_,
+                what,
+            )
+
+        data = self._row(
+            self.sorted_topic,
+            F.col("key"),
+            F.col("value"),
+            F.concat(
+                F.col("headers"),
+                F.array(_h(headers.TIMESTAMP, F.col("timestamp_ms").cast("string"))),
+            ),
+            F.col("seq").cast("long"),
+            "data",
+        )
+        begin = F.when(F.col("seq") == 1, marker(headers.TYPE_BEGIN, F.lit(rules.BEGIN_ORD)))
+        commit = F.when(
+            F.col("seq") == F.col("count"),
+            marker(headers.TYPE_COMMIT, (F.col("count") + 1).cast("long")),
+        )
+        letter = self._dead_letter(
+            F.lit("IncompleteTransaction"),
+            F.concat(
+                F.lit("transaction "),
+                F.col("txn_id"),
+                F.lit(" has "),
+                F.col("n").cast("string"),
+                F.lit(" changes (seq/count not 1..count exactly once, or commit_ts differs) "),
+                F.lit(f"when the feed's resolved_ts reached {window.high}"),
+            ),
+        )
+        elements = F.when(
+            F.col("ok"),
+            F.filter(F.array(begin, data, commit), lambda x: x.isNotNull()),
+        ).otherwise(F.array(letter))
+        return flagged.select(F.explode(elements).alias("o")).select("o.*")
+
+    def _row(
+        self,
+        topic: str,
+        key: Column,
+        value: Column,
+        hdrs: Column,
+        ord_: Column,
+        kind: str,
+    ) -> Column:
+        return F.struct(
+            F.lit(topic).alias("topic"),
+            key.alias("key"),
+            value.alias("value"),
+            hdrs.alias("headers"),
+            F.col("commit_ts").alias("commit_ts"),
+            F.col("txn_id").alias("txn_id"),
+            ord_.cast("long").alias("ord"),
+            F.lit(kind).alias("kind"),
+        )
+
+    def _dead_letter(self, error_class: Column, message: Column) -> Column:
+        context = F.array(
+            _h(dlq.FEED, self.feed.name),
+            _h(dlq.CLUSTER, F.col("src_cluster")),
+            _h(dlq.TOPIC, F.col("src_topic")),
+            _h(dlq.PARTITION, F.col("src_partition").cast("string")),
+            _h(dlq.OFFSET, F.col("src_offset").cast("string")),
+            _h(dlq.STAGE, "sorter"),
+            _h(dlq.ERROR_CLASS, error_class),
+            _h(dlq.ERROR_MESSAGE, message),
+        )
+        return self._row(
+            topics.DLQ,
+            F.col("key"),
+            F.col("value"),
+            F.concat(F.coalesce(F.col("headers"), F.array().cast(context_type())), context),
+            F.lit(0).cast("long"),
+            "dlq",
+        )
+
+    def _resolved_mark(self, resolved_ts: int) -> None:
+        value = codec.encode(
+            "ResolvedMark",
+            {
+                "source_cluster": self.source_cluster_id,
+                "topic": "",
+                "partition": -1,
+                "resolved_ts_us": resolved_ts,
+                "next_offset": -1,
+            },
+        )
+        self.producer.produce(
+            self.sorted_topic,
+            key=None,
+            value=value,
+            headers=[
+                (headers.TYPE, headers.TYPE_RESOLVED.encode()),
+                (headers.COMMIT_TS, str(resolved_ts).encode()),
+            ],
+        )
+        if self.producer.flush(30) != 0:
+            raise RuntimeError(f"could not write the resolved mark {resolved_ts} in 30 s")
+
+    def _compact(self, segments: list[Segment], batch_id: int, resolved_ts: int) -> Segment:
+        name = f"merged-{batch_id:012d}"
+        path = self.store.segment_path(name)
+        pending = self.spark.read.parquet(*(self.store.segment_path(s.name) for s in segments))
+        kind, ts = F.col("kind"), F.col("commit_ts")
+        pending.filter((kind == "data") & (ts > F.lit(resolved_ts))).write.mode(
+            "overwrite"
+        ).parquet(path)
+        row = (
+            self.spark.read.parquet(path)
+            .agg(F.max("commit_ts").alias("max_ts"), F.count(F.lit(1)).alias("rows"))
+            .collect()[0]
+        )
+        rows = int(row["rows"])
+        max_ts = int(row["max_ts"]) if row["max_ts"] is not None else rules.NOTHING_RELEASED
+        log.info("compacted %d pending segments into %s (%d changes)", len(segments), name, rows)
+        return Segment(name, max_ts, rows)
+
+
+def context_type() -> str:
+    return "array<struct<key:string,value:binary>>"
+
+
+def build_session(conf: dict[str, str], local: bool) -> SparkSession:
+    """A SparkSession with ``conf`` (a running one under spark-submit keeps its own)."""
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

@@ -1,0 +1,63 @@
+"""``crossfeed sorter run``: the sorter of one ordered feed (a Spark Structured Streaming job).
+
+One sorter runs per feed (its checkpoint directory is locked); it scales with Spark
+executors (``sorter.spark_master``, ``sorter.spark_conf`` or spark-submit), not with
+instances. See services/sorter/README.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from crossfeed import service
+from crossfeed.config import Settings
+from crossfeed.feeds import FeedSpec
+from services.sorter.sparkconf import SetupError
+from services.sorter.store import FeedLocked
+from services.sorter.worker import SorterFailed, SorterWorker
+
+log = logging.getLogger(__name__)
+
+
+def target_alias(settings: Settings, feed: FeedSpec) -> str:
+    """The cluster holding the feed's changes and sorted topics: the Kafka target, or for a
+    database sink the control cluster (where the puller stages)."""
+    alias = feed.sink.cluster or settings.control_cluster or next(iter(settings.clusters), None)
+    if alias is None:
+        from crossfeed.config import ConfigError
+
+        raise ConfigError("no clusters configured: run 'crossfeed local up' or pass --config")
+    settings.cluster(alias)  # a ConfigError naming the known aliases
+    return alias
+
+
+def run(
+    settings: Settings,
+    feed: FeedSpec,
+    instance: str | None = None,
+    metrics_port: int | None = None,
+    *,
+    coordinated: bool = False,  # one sorter per feed either way (its checkpoint is locked)
+) -> int:
+    instance_id = service.instance_id("sorter", instance)
+    alias = target_alias(settings, feed)
+    settings.cluster(feed.source)
+    if feed.mode != "ordered":
+        print(
+            f"error: feed {feed.name!r} is a {feed.mode} feed; the sorter runs ordered feeds "
+            "(--mode ordered)",
+            file=sys.stderr,
+        )
+        return 1
+    control_conf = settings.cluster(settings.control_cluster or alias).client_config()
+    try:
+        return service.run(
+            settings,
+            lambda: SorterWorker(settings, feed, instance_id, alias, control_conf),
+            metrics_port,
+        )
+    except (SetupError, FeedLocked, SorterFailed) as err:
+        log.error("%s", err)
+        print(f"error: {err}", file=sys.stderr)
+        return 1

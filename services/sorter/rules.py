@@ -1,0 +1,350 @@
+"""The sorter's decisions, with no Spark and no Kafka (docs/ordered-feeds.md §2-§3).
+
+The Spark job (:mod:`services.sorter.job`) evaluates the per-row rules below as Spark SQL
+expressions in the JVM; the Python functions here are their reference (unit and property
+tests hold the two to the same answers) and everything the driver decides once per
+micro-batch: per-partition resolved state, the global resolved_ts R, which rows a batch
+releases, and which pending segments it may delete.
+
+Invariants:
+
+A. A source partition's resolved_ts never goes backwards: merging an older mark is a no-op.
+B. R (:func:`global_resolved`) is None while any expected source partition has no
+   resolved_ts yet; otherwise the minimum over the expected partitions and every partition
+   heard from. A partition not heard from holds the feed back; it is never skipped.
+C. R never goes backwards (:func:`next_resolved`), so the release windows (R_prev, R] of
+   consecutive batches never overlap: a change is released at most once per pass.
+D. A transaction is released when R_prev < commit_ts <= R and it is complete: its rows
+   are seq 1..count exactly once, all with one count and one commit_ts. A transaction in
+   the window that is not complete never can be (R promises nothing older follows): its
+   rows go to the dead-letter topic. A data row with commit_ts <= R_prev (late) or with
+   unreadable headers also goes there, once, in the batch it arrives.
+E. A segment of pending rows may be deleted once its newest commit_ts is <= R: every row
+   in it was released or dead-lettered. Deletion is deferred one batch (see
+   :class:`DriverState`), so a replayed batch still finds the segments it read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+NOTHING_RELEASED: Final = -1
+"""R_prev before the first release: every commit_ts (>= 0) is above it."""
+
+_DECIMAL = re.compile(r"[0-9]{1,18}")
+_TXN = re.compile(r"^([^/:]+)/([0-9]{1,9})/([0-9]{1,9})$")
+_SRC = re.compile(r"^([^/]*)/([^/]+)/([0-9]{1,9})/([0-9]{1,19})$")
+_MARK_KEY = re.compile(r"^([^/]+)/([0-9]{1,9})$")
+
+# Order of the rows of one transaction in `.sorted`: begin, seq 1..count, commit.
+BEGIN_ORD: Final = 0
+
+
+# -- per-row rules (mirrored in Spark SQL by services.sorter.job) ------------------------
+
+
+def parse_commit_ts(text: str | None) -> int | None:
+    """``crossfeed-commit-ts``: decimal µs, or None when absent or unreadable."""
+    if text is None or not _DECIMAL.fullmatch(text):
+        return None
+    return int(text)
+
+
+@dataclass(frozen=True)
+class Src:
+    """``crossfeed-src``: where the puller read the record."""
+
+    cluster_id: str
+    topic: str
+    partition: int
+    offset: int
+
+    @property
+    def partition_key(self) -> str:
+        return f"{self.topic}/{self.partition}"
+
+
+def parse_src(text: str | None) -> Src | None:
+    """``<cluster.id>/<topic>/<partition>/<offset>``, or None if absent or malformed."""
+    match = _SRC.match(text or "")
+    if match is None:
+        return None
+    return Src(match[1], match[2], int(match[3]), int(match[4]))
+
+
+def parse_mark_key(text: str | None) -> tuple[str, int] | None:
+    """A resolved mark's key ``<topic>/<partition>``, or None if malformed."""
+    match = _MARK_KEY.match(text or "")
+    return None if match is None else (match[1], int(match[2]))
+
+
+@dataclass(frozen=True)
+class TxnRef:
+    """Which transaction a change belongs to and where in it."""
+
+    txn_id: str
+    seq: int
+    count: int
+
+
+def parse_txn(txn: str | None, src: Src | None) -> TxnRef | None:
+    """The change's transaction (docs/ordered-feeds.md §3).
+
+    With ``crossfeed-txn: <id>/<seq>/<count>`` (1 <= seq <= count, the id without ``/``
+    or ``:``) that transaction; without the header a transaction of its own named
+    ``<cluster.id>:<topic>:<partition>:<offset>`` from ``crossfeed-src``; None when
+    neither can be read (the row is dead-lettered).
+    """
+    if txn is not None:
+        match = _TXN.match(txn)
+        if match is None:
+            return None
+        txn_id, seq, count = match[1], int(match[2]), int(match[3])
+        if not 1 <= seq <= count:
+            return None
+        return TxnRef(txn_id, seq, count)
+    if src is None:
+        return None
+    return TxnRef(f"{src.cluster_id}:{src.topic}:{src.partition}:{src.offset}", 1, 1)
+
+
+def sort_key(commit_ts: int, txn_id: str, ord_: int) -> tuple[int, str, int]:
+    """Position of a row in `.sorted`: begin has ord 0, data its seq, commit count + 1.
+
+    txn ids compare as UTF-8 bytes (Spark's string order), which for str is code point
+    order: the same.
+    """
+    return (commit_ts, txn_id, ord_)
+
+
+def is_complete(seqs: Iterable[int], counts: Iterable[int], commit_tss: Iterable[int]) -> bool:
+    """Rule D: the rows of one transaction are seq 1..count exactly once, one count, one ts.
+
+    The job checks the same thing with aggregates (n, min/max count, min/max seq, sum of
+    seq and of seq², min/max commit_ts): for n values in 1..count with n == count those
+    sums equal the ones of 1..count only for the permutation (for the sizes that occur;
+    see the property test).
+    """
+    seq_list = list(seqs)
+    count_set = set(counts)
+    ts_set = set(commit_tss)
+    if len(count_set) != 1 or len(ts_set) != 1:
+        return False
+    count = next(iter(count_set))
+    return sorted(seq_list) == list(range(1, count + 1))
+
+
+def complete_by_aggregates(
+    n: int,
+    min_count: int,
+    max_count: int,
+    min_seq: int,
+    max_seq: int,
+    sum_seq: int,
+    sum_seq2: int,
+    min_ts: int,
+    max_ts: int,
+) -> bool:
+    """The aggregate form of :func:`is_complete` the Spark job evaluates."""
+    c = max_count
+    return (
+        min_count == max_count
+        and min_ts == max_ts
+        and n == c
+        and min_seq == 1
+        and max_seq == c
+        and sum_seq == c * (c + 1) // 2
+        and sum_seq2 == c * (c + 1) * (2 * c + 1) // 6
+    )
+
+
+# -- per-batch rules (driver) ------------------------------------------------------------
+
+
+def merge_resolved(resolved: Mapping[str, int], marks: Mapping[str, int]) -> dict[str, int]:
+    """Per-partition resolved_ts after a batch's marks (invariant A)."""
+    merged = dict(resolved)
+    for key, ts in marks.items():
+        if ts > merged.get(key, NOTHING_RELEASED - 1):
+            merged[key] = ts
+    return merged
+
+
+def forget_removed(
+    resolved: Mapping[str, int], before: Iterable[str], now: Iterable[str]
+) -> dict[str, int]:
+    """Partitions the source listed before and lists no more (topic deleted) stop holding
+    the feed back. A partition heard from but never listed (a topic newer than the last
+    listing) is kept: forgetting it could raise R past changes it still has to deliver."""
+    gone = set(before) - set(now)
+    return {k: v for k, v in resolved.items() if k not in gone}
+
+
+def global_resolved(resolved: Mapping[str, int], expected: Iterable[str]) -> int | None:
+    """R: the minimum over every expected partition and every one heard from (invariant B)."""
+    keys = set(expected) | set(resolved)
+    if not keys or any(k not in resolved for k in keys):
+        return None
+    return min(resolved[k] for k in keys)
+
+
+def next_resolved(previous: int, candidate: int | None) -> int:
+    """R after this batch: never below the previous one (invariant C)."""
+    return previous if candidate is None else max(previous, candidate)
+
+
+def holding_back(resolved: Mapping[str, int], expected: Iterable[str]) -> list[str]:
+    """The partitions R waits for: never heard from, or at the minimum resolved_ts."""
+    keys = set(expected) | set(resolved)
+    silent = sorted(k for k in keys if k not in resolved)
+    if silent:
+        return silent
+    if not keys:
+        return []
+    low = min(resolved[k] for k in keys)
+    return sorted(k for k in keys if resolved[k] == low)
+
+
+@dataclass(frozen=True)
+class Laggard:
+    partition: str  # "topic/partition"
+    resolved_ts_us: int | None  # None: never heard from
+    since_s: float  # wall clock (epoch seconds) of its last advance, or of when it was expected
+
+
+def laggards(
+    resolved: Mapping[str, int],
+    expected: Iterable[str],
+    advanced_at: Mapping[str, float],
+    now_s: float,
+    after_s: float,
+) -> list[Laggard]:
+    """Partitions holding R back whose resolved_ts has not moved for ``after_s`` or more.
+
+    ``advanced_at`` holds, per partition, when its resolved_ts last went up (or when it
+    first became expected): a partition idle at the source still advances (producer
+    watermarks or the puller's clock), so one that does not has stopped sending marks.
+    """
+    out = []
+    for key in holding_back(resolved, expected):
+        since = advanced_at.get(key, now_s)
+        if now_s - since >= after_s:
+            out.append(Laggard(key, resolved.get(key), since))
+    return out
+
+
+def advance_times(
+    before: Mapping[str, int],
+    after: Mapping[str, int],
+    expected: Iterable[str],
+    advanced_at: Mapping[str, float],
+    now_s: float,
+) -> dict[str, float]:
+    """``advanced_at`` after a batch: now for partitions whose resolved_ts went up, and for
+    partitions seen (expected or heard) for the first time."""
+    out = dict(advanced_at)
+    for key in set(expected) | set(after):
+        if key not in out or after.get(key, -2) > before.get(key, -2):
+            out[key] = now_s
+    return out
+
+
+@dataclass(frozen=True)
+class Window:
+    """What one batch releases: rows with low < commit_ts <= high (rule D)."""
+
+    low: int  # R_prev
+    high: int  # R
+
+    @property
+    def empty(self) -> bool:
+        return self.high <= self.low
+
+    def releases(self, commit_ts: int) -> bool:
+        return self.low < commit_ts <= self.high
+
+    def is_late(self, commit_ts: int) -> bool:
+        """A change arriving at or below R_prev: its place in `.sorted` has passed."""
+        return commit_ts <= self.low
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One parquet file set of pending rows (a batch's rows, or a compaction of several)."""
+
+    name: str
+    max_ts: int  # newest commit_ts of a data row in it (NOTHING_RELEASED if none)
+    rows: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "max_ts": self.max_ts, "rows": self.rows}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Segment:
+        return cls(str(data["name"]), int(data["max_ts"]), int(data["rows"]))
+
+
+def prune(segments: Iterable[Segment], resolved: int) -> tuple[list[Segment], list[Segment]]:
+    """(kept, dropped): a segment whose newest row is <= R holds nothing pending (rule E)."""
+    kept: list[Segment] = []
+    dropped: list[Segment] = []
+    for seg in segments:
+        (dropped if seg.max_ts <= resolved else kept).append(seg)
+    return kept, dropped
+
+
+def should_compact(segments: Iterable[Segment], max_segments: int) -> bool:
+    """Too many small segments (R held back for a long time): merge them into one."""
+    return sum(1 for _ in segments) > max_segments
+
+
+@dataclass
+class DriverState:
+    """What the driver keeps between micro-batches, saved once per batch id.
+
+    A batch runs from the state saved by the batch before it, so a batch Spark replays
+    after a crash computes the same release from the same inputs. ``garbage`` lists the
+    segments this batch stopped using: the previous state still names them, so they are
+    deleted only when the next batch starts (this batch is committed by then).
+    """
+
+    batch_id: int = -1
+    resolved: dict[str, int] = field(default_factory=dict)
+    expected: list[str] = field(default_factory=list)
+    expected_at_s: float = 0.0
+    advanced_at: dict[str, float] = field(default_factory=dict)
+    released_ts: int = NOTHING_RELEASED  # R of the last release
+    segments: list[Segment] = field(default_factory=list)
+    garbage: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "batch_id": self.batch_id,
+            "resolved": dict(sorted(self.resolved.items())),
+            "expected": sorted(self.expected),
+            "expected_at_s": self.expected_at_s,
+            "advanced_at": dict(sorted(self.advanced_at.items())),
+            "released_ts": self.released_ts,
+            "segments": [s.as_dict() for s in self.segments],
+            "garbage": list(self.garbage),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DriverState:
+        return cls(
+            batch_id=int(data["batch_id"]),
+            resolved={str(k): int(v) for k, v in data.get("resolved", {}).items()},
+            expected=[str(k) for k in data.get("expected", [])],
+            expected_at_s=float(data.get("expected_at_s", 0.0)),
+            advanced_at={str(k): float(v) for k, v in data.get("advanced_at", {}).items()},
+            released_ts=int(data.get("released_ts", NOTHING_RELEASED)),
+            segments=[Segment.from_dict(s) for s in data.get("segments", [])],
+            garbage=[str(g) for g in data.get("garbage", [])],
+        )
+
+    @property
+    def pending_rows(self) -> int:
+        return sum(s.rows for s in self.segments)

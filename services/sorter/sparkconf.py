@@ -1,0 +1,128 @@
+"""Spark and Kafka options for the sorter, from crossfeed settings (no Spark import here).
+
+Spark runs on loopback and out of the checkout by default: no UI, the driver bound to
+127.0.0.1, scratch space under ``$CROSSFEED_HOME/sorter/tmp``. The Kafka connector's jars
+come from ``$CROSSFEED_HOME/lib/spark.classpath`` (``make setup``) unless the job runs
+under ``spark-submit`` (then its ``--jars``/``--packages`` provide them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from crossfeed import paths
+from crossfeed.config.settings import SorterSettings
+
+STAGING_MAX_MESSAGE_BYTES = 64 << 20  # as the puller's changes topic (services/puller)
+SORTED_TOPIC_CONFIG = {"cleanup.policy": "delete", "max.message.bytes": str(64 << 20)}
+
+
+class SetupError(RuntimeError):
+    """Something Spark needs is missing; the message says what to do."""
+
+
+def under_spark_submit() -> bool:
+    """True when spark-submit started this Python (the JVM and its jars already exist)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def check_java() -> None:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").exists():
+        return
+    if shutil.which("java") is None:
+        raise SetupError(
+            "no Java found (java is not on PATH and JAVA_HOME is not set): the sorter runs "
+            "Spark, which needs a JDK 17 or 21; install one (e.g. apt-get install "
+            "openjdk-17-jre-headless)"
+        )
+
+
+def jars(home: Path | None = None) -> list[str]:
+    """The Kafka connector's jars (``make setup``), or SetupError saying what to run."""
+    home = home or paths.home()
+    missing = home / "lib" / "spark.missing"
+    if missing.exists():
+        raise SetupError(
+            f"{missing.read_text().strip()}; the sorter needs Spark's Kafka connector "
+            "(fix the Maven access and run 'make setup' again)"
+        )
+    listing = home / "lib" / "spark.classpath"
+    if not listing.exists():
+        raise SetupError(
+            f"{listing} not found: run 'make setup' to fetch Spark's Kafka connector jars, "
+            "or run the sorter under spark-submit with --packages "
+            "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
+        )
+    found = [j.strip() for j in listing.read_text().strip().split(",") if j.strip()]
+    absent = [j for j in found if not Path(j).exists()]
+    if not found or absent:
+        raise SetupError(f"{listing} names jars that do not exist ({absent}): run 'make setup'")
+    return found
+
+
+def checkpoint_root(settings: SorterSettings, feed: str) -> Path:
+    base = Path(settings.checkpoint_dir) if settings.checkpoint_dir else paths.home() / "sorter"
+    return base / feed
+
+
+def spark_conf(settings: SorterSettings, feed: str, jar_list: list[str]) -> dict[str, str]:
+    """Spark properties: crossfeed's defaults, then ``sorter.spark_conf`` over them."""
+    local = settings.spark_master.startswith("local")
+    scratch = paths.home() / "sorter" / "tmp"
+    conf = {
+        "spark.master": settings.spark_master,
+        "spark.app.name": f"crossfeed-sorter-{feed}",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": settings.driver_memory,
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.local.dir": str(scratch),
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        # Micro-batches are small jobs: don't let every one wait for locality.
+        "spark.locality.wait": "0s",
+        "spark.sql.streaming.minBatchesToRetain": "20",
+    }
+    if jar_list:
+        conf["spark.jars"] = ",".join(jar_list)
+    if local:
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+        conf["spark.driver.host"] = "127.0.0.1"
+    conf.update(settings.spark_conf)
+    return conf
+
+
+def kafka_options(cluster: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """Java Kafka client properties (``kafka.``-prefixed for Spark) from a cluster's
+    librdkafka properties: bootstrap servers, security protocol, SASL and a PEM CA pass
+    over; anything else goes in ``sorter.kafka_options``."""
+    out = {"bootstrap.servers": cluster["bootstrap.servers"]}
+    protocol = cluster.get("security.protocol")
+    if protocol:
+        out["security.protocol"] = protocol.upper()
+    mechanism = cluster.get("sasl.mechanism") or cluster.get("sasl.mechanisms")
+    if mechanism:
+        out["sasl.mechanism"] = mechanism.upper()
+    user, password = cluster.get("sasl.username"), cluster.get("sasl.password")
+    if user is not None and password is not None:
+        module = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule"
+            if (mechanism or "").upper().startswith("SCRAM")
+            else "org.apache.kafka.common.security.plain.PlainLoginModule"
+        )
+        escaped_user = user.replace('"', '\\"')
+        escaped_password = password.replace('"', '\\"')
+        out["sasl.jaas.config"] = (
+            f'{module} required username="{escaped_user}" password="{escaped_password}";'
+        )
+    if cluster.get("ssl.ca.location"):
+        out["ssl.truststore.type"] = "PEM"
+        out["ssl.truststore.location"] = cluster["ssl.ca.location"]
+    out.update(extra)
+    return {f"kafka.{k}": v for k, v in out.items()}

@@ -1,0 +1,306 @@
+"""One sorter instance: checks, the Spark query, heartbeats, metrics and /status.
+
+The Spark job (:mod:`services.sorter.job`) does the sorting; this module starts and stops
+it, keeps the feed's expected source partitions fresh (source metadata, refreshed every
+``sorter.partitions_refresh_s`` and persisted with the driver state, so a lost source
+cluster does not lose them), and reports: per-partition resolved_ts, the global R, and
+the *laggards* — partitions holding R back whose resolved_ts has not moved for
+``sorter.laggard_after_s`` — in /status, ``crossfeed_sorter_laggard_seconds`` and the
+heartbeat (``checkpoints["laggard:<topic>/<partition>"]`` = since, µs).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from crossfeed.config import Settings
+from crossfeed.feeds import FeedSpec
+from crossfeed.kafka import clients
+from crossfeed.kafka import topics as kafka_topics
+from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
+from crossfeed.wire import topics
+from services.puller.worker import wait_for_cluster  # the same wait, with its log line
+from services.sorter import metrics, rules, sparkconf
+from services.sorter.rules import DriverState
+from services.sorter.store import Store
+
+log = logging.getLogger(__name__)
+
+DLQ_CONFIG = {"cleanup.policy": "delete", "max.message.bytes": str(64 << 20)}
+
+
+class SorterFailed(RuntimeError):
+    """The Spark query stopped with an error (the message carries Spark's)."""
+
+
+def _iso(ts_s: float | None) -> str | None:
+    if ts_s is None:
+        return None
+    return datetime.fromtimestamp(ts_s, UTC).isoformat(timespec="milliseconds")
+
+
+class SorterWorker:
+    def __init__(
+        self,
+        settings: Settings,
+        feed: FeedSpec,
+        instance_id: str,
+        target_alias: str,
+        control_conf: dict[str, Any],
+    ) -> None:
+        self.settings = settings
+        self.opts = settings.sorter
+        self.feed = feed
+        self.instance_id = instance_id
+        self.target_alias = target_alias
+        self.target_conf = settings.cluster(target_alias).client_config()
+        self.source_conf = settings.cluster(feed.source).client_config()
+        self.control_conf = control_conf
+        self.address = ""
+        self.state = "starting"
+        self.last_error = ""
+        self.started_s = time.time()
+        self.store = Store(sparkconf.checkpoint_root(self.opts, feed.name))
+        self.snapshot = DriverState()
+        self.last_batch: dict[str, Any] | None = None
+        self.heartbeats: HeartbeatSender | None = None
+        self._lock = threading.Lock()
+        from services.sorter.job import PartitionsSource  # pyspark only once we run
+
+        self.partitions = PartitionsSource()
+        self._labels = (feed.name,)
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        sparkconf.check_java()
+        local = self.opts.spark_master.startswith("local")
+        jar_list = [] if sparkconf.under_spark_submit() else sparkconf.jars()
+        target_id = wait_for_cluster(self.target_alias, self.target_conf, stop)
+        source_id = clients.cluster_id(self.source_conf) or ""
+        admin = clients.admin(self.target_conf)
+        sorted_topic = topics.sorted_(self.feed.name)
+        kafka_topics.ensure_topic(admin, sorted_topic, 1, sparkconf.SORTED_TOPIC_CONFIG)
+        kafka_topics.ensure_topic(admin, topics.DLQ, 1, DLQ_CONFIG)
+        self.store.open()
+        self.snapshot = self.store.latest()
+        ensure_control_topics(self.control_conf)
+        self.heartbeats = HeartbeatSender(
+            self.control_conf, self.instance_id, "sorter", self._heartbeat
+        ).start()
+        refresher = threading.Thread(
+            target=self._refresh_partitions, args=(stop,), name="partitions", daemon=True
+        )
+        refresher.start()
+
+        from services.sorter.job import SorterJob, build_session
+
+        conf = sparkconf.spark_conf(self.opts, self.feed.name, jar_list)
+        log.info(
+            "sorter %s for feed %s: %s -> %s on %s (%s), Spark master %s, checkpoints %s",
+            self.instance_id,
+            self.feed.name,
+            topics.changes(self.feed.name),
+            sorted_topic,
+            self.target_alias,
+            target_id,
+            conf["spark.master"],
+            self.store.root,
+        )
+        spark = build_session(conf, local)
+        job = SorterJob(
+            spark,
+            self.feed,
+            self.store,
+            self.target_conf,
+            sparkconf.kafka_options(
+                self.settings.cluster(self.target_alias).properties, self.opts.kafka_options
+            ),
+            self.partitions,
+            source_cluster_id=source_id,
+            max_offsets_per_trigger=self.opts.max_offsets_per_trigger,
+            trigger_interval_ms=self.opts.trigger_interval_ms,
+            max_segments=self.opts.max_segments,
+            on_batch=self._on_batch,
+        )
+        query = job.start()
+        self.state = "running"
+        error: str | None = None
+        try:
+            while not stop.is_set():
+                if query.awaitTermination(1.0):
+                    exc = query.exception()
+                    error = str(exc) if exc is not None else "the Spark query stopped"
+                    break
+                self._update_gauges()
+        finally:
+            self.state = "stopping"
+            if error is None:
+                log.info("stopping the Spark query")
+                try:
+                    query.stop()
+                except Exception as err:  # the JVM may be going away already
+                    log.warning("stopping the query: %s", err)
+            spark.stop()
+            if self.heartbeats is not None:
+                self.heartbeats.leave()
+            self.store.close()
+        if error is not None:
+            self.state = "failed"
+            self.last_error = error
+            raise SorterFailed(f"the sorter's Spark query failed: {error.splitlines()[0]}")
+        log.info("sorter %s stopped", self.instance_id)
+
+    def _refresh_partitions(self, stop: threading.Event) -> None:
+        admin = clients.admin(self.source_conf, logger=clients.QUIET)
+        warned = False
+        while not stop.is_set():
+            try:
+                meta = admin.list_topics(timeout=10)
+                keys = frozenset(
+                    f"{name}/{p}"
+                    for name in self.feed.selector.select(meta.topics)
+                    for p in meta.topics[name].partitions
+                    if meta.topics[name].error is None
+                )
+                self.partitions.set(keys)
+                if warned:
+                    log.info("source %s answers again (%d partitions)", self.feed.source, len(keys))
+                warned = False
+            except Exception as err:  # the source is down: keep the persisted set
+                if not warned:
+                    log.warning(
+                        "cannot list the source %s's partitions (%s); using the last known "
+                        "set (%d partitions)",
+                        self.feed.source,
+                        err,
+                        len(self.snapshot.expected),
+                    )
+                warned = True
+            stop.wait(self.opts.partitions_refresh_s)
+
+    # -- reporting ------------------------------------------------------------------------
+
+    def _on_batch(self, report: Any, state: DriverState) -> None:
+        with self._lock:
+            self.snapshot = state
+            self.last_batch = {
+                "batch_id": report.batch_id,
+                "rows": report.rows,
+                "marks": report.marks,
+                "released_events": report.released_events,
+                "released_transactions": report.released_txns,
+                "dead_letters": report.dead_letters,
+                "seconds": round(report.seconds, 3),
+                "timings": {k: round(v, 3) for k, v in report.timings.items()},
+                "compacted": report.compacted,
+                "at": _iso(time.time()),
+            }
+        metrics.BATCHES.labels(*self._labels).inc()
+        metrics.INPUT.labels(*self._labels).inc(report.rows)
+        metrics.EVENTS.labels(*self._labels).inc(report.released_events)
+        metrics.TRANSACTIONS.labels(*self._labels).inc(report.released_txns)
+        metrics.DLQ.labels(*self._labels).inc(report.dead_letters)
+        metrics.BATCH_SECONDS.labels(*self._labels).observe(report.seconds)
+        if report.dead_letters:
+            log.warning(
+                "batch %d: %d changes to %s", report.batch_id, report.dead_letters, topics.DLQ
+            )
+        log.info(
+            "batch %d: %d records (%d marks), released %d changes in %d transactions, "
+            "resolved_ts %d, %d pending in %d segments, %.2fs %s",
+            report.batch_id,
+            report.rows,
+            report.marks,
+            report.released_events,
+            report.released_txns,
+            report.resolved_ts,
+            report.pending_rows,
+            report.segments,
+            report.seconds,
+            {k: round(v, 2) for k, v in report.timings.items()},
+        )
+        self._update_gauges()
+
+    def _laggards(self, state: DriverState, now: float) -> list[rules.Laggard]:
+        expected = self.partitions.keys if self.partitions.keys is not None else state.expected
+        advanced = {k: v for k, v in state.advanced_at.items()}
+        for key in expected:
+            advanced.setdefault(key, self.started_s)
+        return rules.laggards(state.resolved, expected, advanced, now, self.opts.laggard_after_s)
+
+    def _update_gauges(self) -> None:
+        with self._lock:
+            state = self.snapshot
+        now = time.time()
+        if state.released_ts >= 0:
+            metrics.RESOLVED_TS.labels(*self._labels).set(state.released_ts / 1e6)
+        metrics.PENDING.labels(*self._labels).set(state.pending_rows)
+        metrics.SEGMENTS.labels(*self._labels).set(len(state.segments))
+        lagging = {lag.partition: lag for lag in self._laggards(state, now)}
+        keys = set(state.resolved) | set(state.expected) | set(self.partitions.keys or ())
+        for key in keys:
+            topic, _, part = key.rpartition("/")
+            labels = (self.feed.name, topic, part)
+            if key in state.resolved:
+                metrics.PARTITION_RESOLVED_TS.labels(*labels).set(state.resolved[key] / 1e6)
+            lag = lagging.get(key)
+            metrics.LAGGARD_SECONDS.labels(*labels).set(now - lag.since_s if lag else 0.0)
+
+    def _heartbeat(self) -> HeartbeatContent:
+        with self._lock:
+            state = self.snapshot
+        checkpoints = dict(state.resolved)
+        for lag in self._laggards(state, time.time()):
+            checkpoints[f"laggard:{lag.partition}"] = int(lag.since_s * 1e6)
+        return HeartbeatContent(
+            tasks=[f"{self.feed.name}/sorter"],
+            feeds=[self.feed.name],
+            state="running" if self.state == "running" else self.state,
+            address=self.address,
+            checkpoints=checkpoints,
+            last_error=self.last_error,
+        )
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            state = self.snapshot
+            last = self.last_batch
+        now = time.time()
+        laggards = self._laggards(state, now)
+        expected = self.partitions.keys if self.partitions.keys is not None else state.expected
+        r = state.released_ts
+        return {
+            "role": "sorter",
+            "instance": self.instance_id,
+            "feed": self.feed.name,
+            "state": self.state,
+            "last_error": self.last_error or None,
+            "resolved_ts_us": r if r >= 0 else None,
+            "resolved_ts": _iso(r / 1e6) if r >= 0 else None,
+            "partitions": {
+                key: {
+                    "resolved_ts_us": state.resolved.get(key),
+                    "advanced_at": _iso(state.advanced_at.get(key)),
+                }
+                for key in sorted(set(expected) | set(state.resolved))
+            },
+            "holding_back": rules.holding_back(state.resolved, expected),
+            "laggards": [
+                {
+                    "partition": lag.partition,
+                    "resolved_ts_us": lag.resolved_ts_us,
+                    "since": _iso(lag.since_s),
+                    "seconds": round(now - lag.since_s, 1),
+                }
+                for lag in laggards
+            ],
+            "pending_events": state.pending_rows,
+            "pending_segments": len(state.segments),
+            "last_batch": last,
+            "checkpoint_dir": str(self.store.root),
+        }

@@ -1,0 +1,280 @@
+"""The sorter's pure rules (services/sorter/rules.py): parsing, resolved state, R, release
+windows, completeness, segments and the driver state's round trip."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.sorter import rules
+from services.sorter.rules import DriverState, Segment, Src, TxnRef, Window
+
+pytestmark = pytest.mark.unit
+
+keys = st.sampled_from([f"t{t}/{p}" for t in range(2) for p in range(4)])
+ts = st.integers(min_value=0, max_value=2**40)
+mark_maps = st.dictionaries(keys, ts, max_size=8)
+
+
+# -- per-row parsing -------------------------------------------------------------------------
+
+
+def test_commit_ts_parsing():
+    assert rules.parse_commit_ts("1700000000000001") == 1700000000000001
+    assert rules.parse_commit_ts("0") == 0
+    for bad in (None, "", "-1", "12a", " 1", "1" * 19):
+        assert rules.parse_commit_ts(bad) is None
+
+
+def test_src_and_mark_key_parsing():
+    assert rules.parse_src("abcD_-1/orders/3/42") == Src("abcD_-1", "orders", 3, 42)
+    assert rules.parse_src("abc/orders/3/42").partition_key == "orders/3"  # type: ignore[union-attr]
+    for bad in (None, "", "abc/orders/3", "abc/orders/x/1", "a/b/c/1/2"):
+        assert rules.parse_src(bad) is None
+    assert rules.parse_mark_key("orders.v1/7") == ("orders.v1", 7)
+    for bad in (None, "orders", "orders/", "/3", "a/b/3"):
+        assert rules.parse_mark_key(bad) is None
+
+
+def test_txn_parsing():
+    src = Src("C", "orders", 2, 9)
+    assert rules.parse_txn("tx-1/2/3", src) == TxnRef("tx-1", 2, 3)
+    # no header: a transaction of its own named after the source record
+    assert rules.parse_txn(None, src) == TxnRef("C:orders:2:9", 1, 1)
+    assert rules.parse_txn(None, None) is None
+    for bad in ("tx/1", "tx/0/3", "tx/4/3", "a/b/1/1", "a:b/1/1", "/1/1", "tx/x/1"):
+        assert rules.parse_txn(bad, src) is None, bad
+
+
+@given(
+    st.text(alphabet=st.characters(blacklist_characters="/:"), min_size=1, max_size=12),
+    st.integers(1, 50),
+    st.integers(0, 60),
+)
+def test_txn_round_trip(txn_id, count, seq):
+    parsed = rules.parse_txn(f"{txn_id}/{seq}/{count}", None)
+    if 1 <= seq <= count and "\n" not in txn_id:
+        assert parsed == TxnRef(txn_id, seq, count)
+    elif not 1 <= seq <= count:
+        assert parsed is None
+
+
+# -- completeness ------------------------------------------------------------------------------
+
+
+def _agg(seqs, counts, tss):
+    return rules.complete_by_aggregates(
+        len(seqs),
+        min(counts),
+        max(counts),
+        min(seqs),
+        max(seqs),
+        sum(seqs),
+        sum(s * s for s in seqs),
+        min(tss),
+        max(tss),
+    )
+
+
+@given(st.integers(1, 40), st.data())
+def test_aggregate_completeness_matches_the_definition(count, data):
+    # a transaction's rows: some of 1..count, possibly repeated, possibly a wrong count/ts
+    seqs = data.draw(st.lists(st.integers(1, count + 1), min_size=1, max_size=count + 3))
+    counts = data.draw(
+        st.lists(
+            st.sampled_from([count, count, count, count + 1]),
+            min_size=len(seqs),
+            max_size=len(seqs),
+        )
+    )
+    tss = data.draw(st.lists(st.sampled_from([5, 5, 5, 6]), min_size=len(seqs), max_size=len(seqs)))
+    assert _agg(seqs, counts, tss) == rules.is_complete(seqs, counts, tss)
+
+
+@given(st.integers(1, 200), st.randoms())
+def test_a_whole_transaction_in_any_order_is_complete(count, rnd):
+    seqs = list(range(1, count + 1))
+    rnd.shuffle(seqs)
+    assert rules.is_complete(seqs, [count] * count, [7] * count)
+    assert _agg(seqs, [count] * count, [7] * count)
+    if count > 1:  # one change missing: incomplete
+        assert not _agg(seqs[:-1], [count] * (count - 1), [7] * (count - 1))
+
+
+# -- resolved state and R ----------------------------------------------------------------------
+
+
+@given(mark_maps, mark_maps, mark_maps)
+def test_merge_is_monotonic_and_order_free(a, b, c):
+    ab_c = rules.merge_resolved(rules.merge_resolved(a, b), c)
+    a_bc = rules.merge_resolved(a, rules.merge_resolved(b, c))
+    assert ab_c == a_bc
+    for key, value in a.items():
+        assert ab_c[key] >= value  # invariant A: never backwards
+    assert rules.merge_resolved(ab_c, a) == ab_c
+
+
+@given(mark_maps, st.sets(keys))
+def test_global_resolved_waits_for_every_partition(resolved, expected):
+    r = rules.global_resolved(resolved, expected)
+    if any(k not in resolved for k in expected) or not (set(expected) | set(resolved)):
+        assert r is None
+    else:
+        assert r == min(resolved.values())
+        assert all(r <= resolved[k] for k in expected)
+
+
+def test_a_partition_never_heard_from_holds_r():
+    assert rules.global_resolved({"a/0": 10, "a/1": 20}, ["a/0", "a/1", "a/2"]) is None
+    assert rules.global_resolved({"a/0": 10, "a/1": 20, "a/2": 5}, ["a/0", "a/1", "a/2"]) == 5
+    # heard from but not (yet) listed by the source: it counts too
+    assert rules.global_resolved({"a/0": 10, "new/0": 3}, ["a/0"]) == 3
+    assert rules.holding_back({"a/0": 10, "a/1": 20}, ["a/0", "a/1", "a/2"]) == ["a/2"]
+    assert rules.holding_back({"a/0": 10, "a/1": 20}, ["a/0", "a/1"]) == ["a/0"]
+
+
+def test_forget_removed_only_drops_partitions_the_source_no_longer_lists():
+    resolved = {"a/0": 1, "gone/0": 2, "new/0": 3}
+    out = rules.forget_removed(resolved, ["a/0", "gone/0"], ["a/0"])
+    assert out == {"a/0": 1, "new/0": 3}
+
+
+@given(st.lists(st.one_of(st.none(), ts), max_size=20))
+def test_r_never_goes_backwards(candidates):
+    r = rules.NOTHING_RELEASED
+    windows = []
+    for cand in candidates:
+        nxt = rules.next_resolved(r, cand)
+        assert nxt >= r
+        windows.append(Window(r, nxt))
+        r = nxt
+    # consecutive windows never overlap: each commit_ts is released at most once
+    for value in range(0, 50):
+        assert sum(w.releases(value) for w in windows) <= 1
+
+
+def test_window():
+    w = Window(10, 20)
+    assert not w.empty and w.releases(11) and w.releases(20)
+    assert not w.releases(10) and not w.releases(21)
+    assert w.is_late(10) and not w.is_late(11)
+    assert Window(20, 20).empty
+
+
+# -- laggards ----------------------------------------------------------------------------------
+
+
+def test_laggards_are_partitions_holding_r_without_progress():
+    expected = ["t/0", "t/1", "t/2"]
+    resolved = {"t/0": 100, "t/1": 50, "t/2": 100}
+    advanced = {"t/0": 990.0, "t/1": 900.0, "t/2": 990.0}
+    lags = rules.laggards(resolved, expected, advanced, now_s=1000.0, after_s=10)
+    assert [(lag.partition, lag.resolved_ts_us, lag.since_s) for lag in lags] == [
+        ("t/1", 50, 900.0)
+    ]
+    # at the minimum but advancing recently: not a laggard (yet)
+    assert rules.laggards(resolved, expected, {**advanced, "t/1": 995.0}, 1000.0, 10) == []
+    # never heard from: a laggard since it became expected
+    lags = rules.laggards({"t/0": 1}, expected, {"t/1": 0.0, "t/2": 500.0}, 1000.0, 10)
+    assert [lag.partition for lag in lags] == ["t/1", "t/2"]
+    assert lags[0].resolved_ts_us is None
+
+
+@given(mark_maps, mark_maps, st.sets(keys))
+def test_advance_times(before, marks, expected):
+    after = rules.merge_resolved(before, marks)
+    old = {k: 1.0 for k in before}
+    out = rules.advance_times(before, after, expected, old, 2.0)
+    for key in set(expected) | set(after):
+        moved = after.get(key, -2) > before.get(key, -2)
+        assert out[key] == (2.0 if moved or key not in old else 1.0)
+
+
+# -- segments and state ------------------------------------------------------------------------
+
+
+@given(st.lists(st.tuples(ts, st.integers(0, 100)), max_size=20), ts)
+def test_prune_keeps_exactly_the_segments_with_pending_rows(segs, r):
+    segments = [Segment(f"s{i}", m, n) for i, (m, n) in enumerate(segs)]
+    kept, dropped = rules.prune(segments, r)
+    assert sorted(s.name for s in kept + dropped) == sorted(s.name for s in segments)
+    assert all(s.max_ts > r for s in kept) and all(s.max_ts <= r for s in dropped)
+    assert rules.should_compact(kept, 3) == (len(kept) > 3)
+
+
+def test_driver_state_round_trip():
+    state = DriverState(
+        batch_id=7,
+        resolved={"t/0": 5},
+        expected=["t/0", "t/1"],
+        expected_at_s=3.5,
+        advanced_at={"t/0": 1.25},
+        released_ts=4,
+        segments=[Segment("seg-1", 9, 10)],
+        garbage=["seg-0"],
+    )
+    again = DriverState.from_dict(state.as_dict())
+    assert again == state
+    assert again.pending_rows == 10
+    assert DriverState.from_dict({"batch_id": -1}) == DriverState()
+
+
+@settings(max_examples=30)
+@given(st.integers(1, 6), st.integers(1, 30), st.randoms())
+def test_release_simulation_orders_and_completes(partitions, txns, rnd: random.Random):
+    """The driver's rules end to end on a simulated feed: changes spread over partitions,
+    marks arriving per partition in any interleaving; every transaction is released once,
+    complete, in (commit_ts, txn) order, and nothing is released above R."""
+    expected = [f"t/{p}" for p in range(partitions)]
+    rows: dict[str, list[tuple[int, str, int, int]]] = {k: [] for k in expected}
+    for n in range(1, txns + 1):
+        count = rnd.randint(1, 3)
+        for seq in range(1, count + 1):
+            rows[rnd.choice(expected)].append((n * 10, f"x{n:03d}", seq, count))
+    # each partition delivers its rows in commit order with a mark just below its next
+    # row, then a final one; partitions interleave at random, a few items at a time
+    feeds: dict[str, list[tuple[str, object]]] = {}
+    for key, part_rows in rows.items():
+        items: list[tuple[str, object]] = []
+        ordered = sorted(part_rows)
+        for i, row in enumerate(ordered):
+            items.append(("row", row))
+            if i + 1 < len(ordered) and ordered[i + 1][0] > row[0]:
+                items.append(("mark", ordered[i + 1][0] - 1))
+        items.append(("mark", (txns + 1) * 10))
+        feeds[key] = items
+    pending: list[tuple[int, str, int, int]] = []
+    resolved: dict[str, int] = {}
+    r = rules.NOTHING_RELEASED
+    released: list[tuple[int, str]] = []
+    while any(feeds.values()):
+        key = rnd.choice([k for k, v in feeds.items() if v])
+        size = rnd.randint(1, 3)
+        take, feeds[key] = feeds[key][:size], feeds[key][size:]
+        for what, item in take:
+            if what == "row":
+                pending.append(item)  # type: ignore[arg-type]
+            else:
+                resolved = rules.merge_resolved(resolved, {key: item})  # type: ignore[dict-item]
+        if not take:
+            continue
+        window = Window(r, rules.next_resolved(r, rules.global_resolved(resolved, expected)))
+        if window.empty:
+            continue
+        inside = [p for p in pending if window.releases(p[0])]
+        by_txn: dict[str, list[tuple[int, str, int, int]]] = {}
+        for p in inside:
+            by_txn.setdefault(p[1], []).append(p)
+        for txn_id, parts in sorted(by_txn.items(), key=lambda kv: (kv[1][0][0], kv[0])):
+            assert rules.is_complete(
+                [p[2] for p in parts], [p[3] for p in parts], [p[0] for p in parts]
+            )
+            released.append((parts[0][0], txn_id))
+        pending = [p for p in pending if not window.releases(p[0])]
+        r = window.high
+    assert released == sorted(released)
+    assert len(released) == len(set(released)) == txns
+    assert not pending
