@@ -18,13 +18,23 @@ def run(
     coordinated: bool = False,  # sinks share staging partitions by consumer group either way
 ) -> int:
     instance_id = service.instance_id("sink", instance)
-    if feed.mode != "mirror":
-        not_implemented("sink run for ordered feeds")
-    target_alias = feed.sink.cluster
+    static = instance is not None
+    sink = feed.sink
+    if sink.scheme == "postgresql":
+        not_implemented("sink run into PostgreSQL")
+    target_alias = sink.cluster
     assert target_alias is not None
     control_conf = settings.cluster(settings.control_cluster or target_alias).client_config()
+    if feed.mode == "ordered":
+        from services.sink.ordered_kafka import OrderedKafkaSink
+
+        return service.run(
+            settings,
+            lambda: OrderedKafkaSink(settings, feed, instance_id, control_conf, static=static),
+            metrics_port,
+        )
     return service.run(
         settings,
-        lambda: MirrorSink(settings, feed, instance_id, control_conf, static=instance is not None),
+        lambda: MirrorSink(settings, feed, instance_id, control_conf, static=static),
         metrics_port,
     )

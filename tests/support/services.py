@@ -505,6 +505,7 @@ class ServiceFactory:
         env: Mapping[str, str] | None = None,
         wait: bool = True,
         timeout: float = 60.0,
+        sink_uri: str | None = None,
     ) -> Feed:
         """Write a feed file and a config file, start ``pullers`` + ``sinks`` processes.
 
@@ -514,6 +515,8 @@ class ServiceFactory:
         ``settings``: merged into the configuration file (e.g. ``{"puller":
         {"commit_interval_ms": 50}}``). With ``wait``, returns once every process answers
         /status (fails with the log of one that exits or does not answer).
+        ``sink_uri``: instead of ``kafka://<target>`` (ordered feeds: ``kafka://dc-b/T``,
+        ``postgresql://...``).
         """
         # Feeds keep state on the clusters (staging topic, groups): a fresh suffix per
         # run keeps one run's leftovers out of the next.
@@ -523,7 +526,7 @@ class ServiceFactory:
         spec: dict[str, Any] = {
             "name": fname,
             "source": source,
-            "sink-uri": f"kafka://{target}",
+            "sink-uri": sink_uri or f"kafka://{target}",
             "topics": list(topics),
             "exclude": list(exclude),
             "mode": mode,
