@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from crossfeed import service
-from crossfeed.cli.common import not_implemented
 from crossfeed.config import Settings
 from crossfeed.feeds import FeedSpec
 from services.sink.mirror import MirrorSink
@@ -21,7 +20,15 @@ def run(
     static = instance is not None
     sink = feed.sink
     if sink.scheme == "postgresql":
-        not_implemented("sink run into PostgreSQL")
+        from services.sink.postgres.sink import PostgresSink, staging_alias
+
+        alias = staging_alias(settings)
+        control_conf = settings.cluster(settings.control_cluster or alias).client_config()
+        return service.run(
+            settings,
+            lambda: PostgresSink(settings, feed, instance_id, control_conf, static=static),
+            metrics_port,
+        )
     target_alias = sink.cluster
     assert target_alias is not None
     control_conf = settings.cluster(settings.control_cluster or target_alias).client_config()

@@ -32,39 +32,28 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed.config import Settings
-from crossfeed.dlq import DeadLetter, FeedStopped
+from crossfeed.dlq import FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
-from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
-from crossfeed.wire import topics
-from services.puller.worker import DLQ_MAX_MESSAGE_BYTES, wait_for_cluster
+from crossfeed.membership import HeartbeatContent
 from services.sink import metrics as shared_metrics
 from services.sink import ordered_metrics as metrics
-from services.sink.sorted_stream import (
-    Applied,
-    BadMarker,
-    Kind,
-    Sequencer,
-    Step,
-    classify,
-)
+from services.sink.ordered_base import SORTED_PARTITION, OrderedSink
+from services.sink.sorted_stream import Applied, BadMarker, Kind, Step, classify
 from services.sink.targets import TargetTopics, record_size
 
 log = logging.getLogger(__name__)
 
 FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
-CONSUME_BATCH = 2000
-READ_WAIT_S = 0.05
 TRANSACTION_TIMEOUT_MS = 300_000  # a long source transaction keeps one Kafka transaction open
-SORTED_PARTITION = 0
 
 
 class RetryLater(RuntimeError):
     """The transaction cannot complete now; abort, rewind, retry."""
 
 
-class OrderedKafkaSink:
+class OrderedKafkaSink(OrderedSink):
     def __init__(
         self,
         settings: Settings,
@@ -73,57 +62,27 @@ class OrderedKafkaSink:
         control_conf: dict[str, Any],
         static: bool = False,
     ) -> None:
-        self.settings = settings
-        self.feed = feed
-        self.instance_id = instance_id
-        self.control_conf = control_conf
+        super().__init__(settings, feed, instance_id, control_conf)
         self.static = static
         sink = feed.sink
         assert sink.cluster is not None and sink.topic is not None
         self.target_alias = sink.cluster
         self.target_topic = sink.topic
         self.target_conf = settings.cluster(sink.cluster).client_config()
-        self.sorted_topic = topics.sorted_(feed.name)
-        self.labels = (feed.name,)
         self.consumer: Any = None
         self.producer: Any = None
-        self.heartbeats: HeartbeatSender | None = None
-        self.address = ""
-        self.state = "starting"
-        self.last_error: str | None = None
         self.max_message_bytes = 0
         self.owner = False  # this instance holds the sorted partition
-        self.interval_s = settings.sink.commit_interval_ms / 1000
-        self.max_records = settings.sink.max_batch_records
-        # Committed: what the group offset (and its metadata) says.
-        self.committed = Applied()
-        self.committed_offset = -1
-        self.sequencer = Sequencer()
         self._reset_txn()
 
     def _reset_txn(self) -> None:
-        self.in_txn = False
-        self.txn_started = 0.0
-        self.txn_records = 0  # target records produced in the open Kafka transaction
-        self.txn_bytes = 0
-        self.txn_sources = 0  # whole source transactions in it
-        self.txn_dead = 0
+        self._reset_counts()
         self.open_produced = 0  # records of the open source transaction produced
-        self.next_input = -1  # sorted offset after the last record read
-        self.newest_ts_ms = -1
 
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self, stop: threading.Event) -> None:
-        wait_for_cluster(self.target_alias, self.target_conf, stop)
-        admin = clients.admin(self.target_conf)
-        kafka_topics.ensure_topic(
-            admin,
-            topics.DLQ,
-            1,
-            {"cleanup.policy": "delete", "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)},
-        )
-        kafka_topics.ensure_topic(admin, self.sorted_topic, 1, {"cleanup.policy": "delete"})
+        admin = self._prepare_cluster(self.target_alias, self.target_conf, stop)
         # One partition: its consumers see the global order.
         kafka_topics.ensure_topic(admin, self.target_topic, 1)
         target = TargetTopics(admin).get(self.target_topic)
@@ -137,13 +96,10 @@ class OrderedKafkaSink:
                 self.feed.name,
             )
         self.producer = self._new_producer()
-        conf: dict[str, Any] = {
-            "group.id": f"crossfeed-sink.{self.feed.name}",
-            "client.id": self.instance_id,
+        conf = {
+            **self._consumer_conf(),
             "session.timeout.ms": int(self.settings.coordinator.failover_timeout_s * 1000),
             "heartbeat.interval.ms": 1000,
-            "fetch.wait.max.ms": 50,
-            "queued.max.messages.kbytes": 65536,
         }
         if self.static:
             conf["group.instance.id"] = self.instance_id
@@ -154,10 +110,7 @@ class OrderedKafkaSink:
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
         )
-        ensure_control_topics(self.control_conf)
-        self.heartbeats = HeartbeatSender(
-            self.control_conf, self.instance_id, "sink", self._heartbeat
-        ).start()
+        self._start_heartbeats()
         self.state = "normal"
         log.info(
             "ordered sink %s started for feed %s (%s -> %s/%s)",
@@ -192,25 +145,13 @@ class OrderedKafkaSink:
 
     def shutdown(self) -> None:
         self._finish("at shutdown")
-        if self.consumer is not None:
-            self.consumer.close()
-        if self.heartbeats is not None:
-            self.heartbeats.leave()
-        if self.producer is not None:
-            self.producer.flush(10)
+        self._close(self.consumer, self.producer)
 
     # -- the loop -------------------------------------------------------------------
 
     def step(self) -> None:
         try:
-            msgs = self.consumer.consume(CONSUME_BATCH, self._read_wait())
-            for msg in msgs:
-                if msg.error():
-                    if msg.error().code() != KafkaError._PARTITION_EOF:
-                        log.warning("consume error: %s", msg.error())
-                    continue
-                if not self._handle(msg):
-                    break  # rewound: the rest of the batch is read again
+            self._read(self.consumer, self._handle)  # False: rewound, read again
             if self.in_txn and self.sequencer.open is None and self._due():
                 self._commit()
         except FeedStopped:
@@ -223,18 +164,6 @@ class OrderedKafkaSink:
             self._abort()
             time.sleep(1.0)
 
-    def _read_wait(self) -> float:
-        if not self.in_txn or self.sequencer.open is not None:
-            return READ_WAIT_S if self.in_txn else 0.5
-        left = self.txn_started + self.interval_s - time.monotonic()
-        return max(0.0, min(READ_WAIT_S, left))
-
-    def _due(self) -> bool:
-        return (
-            self.txn_records >= self.max_records
-            or time.monotonic() - self.txn_started >= self.interval_s
-        )
-
     def _handle(self, msg: Any) -> bool:
         """One sorted record; False when the input was rewound (stop reading the batch)."""
         offset = msg.offset()
@@ -245,8 +174,8 @@ class OrderedKafkaSink:
         try:
             marker = classify(msg.headers())
         except BadMarker as err:
-            self._dead_letter(msg, "BadMarker", f"sorted record with a bad marker: {err}")
-            self.next_input = offset + 1
+            self._dead_letter_here(msg, "BadMarker", f"sorted record with a bad marker: {err}")
+            self.next_offset = offset + 1
             return True
         for step in self.sequencer.step(offset, marker):
             if step is Step.APPLY:
@@ -269,18 +198,18 @@ class OrderedKafkaSink:
             elif step is Step.SKIP_CUT:
                 # A cut-short transaction found before the last rewind: commit the
                 # whole ones before it now, so a later rewind does not undo them again.
-                if self.txn_records or self.txn_sources:
+                if self.txn_events or self.txn_sources:
                     self._commit()
                     self._begin()
             elif step is Step.DROP and marker.kind is Kind.BEGIN:
                 metrics.REPLAYED.labels(*self.labels).inc()
-        self.next_input = offset + 1
+        self.next_offset = offset + 1
         return True
 
     def _produce_copy(self, msg: Any) -> None:
         key, value, hdrs = msg.key(), msg.value(), msg.headers()
         if record_size(key, value, hdrs) > self.max_message_bytes:
-            self._dead_letter(
+            self._dead_letter_here(
                 msg,
                 "RecordTooLarge",
                 f"record exceeds max.message.bytes={self.max_message_bytes} of target topic "
@@ -299,56 +228,30 @@ class OrderedKafkaSink:
             except BufferError:
                 self.producer.poll(0.05)  # local queue full: bounded memory
         self.open_produced += 1
-        self.txn_records += 1
+        self.txn_events += 1
         self.txn_bytes += (len(key) if key else 0) + (len(value) if value else 0)
         self.newest_ts_ms = ts_ms
 
     # -- dead letters ---------------------------------------------------------------
 
-    def _dead_letter(self, msg: Any, error_class: str, reason: str) -> None:
-        letter = DeadLetter(
-            feed=self.feed.name,
-            cluster_id=self.target_alias,
-            topic=msg.topic(),
-            partition=msg.partition(),
-            offset=msg.offset(),
-            stage="sink",
-            error_class=error_class,
-            error_message=reason,
-        )
-        if self.feed.config.errors_tolerance == "none":
-            raise FeedStopped(letter)
-        log.warning("dead letter: %s", letter.describe())
-        while True:
-            try:
-                self.producer.produce(
-                    topics.DLQ,
-                    value=msg.value(),
-                    key=msg.key(),
-                    headers=letter.headers(msg.headers() or []),
-                )
-                break
-            except BufferError:
-                self.producer.poll(0.05)
-        self.txn_dead += 1
+    def _dead_letter_here(self, msg: Any, error_class: str, reason: str) -> None:
+        """Into the open Kafka transaction (with the records it stands among)."""
+        self._dead_letter(msg, error_class, reason, self.producer, self.target_alias)
 
     # -- transactions ---------------------------------------------------------------
 
     def _begin(self) -> None:
         self.producer.begin_transaction()
-        self.in_txn = True
-        self.txn_started = time.monotonic()
+        self._open_txn()
 
     def _commit(self) -> None:
         """Everything read so far, with the position, in one Kafka transaction."""
         assert self.sequencer.open is None
-        applied = Applied(
-            self.sequencer.applied, max(self.committed.checkpoint_ts, self.sequencer.resolved)
-        )
-        if self.next_input >= 0:
+        applied = self._next_applied()
+        if self.next_offset >= 0:
             offsets = [
                 KafkaTP(
-                    self.sorted_topic, SORTED_PARTITION, self.next_input, metadata=applied.encode()
+                    self.sorted_topic, SORTED_PARTITION, self.next_offset, metadata=applied.encode()
                 )
             ]
             self.producer.send_offsets_to_transaction(
@@ -356,27 +259,11 @@ class OrderedKafkaSink:
             )
         self.producer.commit_transaction(60)
         self.committed = applied
-        if self.next_input >= 0:
-            self.committed_offset = self.next_input
-            self.sequencer.forget_cut_below(self.next_input)
-        self._after_commit()
+        if self.next_offset >= 0:
+            self.committed_offset = self.next_offset
+            self.sequencer.forget_cut_below(self.next_offset)
+        self._count_commit()
         self._reset_txn()
-
-    def _after_commit(self) -> None:
-        shared_metrics.TRANSACTIONS.labels(*self.labels).inc()
-        metrics.TRANSACTIONS.labels(*self.labels).inc(self.txn_sources)
-        metrics.EVENTS.labels(*self.labels).inc(self.txn_records)
-        metrics.BYTES.labels(*self.labels).inc(self.txn_bytes)
-        if self.txn_dead:
-            shared_metrics.DLQ.labels(self.feed.name, self.sorted_topic, "0").inc(self.txn_dead)
-        if self.committed.checkpoint_ts:
-            metrics.CHECKPOINT_TS.labels(*self.labels).set(self.committed.checkpoint_ts / 1e6)
-        if self.newest_ts_ms >= 0:
-            lag = max(0.0, time.time() - self.newest_ts_ms / 1000)
-            metrics.LAG_SECONDS.labels(*self.labels).set(lag)
-        if self.state == "error":
-            log.info("feed %s: sink writing again", self.feed.name)
-            self.state, self.last_error = "normal", None
 
     def _abort(self, cut_at: int | None = None) -> None:
         """Abort the open Kafka transaction and rewind the input to the committed offset;
@@ -392,8 +279,8 @@ class OrderedKafkaSink:
             except KafkaException as err:
                 log.warning("abort failed: %s", err)
             shared_metrics.ABORTS.labels(*self.labels).inc()
-        self.sequencer.reset(self.committed.position, () if cut_at is None else (cut_at,))
-        self.sequencer.resolved = self.committed.checkpoint_ts
+        known = self.sequencer.known_cut | ({cut_at} if cut_at is not None else set())
+        self._restart_sequencer(tuple(known))
         if self.owner:
             self._seek_committed()
         self._reset_txn()
@@ -429,10 +316,7 @@ class OrderedKafkaSink:
             log.warning("feed %s: %s; starting with no position", self.feed.name, err)
             self.committed = Applied()
         self.committed_offset = committed.offset if committed.offset >= 0 else -1
-        self.sequencer = Sequencer(self.committed.position)
-        self.sequencer.resolved = self.committed.checkpoint_ts
-        if self.committed.checkpoint_ts:
-            metrics.CHECKPOINT_TS.labels(*self.labels).set(self.committed.checkpoint_ts / 1e6)
+        self._restart_sequencer()
 
     def _on_assign(self, consumer: Any, partitions: list[KafkaTP]) -> None:
         if not any(tp.partition == SORTED_PARTITION for tp in partitions):
@@ -479,26 +363,7 @@ class OrderedKafkaSink:
         self.state, self.last_error = "error", message
 
     def _heartbeat(self) -> HeartbeatContent:
-        return HeartbeatContent(
-            tasks=[f"{self.feed.name}/sink/{SORTED_PARTITION}"] if self.owner else [],
-            feeds=[self.feed.name],
-            address=self.address,
-            last_error=self.last_error or "",
-            checkpoint_ts_us=self.committed.checkpoint_ts if self.owner else 0,
-        )
+        return self._heartbeat_content(self.owner)
 
     def status(self) -> dict[str, Any]:
-        return {
-            "role": "sink",
-            "mode": "ordered",
-            "target": f"kafka://{self.target_alias}/{self.target_topic}",
-            "instance": self.instance_id,
-            "feed": self.feed.name,
-            "state": self.state,
-            "last_error": self.last_error,
-            "tasks": [SORTED_PARTITION] if self.owner else [],
-            "applied": self.committed.position.describe(),
-            "applied_commit_ts_us": self.committed.position.commit_ts,
-            "checkpoint_ts_us": self.committed.checkpoint_ts,
-            "committed_offset": self.committed_offset,
-        }
+        return self._status(self.owner, f"kafka://{self.target_alias}/{self.target_topic}")
