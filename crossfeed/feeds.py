@@ -57,6 +57,19 @@ class FeedOptions(BaseModel):
         description="resolved_ts = record timestamp minus this, without producer marks",
     )
 
+    postgres_auto_create: bool = Field(
+        True,
+        alias="postgres.auto.create",
+        description="PostgreSQL sink: create missing tables and columns from the change "
+        "events; false: such changes go to the DLQ",
+    )
+    syncpoint_interval_s: float = Field(
+        10.0,
+        alias="syncpoint.interval",
+        gt=0,
+        description="PostgreSQL sink: seconds between rows of the syncpoint table",
+    )
+
     @field_validator("filter_reject_key_regex")
     @classmethod
     def _regex_compiles(cls, value: str | None) -> str | None:

@@ -50,6 +50,9 @@ class HeartbeatContent:
     address: str = ""
     checkpoints: dict[str, int] = field(default_factory=dict)
     last_error: str = ""
+    checkpoint_ts_us: int = 0  # sinks of ordered feeds: the feed's checkpoint_ts
+    syncpoint_ts_us: int = 0  # database sinks: the newest syncpoint
+    syncpoint_at_ms: int = 0
 
 
 class HeartbeatSender:
@@ -101,6 +104,9 @@ class HeartbeatSender:
                 "address": content.address,
                 "checkpoints": content.checkpoints,
                 "last_error": content.last_error,
+                "checkpoint_ts_us": content.checkpoint_ts_us,
+                "syncpoint_ts_us": content.syncpoint_ts_us,
+                "syncpoint_at_ms": content.syncpoint_at_ms,
             },
         )
 

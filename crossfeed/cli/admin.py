@@ -201,6 +201,8 @@ def get(
         ("consistency_ts", _ts(status["consistency_ts_us"])),
         ("lag", _lag(status["lag_s"])),
     ]
+    if status.get("syncpoint_ts_us"):
+        rows.append(("syncpoint", _syncpoint(status)))
     for key, value in rows:
         out.print(f"{key + ':':<16}{value}")
 
@@ -259,6 +261,9 @@ def status(
         )
     out.print(table)
     for feed in feeds:
+        if feed.get("syncpoint_ts_us"):
+            out.print(f"{feed['name']}: syncpoint {_syncpoint(feed)}")
+    for feed in feeds:
         if feed["last_error"]:
             out.print(f"[red]{feed['name']}[/]: {feed['last_error']}")
 
@@ -310,6 +315,14 @@ def _ts(us: int) -> str:
         return "-"
     seconds = us / 1e6
     return time.strftime("%H:%M:%S", time.localtime(seconds)) + f".{int(us % 1e6) // 1000:03d}"
+
+
+def _syncpoint(status: dict[str, Any]) -> str:
+    """A database sink's newest syncpoint: source consistency_ts = target time."""
+    return (
+        f"source {_ts(status['syncpoint_ts_us'])} = target {_ms(status['syncpoint_at_ms'])}"
+        f".{status['syncpoint_at_ms'] % 1000:03d}"
+    )
 
 
 def _lag(lag_s: float | None) -> str:

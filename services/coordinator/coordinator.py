@@ -230,6 +230,7 @@ class Coordinator:
                 epoch=epoch,
                 error_age_ms=now - since,
                 stuck_after_ms=stuck_ms,
+                ordered=view.feeds[name].spec.mode == "ordered",
             )
             moved = (new.state, new.last_error) != (previous.state, previous.last_error)
             due = now - previous.updated_at_ms >= STATUS_EVERY_MS

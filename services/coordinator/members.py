@@ -40,6 +40,9 @@ class Member:
     address: str
     checkpoints: Mapping[str, int]
     last_error: str
+    checkpoint_ts_us: int = 0  # sinks of ordered feeds: the feed's checkpoint_ts
+    syncpoint_ts_us: int = 0  # database sinks: the newest syncpoint's consistency_ts
+    syncpoint_at_ms: int = 0  # and its commit time in the target
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Member:
@@ -57,6 +60,9 @@ class Member:
             address=record.get("address", ""),
             checkpoints=dict(record.get("checkpoints", {})),
             last_error=record.get("last_error", ""),
+            checkpoint_ts_us=record.get("checkpoint_ts_us", 0),
+            syncpoint_ts_us=record.get("syncpoint_ts_us", 0),
+            syncpoint_at_ms=record.get("syncpoint_at_ms", 0),
         )
 
 

@@ -20,6 +20,15 @@ Timestamps, all "≤ ts is complete", microseconds:
   (:func:`crossfeed.core.timestamps.consistency_ts`).
 
 With no live puller (a paused feed, say) nothing is known and the timestamps stay.
+
+Ordered feeds (docs/ordered-feeds.md §4) are applied from one globally sorted stream,
+whose resolved marks carry only the global resolved_ts R: a sink's ``checkpoint_ts_us``
+heartbeat field is the feed's checkpoint_ts (R of the newest mark it committed with
+everything before it), not a per-partition map. ``checkpoint_ts_us`` = the highest any
+live sink reports (several sink instances share the one sorted partition; the one that
+owns it reports the newest value, a previous owner an older one), and
+``consistency_ts_us`` = it, never below its previous value. ``resolved_ts_us`` still
+comes from the pullers.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ def next_status(
     epoch: int,
     error_age_ms: int,
     stuck_after_ms: int,
+    ordered: bool = False,
 ) -> FeedStatus:
     """``previous`` updated from the live ``instances`` of the feed (any role).
 
@@ -69,6 +79,8 @@ def next_status(
     status = replace(
         previous, state=state, last_error=last_error, updated_at_ms=now_ms, leader_epoch=epoch
     )
+    if ordered:
+        return _ordered(status, resolved, instances)
     if not resolved:
         return status
     status = replace(status, resolved_ts_us=min(resolved.values()))
@@ -93,3 +105,22 @@ def control_lost(statuses: Mapping[str, FeedStatus], reason: str) -> dict[str, F
         else status
         for name, status in statuses.items()
     }
+
+
+def _ordered(
+    status: FeedStatus, resolved: dict[str, int], instances: Sequence[Member]
+) -> FeedStatus:
+    """An ordered feed's timestamps: the sinks' feed-wide checkpoint_ts (module doc)."""
+    if resolved:
+        status = replace(status, resolved_ts_us=min(resolved.values()))
+    checkpoint = max(
+        (m.checkpoint_ts_us for m in instances if m.role == "sink" and m.checkpoint_ts_us > 0),
+        default=0,
+    )
+    if not checkpoint:
+        return status
+    return replace(
+        status,
+        checkpoint_ts_us=checkpoint,
+        consistency_ts_us=consistency_ts({"feed": checkpoint}, status.consistency_ts_us),
+    )

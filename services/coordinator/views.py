@@ -51,6 +51,12 @@ class FeedStatusInfo(BaseModel):
     consistency_ts_us: int = Field(description="consistency_ts (safe point), µs; never goes back")
     lag_s: float | None = Field(description="now - consistency_ts, seconds; null if unknown")
     updated_at_ms: int
+    syncpoint_ts_us: int = Field(
+        0, description="database sinks: consistency_ts of the newest syncpoint row, µs; 0 if none"
+    )
+    syncpoint_at_ms: int = Field(
+        0, description="database sinks: the target's time of that syncpoint, epoch ms; 0 if none"
+    )
 
 
 class Capture(BaseModel):
@@ -115,6 +121,10 @@ def feed_status(view: StateView, members: MembersView, name: str, now_ms: int) -
     owner = {s: i for i, a in assignments.items() for s in a.tasks}
     latest = max(assignments.values(), key=lambda a: a.generation, default=None)
     consistency = status.consistency_ts_us if status else 0
+    syncpoint = max(
+        ((m.syncpoint_ts_us, m.syncpoint_at_ms) for m in members.of_role("sink", name).values()),
+        default=(0, 0),
+    )
     return FeedStatusInfo(
         name=name,
         state=status.state if status else "normal",
@@ -132,6 +142,8 @@ def feed_status(view: StateView, members: MembersView, name: str, now_ms: int) -
         consistency_ts_us=consistency,
         lag_s=round(max(now_ms / 1000 - consistency / 1e6, 0.0), 3) if consistency else None,
         updated_at_ms=status.updated_at_ms if status else 0,
+        syncpoint_ts_us=syncpoint[0],
+        syncpoint_at_ms=syncpoint[1],
     )
 
 

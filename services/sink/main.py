@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from crossfeed import service
-from crossfeed.cli.common import not_implemented
 from crossfeed.config import Settings
 from crossfeed.feeds import FeedSpec
 from services.sink.mirror import MirrorSink
@@ -18,13 +17,31 @@ def run(
     coordinated: bool = False,  # sinks share staging partitions by consumer group either way
 ) -> int:
     instance_id = service.instance_id("sink", instance)
-    if feed.mode != "mirror":
-        not_implemented("sink run for ordered feeds")
-    target_alias = feed.sink.cluster
+    static = instance is not None
+    sink = feed.sink
+    if sink.scheme == "postgresql":
+        from services.sink.postgres.sink import PostgresSink, staging_alias
+
+        alias = staging_alias(settings)
+        control_conf = settings.cluster(settings.control_cluster or alias).client_config()
+        return service.run(
+            settings,
+            lambda: PostgresSink(settings, feed, instance_id, control_conf, static=static),
+            metrics_port,
+        )
+    target_alias = sink.cluster
     assert target_alias is not None
     control_conf = settings.cluster(settings.control_cluster or target_alias).client_config()
+    if feed.mode == "ordered":
+        from services.sink.ordered_kafka import OrderedKafkaSink
+
+        return service.run(
+            settings,
+            lambda: OrderedKafkaSink(settings, feed, instance_id, control_conf, static=static),
+            metrics_port,
+        )
     return service.run(
         settings,
-        lambda: MirrorSink(settings, feed, instance_id, control_conf, static=instance is not None),
+        lambda: MirrorSink(settings, feed, instance_id, control_conf, static=static),
         metrics_port,
     )

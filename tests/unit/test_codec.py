@@ -138,6 +138,9 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "address": "127.0.0.1:18102",
         "checkpoints": {"orders/3": 1_700_000_000_000_000},
         "last_error": "",
+        "checkpoint_ts_us": 1_700_000_000_000_500,
+        "syncpoint_ts_us": 1_700_000_000_000_400,
+        "syncpoint_at_ms": 1_700_000_002_000,
     },
     "FeedStatus": {
         "feed": "east-west",

@@ -1,0 +1,227 @@
+"""What the two ordered-feed sinks (Kafka: ordered_kafka.py, PostgreSQL: postgres/sink.py)
+share: the committed position, the open transaction's counters and when it is due, dead
+letters, the metrics of a commit, the heartbeat and /status."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError
+
+from crossfeed.config import Settings
+from crossfeed.dlq import DeadLetter, FeedStopped
+from crossfeed.feeds import FeedSpec
+from crossfeed.kafka import clients
+from crossfeed.kafka import topics as kafka_topics
+from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
+from crossfeed.wire import topics
+from services.puller.worker import DLQ_MAX_MESSAGE_BYTES, wait_for_cluster
+from services.sink import metrics as shared_metrics
+from services.sink import ordered_metrics as metrics
+from services.sink.sorted_stream import Applied, Sequencer
+
+log = logging.getLogger(__name__)
+
+SORTED_PARTITION = 0
+CONSUME_BATCH = 2000
+READ_WAIT_S = 0.05
+
+
+class OrderedSink:
+    """Base of the ordered-feed sinks (not a worker by itself)."""
+
+    def __init__(
+        self, settings: Settings, feed: FeedSpec, instance_id: str, control_conf: dict[str, Any]
+    ) -> None:
+        self.settings = settings
+        self.feed = feed
+        self.instance_id = instance_id
+        self.control_conf = control_conf
+        self.sorted_topic = topics.sorted_(feed.name)
+        self.labels = (feed.name,)
+        self.interval_s = settings.sink.commit_interval_ms / 1000
+        self.max_events = settings.sink.max_batch_records
+        self.heartbeats: HeartbeatSender | None = None
+        self.address = ""
+        self.state = "starting"
+        self.last_error: str | None = None
+        self.committed = Applied()  # what is durably in the target with the data
+        self.committed_offset = -1  # the sorted offset to resume from (-1: the start)
+        self.sequencer = Sequencer()
+        self._reset_counts()
+
+    # -- start and stop -------------------------------------------------------------
+
+    def _prepare_cluster(self, alias: str, conf: dict[str, Any], stop: threading.Event) -> Any:
+        """Wait for the cluster of the sorted stream; make sure it and the DLQ exist;
+        returns an admin client."""
+        wait_for_cluster(alias, conf, stop)
+        admin = clients.admin(conf)
+        kafka_topics.ensure_topic(
+            admin,
+            topics.DLQ,
+            1,
+            {"cleanup.policy": "delete", "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)},
+        )
+        kafka_topics.ensure_topic(admin, self.sorted_topic, 1, {"cleanup.policy": "delete"})
+        return admin
+
+    def _consumer_conf(self) -> dict[str, Any]:
+        return {
+            "group.id": f"crossfeed-sink.{self.feed.name}",
+            "client.id": self.instance_id,
+            "fetch.wait.max.ms": 50,
+            "queued.max.messages.kbytes": 65536,
+        }
+
+    def _start_heartbeats(self) -> None:
+        ensure_control_topics(self.control_conf)
+        self.heartbeats = HeartbeatSender(
+            self.control_conf, self.instance_id, "sink", self._heartbeat
+        ).start()
+
+    def _heartbeat(self) -> HeartbeatContent:
+        raise NotImplementedError
+
+    def _close(self, consumer: Any, producer: Any) -> None:
+        if consumer is not None:
+            consumer.close()
+        if self.heartbeats is not None:
+            self.heartbeats.leave()
+        if producer is not None:
+            producer.flush(10)
+
+    def _read(self, consumer: Any, handle: Callable[[Any], bool]) -> None:
+        """One read of the sorted stream, each record to ``handle`` (False: stop here)."""
+        for msg in consumer.consume(CONSUME_BATCH, self._read_wait()):
+            error = msg.error()
+            if error:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("consume error: %s", error)
+                continue
+            if not handle(msg):
+                break
+
+    # -- the open transaction -------------------------------------------------------
+
+    def _reset_counts(self) -> None:
+        self.in_txn = False  # a target transaction is open (records were read into it)
+        self.txn_started = 0.0
+        self.txn_sources = 0  # whole source transactions in it
+        self.txn_events = 0  # change events written in it
+        self.txn_bytes = 0
+        self.txn_dead = 0
+        self.skipped: dict[str, int] = {}  # rows skipped by last writer wins, per table
+        self.next_offset = -1  # sorted offset after the last record read
+        self.newest_ts_ms = -1
+
+    def _open_txn(self) -> None:
+        if not self.in_txn:
+            self.in_txn = True
+            self.txn_started = time.monotonic()
+
+    def _read_wait(self) -> float:
+        """How long a read may wait: until the open transaction is due, at most."""
+        if not self.in_txn or self.sequencer.open is not None:
+            return READ_WAIT_S if self.in_txn else 0.5
+        left = self.txn_started + self.interval_s - time.monotonic()
+        return max(0.0, min(READ_WAIT_S, left))
+
+    def _due(self) -> bool:
+        return (
+            self.txn_events >= self.max_events
+            or time.monotonic() - self.txn_started >= self.interval_s
+        )
+
+    def _next_applied(self) -> Applied:
+        """The position and checkpoint_ts a commit now makes durable."""
+        return Applied(
+            self.sequencer.applied, max(self.committed.checkpoint_ts, self.sequencer.resolved)
+        )
+
+    def _restart_sequencer(self, known_cut: tuple[int, ...] = ()) -> None:
+        """Back to the committed position (what was read after it will be read again)."""
+        self.sequencer = Sequencer(self.committed.position, known_cut)
+        self.sequencer.resolved = self.committed.checkpoint_ts
+        if self.committed.checkpoint_ts:
+            metrics.CHECKPOINT_TS.labels(*self.labels).set(self.committed.checkpoint_ts / 1e6)
+
+    def _count_commit(self) -> None:
+        shared_metrics.TRANSACTIONS.labels(*self.labels).inc()
+        metrics.TRANSACTIONS.labels(*self.labels).inc(self.txn_sources)
+        metrics.EVENTS.labels(*self.labels).inc(self.txn_events)
+        metrics.BYTES.labels(*self.labels).inc(self.txn_bytes)
+        for table, count in self.skipped.items():
+            metrics.LWW_SKIPPED.labels(self.feed.name, table).inc(count)
+        if self.txn_dead:
+            shared_metrics.DLQ.labels(self.feed.name, self.sorted_topic, "0").inc(self.txn_dead)
+        if self.committed.checkpoint_ts:
+            metrics.CHECKPOINT_TS.labels(*self.labels).set(self.committed.checkpoint_ts / 1e6)
+        if self.newest_ts_ms >= 0:
+            lag = max(0.0, time.time() - self.newest_ts_ms / 1000)
+            metrics.LAG_SECONDS.labels(*self.labels).set(lag)
+        if self.state == "error":
+            log.info("feed %s: sink writing again", self.feed.name)
+            self.state, self.last_error = "normal", None
+
+    def _dead_letter(
+        self, msg: Any, error_class: str, reason: str, producer: Any, cluster: str
+    ) -> None:
+        """``msg`` (a sorted record) to ``_crossfeed.dlq`` with the context headers, or
+        FeedStopped with errors.tolerance=none."""
+        letter = DeadLetter(
+            feed=self.feed.name,
+            cluster_id=cluster,
+            topic=msg.topic(),
+            partition=msg.partition(),
+            offset=msg.offset(),
+            stage="sink",
+            error_class=error_class,
+            error_message=reason,
+        )
+        if self.feed.config.errors_tolerance == "none":
+            raise FeedStopped(letter)
+        log.warning("dead letter: %s", letter.describe())
+        while True:
+            try:
+                producer.produce(
+                    topics.DLQ,
+                    value=msg.value(),
+                    key=msg.key(),
+                    headers=letter.headers(msg.headers() or []),
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+        self.txn_dead += 1
+
+    def _heartbeat_content(self, applying: bool, **extra: Any) -> HeartbeatContent:
+        return HeartbeatContent(
+            tasks=[f"{self.feed.name}/sink/{SORTED_PARTITION}"] if applying else [],
+            feeds=[self.feed.name],
+            address=self.address,
+            last_error=self.last_error or "",
+            checkpoint_ts_us=self.committed.checkpoint_ts if applying else 0,
+            **extra,
+        )
+
+    def _status(self, applying: bool, target: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "role": "sink",
+            "mode": "ordered",
+            "target": target,
+            "instance": self.instance_id,
+            "feed": self.feed.name,
+            "state": self.state,
+            "last_error": self.last_error,
+            "tasks": [SORTED_PARTITION] if applying else [],
+            "applied": self.committed.position.describe(),
+            "applied_commit_ts_us": self.committed.position.commit_ts,
+            "checkpoint_ts_us": self.committed.checkpoint_ts,
+            "committed_offset": self.committed_offset,
+            **extra,
+        }

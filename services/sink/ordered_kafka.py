@@ -1,0 +1,369 @@
+"""The ordered-feed sink into Kafka: ``_crossfeed.<feed>.sorted`` -> one target topic.
+
+docs/ordered-feeds.md §4. Consume-transform-produce: the sink instances of a feed share
+the one sorted partition through the consumer group ``crossfeed-sink.<feed>`` (one of
+them owns it); the owner streams each source transaction's data records into the target
+topic (partition 0; created with one partition when missing) inside a Kafka transaction,
+and commits that transaction only between source transactions, so a read_committed
+reader of the target sees a source transaction whole or not at all. Several whole source
+transactions may share one Kafka transaction (``sink.commit_interval_ms``,
+``sink.max_batch_records``); a big one is streamed, never held in memory.
+
+The applied position (commit_ts, txn id of the last whole transaction) and checkpoint_ts
+travel as the metadata of the group offset committed with ``send_offsets_to_transaction``,
+so data and position are one atomic write; at start the owner reads them back, and the
+:class:`~services.sink.sorted_stream.Sequencer` drops every replayed transaction at or
+below the position.
+
+A transaction cut short (docs §3) whose records were already produced: the Kafka
+transaction is aborted — taking the whole source transactions before it with it — the
+input rewinds to the committed offset, and the re-read drops the cut-short one (its
+``begin`` offset is remembered), so the whole ones are written again and committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaTP
+
+from crossfeed.config import Settings
+from crossfeed.dlq import FeedStopped
+from crossfeed.feeds import FeedSpec
+from crossfeed.kafka import clients
+from crossfeed.kafka import topics as kafka_topics
+from crossfeed.membership import HeartbeatContent
+from services.sink import metrics as shared_metrics
+from services.sink import ordered_metrics as metrics
+from services.sink.ordered_base import SORTED_PARTITION, OrderedSink
+from services.sink.sorted_stream import Applied, BadMarker, Kind, Step, classify
+from services.sink.targets import TargetTopics, record_size
+
+log = logging.getLogger(__name__)
+
+FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+TRANSACTION_TIMEOUT_MS = 300_000  # a long source transaction keeps one Kafka transaction open
+
+
+class RetryLater(RuntimeError):
+    """The transaction cannot complete now; abort, rewind, retry."""
+
+
+class OrderedKafkaSink(OrderedSink):
+    def __init__(
+        self,
+        settings: Settings,
+        feed: FeedSpec,
+        instance_id: str,
+        control_conf: dict[str, Any],
+        static: bool = False,
+    ) -> None:
+        super().__init__(settings, feed, instance_id, control_conf)
+        self.static = static
+        sink = feed.sink
+        assert sink.cluster is not None and sink.topic is not None
+        self.target_alias = sink.cluster
+        self.target_topic = sink.topic
+        self.target_conf = settings.cluster(sink.cluster).client_config()
+        self.consumer: Any = None
+        self.producer: Any = None
+        self.max_message_bytes = 0
+        self.owner = False  # this instance holds the sorted partition
+        self._reset_txn()
+
+    def _reset_txn(self) -> None:
+        self._reset_counts()
+        self.open_produced = 0  # records of the open source transaction produced
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self, stop: threading.Event) -> None:
+        admin = self._prepare_cluster(self.target_alias, self.target_conf, stop)
+        # One partition: its consumers see the global order.
+        kafka_topics.ensure_topic(admin, self.target_topic, 1)
+        target = TargetTopics(admin).get(self.target_topic)
+        assert target is not None
+        self.max_message_bytes = target.max_message_bytes
+        if target.partitions != 1:
+            log.warning(
+                "target topic %s has %d partitions; ordered feed %s writes partition 0 only",
+                self.target_topic,
+                target.partitions,
+                self.feed.name,
+            )
+        self.producer = self._new_producer()
+        conf = {
+            **self._consumer_conf(),
+            "session.timeout.ms": int(self.settings.coordinator.failover_timeout_s * 1000),
+            "heartbeat.interval.ms": 1000,
+        }
+        if self.static:
+            conf["group.instance.id"] = self.instance_id
+        self.consumer = clients.consumer(self.target_conf, **conf)
+        self.consumer.subscribe(
+            [self.sorted_topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        self._start_heartbeats()
+        self.state = "normal"
+        log.info(
+            "ordered sink %s started for feed %s (%s -> %s/%s)",
+            self.instance_id,
+            self.feed.name,
+            self.sorted_topic,
+            self.target_alias,
+            self.target_topic,
+        )
+
+    def run(self, stop: threading.Event) -> None:
+        self.start(stop)
+        try:
+            while not stop.is_set():
+                self.step()
+        finally:
+            self.shutdown()
+
+    def _finish(self, why: str) -> None:
+        """Commit what is read when that ends on a source transaction, else abort (a
+        source transaction is never split)."""
+        if not self.in_txn:
+            return
+        if self.sequencer.open is not None:
+            self._abort()
+            return
+        try:
+            self._commit()
+        except (KafkaException, RetryLater) as err:
+            log.warning("commit %s failed (%s); aborting", why, err)
+            self._abort()
+
+    def shutdown(self) -> None:
+        self._finish("at shutdown")
+        self._close(self.consumer, self.producer)
+
+    # -- the loop -------------------------------------------------------------------
+
+    def step(self) -> None:
+        try:
+            self._read(self.consumer, self._handle)  # False: rewound, read again
+            if self.in_txn and self.sequencer.open is None and self._due():
+                self._commit()
+        except FeedStopped:
+            self._abort()
+            raise
+        except KafkaException as err:
+            self._on_kafka_error(err)
+        except RetryLater as err:
+            self._enter_error(str(err))
+            self._abort()
+            time.sleep(1.0)
+
+    def _handle(self, msg: Any) -> bool:
+        """One sorted record; False when the input was rewound (stop reading the batch)."""
+        offset = msg.offset()
+        if msg.partition() != SORTED_PARTITION:
+            return True
+        if not self.in_txn:
+            self._begin()
+        try:
+            marker = classify(msg.headers())
+        except BadMarker as err:
+            self._dead_letter_here(msg, "BadMarker", f"sorted record with a bad marker: {err}")
+            self.next_offset = offset + 1
+            return True
+        for step in self.sequencer.step(offset, marker):
+            if step is Step.APPLY:
+                self._produce_copy(msg)
+            elif step is Step.OPEN:
+                self.open_produced = 0
+            elif step is Step.COMPLETE:
+                self.txn_sources += 1
+                self.open_produced = 0
+            elif step is Step.CUT_SHORT:
+                cut = self.sequencer.cut
+                assert cut is not None
+                log.warning("feed %s: %s", self.feed.name, self.sequencer.problem)
+                metrics.CUT_SHORT.labels(*self.labels).inc()
+                if self.open_produced:
+                    # Its records are in the Kafka transaction: abort, rewind, re-read
+                    # the whole ones before it, and drop it next time.
+                    self._abort(cut_at=cut.begin_offset)
+                    return False
+            elif step is Step.SKIP_CUT:
+                # A cut-short transaction found before the last rewind: commit the
+                # whole ones before it now, so a later rewind does not undo them again.
+                if self.txn_events or self.txn_sources:
+                    self._commit()
+                    self._begin()
+            elif step is Step.DROP and marker.kind is Kind.BEGIN:
+                metrics.REPLAYED.labels(*self.labels).inc()
+        self.next_offset = offset + 1
+        return True
+
+    def _produce_copy(self, msg: Any) -> None:
+        key, value, hdrs = msg.key(), msg.value(), msg.headers()
+        if record_size(key, value, hdrs) > self.max_message_bytes:
+            self._dead_letter_here(
+                msg,
+                "RecordTooLarge",
+                f"record exceeds max.message.bytes={self.max_message_bytes} of target topic "
+                f"{self.target_topic}",
+            )
+            return
+        _, ts_ms = msg.timestamp()
+        while True:
+            try:
+                # By position: topic, value, key, partition, on_delivery, its alias,
+                # timestamp, headers (see mirror.py: keywords cost per call).
+                self.producer.produce(
+                    self.target_topic, value, key, 0, None, None, max(ts_ms, 0), hdrs
+                )
+                break
+            except BufferError:
+                self.producer.poll(0.05)  # local queue full: bounded memory
+        self.open_produced += 1
+        self.txn_events += 1
+        self.txn_bytes += (len(key) if key else 0) + (len(value) if value else 0)
+        self.newest_ts_ms = ts_ms
+
+    # -- dead letters ---------------------------------------------------------------
+
+    def _dead_letter_here(self, msg: Any, error_class: str, reason: str) -> None:
+        """Into the open Kafka transaction (with the records it stands among)."""
+        self._dead_letter(msg, error_class, reason, self.producer, self.target_alias)
+
+    # -- transactions ---------------------------------------------------------------
+
+    def _begin(self) -> None:
+        self.producer.begin_transaction()
+        self._open_txn()
+
+    def _commit(self) -> None:
+        """Everything read so far, with the position, in one Kafka transaction."""
+        assert self.sequencer.open is None
+        applied = self._next_applied()
+        if self.next_offset >= 0:
+            offsets = [
+                KafkaTP(
+                    self.sorted_topic, SORTED_PARTITION, self.next_offset, metadata=applied.encode()
+                )
+            ]
+            self.producer.send_offsets_to_transaction(
+                offsets, self.consumer.consumer_group_metadata(), 30
+            )
+        self.producer.commit_transaction(60)
+        self.committed = applied
+        if self.next_offset >= 0:
+            self.committed_offset = self.next_offset
+            self.sequencer.forget_cut_below(self.next_offset)
+        self._count_commit()
+        self._reset_txn()
+
+    def _abort(self, cut_at: int | None = None) -> None:
+        """Abort the open Kafka transaction and rewind the input to the committed offset;
+        ``cut_at``: the begin offset of a cut-short transaction to drop on the re-read."""
+        if self.in_txn:
+            try:
+                # Deliveries first: aborting while produce requests were still queued
+                # after an earlier commit failed now and then with a fatal
+                # INVALID_TXN_STATE (Kafka 4.3 broker, librdkafka 2.16; 1 in ~100
+                # commit/abort cycles here, none in 900 with the flush).
+                self.producer.flush(30)
+                self.producer.abort_transaction(30)
+            except KafkaException as err:
+                log.warning("abort failed: %s", err)
+            shared_metrics.ABORTS.labels(*self.labels).inc()
+        known = self.sequencer.known_cut | ({cut_at} if cut_at is not None else set())
+        self._restart_sequencer(tuple(known))
+        if self.owner:
+            self._seek_committed()
+        self._reset_txn()
+
+    def _seek_committed(self) -> None:
+        offset = self.committed_offset
+        if offset < 0:
+            low, _ = self.consumer.get_watermark_offsets(
+                KafkaTP(self.sorted_topic, SORTED_PARTITION), timeout=10
+            )
+            offset = low
+        self.consumer.seek(KafkaTP(self.sorted_topic, SORTED_PARTITION, offset))
+
+    def _on_kafka_error(self, exc: KafkaException) -> None:
+        err: KafkaError = exc.args[0]
+        if err.code() in FENCED or err.fatal():
+            log.warning("sink %s fenced (%s): restarting its producer", self.instance_id, err.str())
+            self.producer = self._new_producer()
+            self.in_txn = False
+            self._reload_position()
+            self._abort()
+            return
+        log.warning("transaction failed (%s); aborting and retrying", err.str())
+        self._abort()
+
+    def _reload_position(self) -> None:
+        """The committed offset and position, as the group coordinator has them."""
+        tp = KafkaTP(self.sorted_topic, SORTED_PARTITION)
+        committed = self.consumer.committed([tp], timeout=10)[0]
+        try:
+            self.committed = Applied.decode(committed.metadata)
+        except ValueError as err:
+            log.warning("feed %s: %s; starting with no position", self.feed.name, err)
+            self.committed = Applied()
+        self.committed_offset = committed.offset if committed.offset >= 0 else -1
+        self._restart_sequencer()
+
+    def _on_assign(self, consumer: Any, partitions: list[KafkaTP]) -> None:
+        if not any(tp.partition == SORTED_PARTITION for tp in partitions):
+            return
+        self._reload_position()
+        self.owner = True
+        log.info(
+            "feed %s: sink %s owns %s from offset %d, applied %s, checkpoint_ts %d",
+            self.feed.name,
+            self.instance_id,
+            self.sorted_topic,
+            self.committed_offset,
+            self.committed.position.describe(),
+            self.committed.checkpoint_ts,
+        )
+
+    def _on_revoke(self, consumer: Any, partitions: list[KafkaTP]) -> None:
+        self._finish("before revocation")
+        self.owner = False
+
+    def _on_lost(self, consumer: Any, partitions: list[KafkaTP]) -> None:
+        self.owner = False
+        self._abort()
+
+    # -- helpers --------------------------------------------------------------------
+
+    def _new_producer(self) -> Any:
+        producer = clients.producer(
+            self.target_conf,
+            **{
+                "transactional.id": f"crossfeed-sink.{self.feed.name}.{self.instance_id}",
+                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                "linger.ms": 5,
+                "batch.size": 1 << 20,
+                "queue.buffering.max.kbytes": 131072,
+            },
+        )
+        producer.init_transactions(60)
+        return producer
+
+    def _enter_error(self, message: str) -> None:
+        if self.last_error != message:
+            log.error("feed %s: %s", self.feed.name, message)
+        self.state, self.last_error = "error", message
+
+    def _heartbeat(self) -> HeartbeatContent:
+        return self._heartbeat_content(self.owner)
+
+    def status(self) -> dict[str, Any]:
+        return self._status(self.owner, f"kafka://{self.target_alias}/{self.target_topic}")

@@ -1,0 +1,57 @@
+"""Metrics of the ordered-feed sinks (Kafka and PostgreSQL targets), beside the mirror
+sink's in metrics.py (whose transaction, abort and DLQ counters they share).
+
+An ordered feed has one sorted stream, so these are labelled by feed only."""
+
+from prometheus_client import Counter, Gauge
+
+FEED = ("feed",)
+
+TRANSACTIONS = Counter(
+    "crossfeed_sink_source_transactions_total",
+    "Source transactions applied whole to the target (ordered feeds)",
+    FEED,
+)
+EVENTS = Counter(
+    "crossfeed_sink_events_total", "Change events written to the target (ordered feeds)", FEED
+)
+BYTES = Counter(
+    "crossfeed_sink_event_bytes_total",
+    "Key+value bytes of the change events written (ordered feeds)",
+    FEED,
+)
+REPLAYED = Counter(
+    "crossfeed_sink_replayed_transactions_total",
+    "Source transactions at or below the applied position, dropped (sorter replays)",
+    FEED,
+)
+CUT_SHORT = Counter(
+    "crossfeed_sink_cut_short_transactions_total",
+    "Source transactions cut short in the sorted stream, thrown away",
+    FEED,
+)
+LWW_SKIPPED = Counter(
+    "crossfeed_sink_rows_skipped_lww_total",
+    "Row changes skipped because the row holds a newer commit_ts (last writer wins)",
+    ("feed", "table"),
+)
+CHECKPOINT_TS = Gauge(
+    "crossfeed_sink_feed_checkpoint_ts_seconds",
+    "Ordered feeds: checkpoint_ts, everything with commit_ts up to it is in the target",
+    FEED,
+)
+LAG_SECONDS = Gauge(
+    "crossfeed_sink_apply_lag_seconds",
+    "Ordered feeds: now minus the source timestamp of the newest change committed",
+    FEED,
+)
+SYNCPOINT_TS = Gauge(
+    "crossfeed_sink_syncpoint_ts_seconds",
+    "Database sinks: consistency_ts of the newest syncpoint row written",
+    FEED,
+)
+RETRIES = Counter(
+    "crossfeed_sink_database_retries_total",
+    "Database sinks: connections lost or refused, retried with backoff",
+    FEED,
+)

@@ -1,0 +1,1 @@
+"""The PostgreSQL sink of ordered feeds."""

@@ -1,0 +1,550 @@
+"""The PostgreSQL sink of ordered feeds: ``_crossfeed.<feed>.sorted`` -> tables in one
+schema (``--sink-uri postgresql://user@host:port/db?schema=S``), docs/ordered-feeds.md §4.
+
+Each change event is decoded (the mounter, mapping.py) and written as an upsert or a
+delete by primary key, last writer wins on the hidden ``_crossfeed_commit_ts`` column.
+Whole source transactions only: a database transaction holds one or several of them
+(``sink.commit_interval_ms``, ``sink.max_batch_records``), and commits only between them,
+so a reader of the database never sees a torn source transaction. The applied position,
+checkpoint_ts and the sorted offset to resume from are a row of ``crossfeed_position``
+written in that same database transaction: a restart resumes exactly there, and the
+:class:`~services.sink.sorted_stream.Sequencer` drops replays at or below it. Every
+``syncpoint.interval`` seconds the commit also adds a ``crossfeed_syncpoint`` row
+(feed, consistency_ts, target time): the database then held the source's state as of
+consistency_ts (TiCDC's syncpoint).
+
+Rows are buffered per database transaction, merged per row (batch.py), and written with
+``executemany`` (psycopg pipelines it: one round trip for many rows); at most
+``MAX_ROWS`` are held, so a source transaction of a million changes is streamed: its rows
+are written under a SAVEPOINT, which a transaction cut short rolls back alone.
+
+One instance applies at a time: it holds a PostgreSQL advisory lock on the feed, and
+every commit moves the position row only from where this instance last left it (another
+writer makes the commit fail and the instance start over). A lost connection or a
+database restart: the open transaction is gone with it; the sink reconnects with backoff,
+reads the position row and reads the sorted stream again from there — nothing lost,
+nothing applied twice.
+
+A change that does not fit (type mismatch, missing key, unknown table or column with
+``postgres.auto.create=false``, undecodable value, a row the database refuses) goes to
+``_crossfeed.dlq`` with the context headers and the reason; with ``errors.tolerance=none``
+the feed stops (exit 3). A row the database refuses is found by writing the batch again
+change by change, each under its own SAVEPOINT.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from typing import Any
+
+import psycopg
+from confluent_kafka import OFFSET_BEGINNING
+from confluent_kafka import TopicPartition as KafkaTP
+
+from crossfeed.config import Settings
+from crossfeed.dlq import FeedStopped
+from crossfeed.feeds import FeedSpec
+from crossfeed.kafka import clients
+from crossfeed.membership import HeartbeatContent
+from crossfeed.wire import codec
+from crossfeed.wire.codec import CodecError
+from services.sink import metrics as shared_metrics
+from services.sink import ordered_metrics as metrics
+from services.sink.ordered_base import SORTED_PARTITION, OrderedSink
+from services.sink.postgres import mapping
+from services.sink.postgres.batch import Batch
+from services.sink.postgres.mapping import Misfit, RowChange, TableSchema
+from services.sink.sorted_stream import (
+    Applied,
+    BadMarker,
+    Kind,
+    Position,
+    Step,
+    classify,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_ROWS = 10_000  # rows held per buffer before they are written (bounded memory)
+BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+LOST = (psycopg.OperationalError, psycopg.InterfaceError)
+
+
+def staging_alias(settings: Settings) -> str:
+    """The Kafka cluster holding a database feed's internal topics (``.changes``,
+    ``.sorted``, the DLQ): the control cluster, else the first configured one."""
+    alias = settings.control_cluster or next(iter(settings.clusters), None)
+    if alias is None:
+        from crossfeed.config.errors import ConfigError
+
+        raise ConfigError("no Kafka cluster configured for the feed's internal topics")
+    return alias
+
+
+class Fenced(RuntimeError):
+    """The position row moved under this instance: another one applies the feed."""
+
+
+class Refused(RuntimeError):
+    """The database refused a write of the batch (not a lost connection)."""
+
+
+class PostgresSink(OrderedSink):
+    def __init__(
+        self,
+        settings: Settings,
+        feed: FeedSpec,
+        instance_id: str,
+        control_conf: dict[str, Any],
+        static: bool = False,
+    ) -> None:
+        self.done = Batch()  # whole source transactions not yet written
+        self.open = Batch()  # the open source transaction's changes not yet written
+        super().__init__(settings, feed, instance_id, control_conf)
+        sink = feed.sink
+        assert sink.dsn is not None
+        self.dsn = sink.dsn
+        self.schema = sink.schema_name or "public"
+        self.alias = staging_alias(settings)
+        self.kafka_conf = settings.cluster(self.alias).client_config()
+        self.auto_create = feed.config.postgres_auto_create
+        self.syncpoint_every_s = feed.config.syncpoint_interval_s
+        self.consumer: Any = None
+        self.dlq: Any = None
+        self.conn: psycopg.Connection[Any] | None = None
+        self.tables: dict[str, TableSchema | None] = {}
+        self.sql: dict[tuple[str, tuple[str, tuple[str, ...]]], str] = {}
+        self.failures = 0
+        self.careful_until = -1  # write change by change (savepoints) below this offset
+        self.syncpoint = (0, 0)  # newest (consistency_ts µs, target time ms)
+        self.last_syncpoint = 0.0
+        self._reset_txn()
+
+    def _reset_txn(self) -> None:
+        self._reset_counts()
+        self.savepoint = False  # the open source transaction has rows under a SAVEPOINT
+        self.done.clear()
+        self.open.clear()
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self, stop: threading.Event) -> None:
+        self._prepare_cluster(self.alias, self.kafka_conf, stop)
+        self.dlq = clients.producer(self.kafka_conf, **{"linger.ms": 5})
+        # Assigned, not subscribed (the advisory lock says who applies); the group's
+        # offsets are committed for monitoring only: the position lives in the database.
+        self.consumer = clients.consumer(self.kafka_conf, **self._consumer_conf())
+        self._start_heartbeats()
+        log.info(
+            "postgresql sink %s started for feed %s (%s -> schema %s)",
+            self.instance_id,
+            self.feed.name,
+            self.sorted_topic,
+            self.schema,
+        )
+
+    def run(self, stop: threading.Event) -> None:
+        self.start(stop)
+        try:
+            while not stop.is_set():
+                self.step(stop)
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        if self.conn is not None:
+            try:
+                if self.in_txn and self.sequencer.open is None:
+                    self._commit()
+            except (*LOST, Fenced, Refused, psycopg.Error) as err:
+                log.warning("final commit failed: %s", err)
+            with contextlib.suppress(psycopg.Error):
+                self.conn.close()
+        self._close(self.consumer, self.dlq)
+
+    # -- the loop -------------------------------------------------------------------
+
+    def step(self, stop: threading.Event) -> None:
+        try:
+            if self.conn is None:
+                self._connect()
+                return
+            self._read(self.consumer, self._handle)
+            if self.in_txn and self.sequencer.open is None and self._due():
+                self._commit()
+        except FeedStopped:
+            self._drop_connection()
+            raise
+        except Refused as err:
+            log.warning("feed %s: %s; writing it again change by change", self.feed.name, err)
+            self.careful_until = max(self.next_offset, self.careful_until)
+            self._restart_from_committed()
+        except (*LOST, Fenced) as err:
+            self._lost(err, stop)
+
+    # -- connection -----------------------------------------------------------------
+
+    def _connect(self) -> None:
+        """Connect, take the feed's lock, read the position and read the stream from it."""
+        conn = psycopg.connect(self.dsn, autocommit=False, connect_timeout=5)
+        try:
+            for statement in mapping.bookkeeping_ddl(self.schema):
+                try:
+                    conn.execute(statement)
+                    conn.commit()
+                except psycopg.errors.UniqueViolation:  # another instance created it now
+                    conn.rollback()
+            got = conn.execute(
+                "SELECT pg_try_advisory_lock(hashtext(%s))", (f"crossfeed-sink:{self.feed.name}",)
+            ).fetchone()
+            if not (got and got[0]):
+                conn.rollback()
+                conn.close()
+                if self.state != "standby":
+                    log.info(
+                        "feed %s: another sink instance applies it; standing by", self.feed.name
+                    )
+                self.state = "standby"
+                time.sleep(1.0)
+                return
+            position = mapping.qualified(self.schema, mapping.POSITION_TABLE)
+            conn.execute(
+                f"INSERT INTO {position} (feed, commit_ts, txn, checkpoint_ts, sorted_offset) "
+                "VALUES (%s, -1, '', 0, -1) ON CONFLICT (feed) DO NOTHING",
+                (self.feed.name,),
+            )
+            row = conn.execute(
+                f"SELECT commit_ts, txn, checkpoint_ts, sorted_offset FROM {position} "
+                "WHERE feed = %s",
+                (self.feed.name,),
+            ).fetchone()
+            conn.commit()
+        except BaseException:
+            conn.close()
+            raise
+        assert row is not None
+        self.conn = conn
+        self.committed = Applied(Position(row[0], row[1]), row[2])
+        self.committed_offset = row[3]
+        self._reposition()
+        self.failures = 0
+        if self.state in ("error", "starting", "standby"):
+            self.state, self.last_error = "normal", None
+        log.info(
+            "feed %s: sink %s applies from sorted offset %d, applied %s, checkpoint_ts %d",
+            self.feed.name,
+            self.instance_id,
+            self.committed_offset,
+            self.committed.position.describe(),
+            self.committed.checkpoint_ts,
+        )
+
+    def _reposition(self) -> None:
+        """Forget everything not committed; read the stream again from the position."""
+        self._reset_txn()
+        self.tables.clear()
+        self._restart_sequencer()
+        offset = self.committed_offset if self.committed_offset >= 0 else OFFSET_BEGINNING
+        self.consumer.assign([KafkaTP(self.sorted_topic, SORTED_PARTITION, offset)])
+
+    def _restart_from_committed(self) -> None:
+        assert self.conn is not None
+        try:
+            self.conn.rollback()
+        except LOST:
+            self._drop_connection()
+            return
+        shared_metrics.ABORTS.labels(*self.labels).inc()
+        self._reposition()
+
+    def _drop_connection(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self.conn.close()
+        self.conn = None
+        self._reset_txn()
+
+    def _lost(self, err: Exception, stop: threading.Event) -> None:
+        self._drop_connection()
+        delay = BACKOFF_S[min(self.failures, len(BACKOFF_S) - 1)]
+        self.failures += 1
+        metrics.RETRIES.labels(*self.labels).inc()
+        message = f"PostgreSQL: {str(err).strip() or type(err).__name__}; retrying in {delay}s"
+        if self.last_error != message:
+            log.warning("feed %s: %s", self.feed.name, message)
+        self.state, self.last_error = "error", message
+        stop.wait(delay)
+
+    # -- records --------------------------------------------------------------------
+
+    def _handle(self, msg: Any) -> bool:
+        offset = msg.offset()
+        self._open_txn()
+        self.next_offset = offset + 1
+        try:
+            marker = classify(msg.headers())
+        except BadMarker as err:
+            self._dead_letter_here(msg, "BadMarker", f"sorted record with a bad marker: {err}")
+            return True
+        for step in self.sequencer.step(offset, marker):
+            if step is Step.APPLY:
+                self._apply(msg)
+            elif step is Step.OPEN:
+                self.savepoint = False
+            elif step is Step.COMPLETE:
+                self._complete()
+            elif step is Step.CUT_SHORT:
+                log.warning("feed %s: %s", self.feed.name, self.sequencer.problem)
+                metrics.CUT_SHORT.labels(*self.labels).inc()
+                self.open.clear()
+                if self.savepoint:
+                    self._execute("ROLLBACK TO SAVEPOINT cf_txn")
+                    self.tables.clear()  # DDL may have been rolled back with it
+                    self.savepoint = False
+            elif step is Step.DROP and marker.kind is Kind.BEGIN:
+                metrics.REPLAYED.labels(*self.labels).inc()
+        return True
+
+    def _apply(self, msg: Any) -> None:
+        open_txn = self.sequencer.open
+        assert open_txn is not None
+        # Careful mode (after the database refused a batch): each change under its own
+        # savepoint, so the one refused goes to the DLQ alone.
+        careful = self.next_offset <= self.careful_until
+        if careful:
+            self._ensure_savepoint()
+            self._execute("SAVEPOINT cf_row")
+        value = msg.value()
+        try:
+            change = self._mount(value, open_txn.position.commit_ts)
+            self._fit(change)
+            if careful and change.op != "ddl":
+                batch = Batch()
+                batch.add(change)
+                self._write(batch)
+        except Misfit as err:
+            if careful:
+                self._execute("RELEASE SAVEPOINT cf_row")
+            self._dead_letter_here(msg, err.error_class, str(err))
+            return
+        except Refused as err:
+            if not careful:
+                raise
+            self._execute("ROLLBACK TO SAVEPOINT cf_row")
+            self.tables.clear()
+            cause = err.__cause__ or err
+            self._dead_letter_here(msg, type(cause).__name__, f"the database refused it: {cause}")
+            return
+        if careful:
+            self._execute("RELEASE SAVEPOINT cf_row")
+        self.txn_events += 1
+        self.txn_bytes += len(value) + len(msg.key() or b"")
+        self.newest_ts_ms = msg.timestamp()[1]
+        if careful or change.op == "ddl":
+            return  # written already (ddl: by _fit, a barrier)
+        if not self.open.add(change):
+            self._spill_open()
+            self.open.add(change)
+        if len(self.open) >= MAX_ROWS:
+            self._spill_open()
+
+    @staticmethod
+    def _mount(value: bytes | None, commit_ts: int) -> RowChange:
+        if not value:
+            raise Misfit("NoValue", "data record without a value (not a ChangeEvent)")
+        try:
+            event = codec.decode("ChangeEvent", value)
+        except CodecError as err:
+            raise Misfit("UndecodableValue", f"not a ChangeEvent: {err}") from None
+        return mapping.mount(event, commit_ts)
+
+    def _complete(self) -> None:
+        """The open source transaction is whole: its changes join the batch."""
+        for change in self.open.all():
+            if not self.done.add(change):
+                self._write(self.done)
+                self.done.add(change)
+        self.open.clear()
+        if self.savepoint:
+            self._execute("RELEASE SAVEPOINT cf_txn")
+            self.savepoint = False
+        self.txn_sources += 1
+        if len(self.done) >= MAX_ROWS:
+            self._write(self.done)
+
+    def _spill_open(self) -> None:
+        """Write the open source transaction's changes so far, under its savepoint (the
+        whole ones before it first: order)."""
+        self._write(self.done)
+        self._ensure_savepoint()
+        self._write(self.open)
+
+    def _ensure_savepoint(self) -> None:
+        if not self.savepoint:
+            self._execute("SAVEPOINT cf_txn")
+            self.savepoint = True
+
+    # -- tables ---------------------------------------------------------------------
+
+    def _fit(self, change: RowChange) -> None:
+        """Make sure ``change``'s table can take it (DDL when needed), else Misfit."""
+        existing = self._table(change.table)
+        plan = mapping.plan(self.schema, existing, change, self.auto_create)
+        if not plan.statements:
+            return
+        # DDL is a barrier: what came before is written before it; inside the open
+        # source transaction's savepoint, so a cut short one takes it back.
+        self._spill_open()
+        for statement in plan.statements:
+            log.info("feed %s: %s", self.feed.name, statement)
+            self._execute(statement)
+        self.tables.pop(change.table, None)
+
+    def _table(self, table: str) -> TableSchema | None:
+        if table in self.tables:
+            return self.tables[table]
+        assert self.conn is not None
+        name = mapping.qualified(self.schema, table)
+        columns = self.conn.execute(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+            "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped "
+            "ORDER BY a.attnum",
+            (name,),
+        ).fetchall()
+        if not columns:
+            self.tables[table] = None
+            return None
+        key = self.conn.execute(
+            "SELECT a.attname FROM pg_index i "
+            "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
+            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+            "WHERE i.indrelid = to_regclass(%s) AND i.indisprimary ORDER BY k.ord",
+            (name,),
+        ).fetchall()
+        schema = TableSchema({c: t for c, t in columns}, tuple(k for (k,) in key))
+        self.tables[table] = schema
+        return schema
+
+    # -- writing --------------------------------------------------------------------
+
+    def _statement(
+        self, table: str, shape: tuple[str, tuple[str, ...]], key: tuple[str, ...]
+    ) -> str:
+        cached = self.sql.get((table, shape))
+        if cached is None:
+            op, columns = shape
+            if op == "upsert":
+                cached = mapping.upsert(self.schema, table, columns, key)
+            else:
+                cached = mapping.delete(self.schema, table, key)
+            self.sql[(table, shape)] = cached
+        return cached
+
+    def _write(self, batch: Batch) -> None:
+        """Every change of ``batch``: one executemany per statement shape."""
+        if not len(batch):
+            return
+        assert self.conn is not None
+        try:
+            with self.conn.cursor() as cur:
+                for table, shape, changes in batch.groups():
+                    sql = self._statement(table, shape, changes[0].key_columns)
+                    if shape[0] == "upsert":
+                        cur.executemany(sql, [mapping.upsert_params(c) for c in changes])
+                        skipped = len(changes) - max(cur.rowcount, 0)
+                        if skipped:
+                            self.skipped[table] = self.skipped.get(table, 0) + skipped
+                    else:
+                        cur.executemany(sql, [mapping.delete_params(c) for c in changes])
+        except LOST:
+            raise
+        except psycopg.Error as err:
+            raise Refused(f"the database refused a write: {err}") from err
+        batch.clear()
+
+    def _execute(self, statement: str) -> None:
+        assert self.conn is not None
+        try:
+            self.conn.execute(statement)
+        except LOST:
+            raise
+        except psycopg.Error as err:
+            raise Refused(f"the database refused {statement[:80]!r}: {err}") from err
+
+    def _commit(self) -> None:
+        """The batch, the position and maybe a syncpoint, in one database transaction."""
+        assert self.conn is not None and self.sequencer.open is None
+        self._write(self.done)
+        applied = self._next_applied()
+        position = mapping.qualified(self.schema, mapping.POSITION_TABLE)
+        moved = self.conn.execute(
+            f"UPDATE {position} SET commit_ts = %s, txn = %s, checkpoint_ts = %s, "
+            "sorted_offset = %s, updated_at = now() WHERE feed = %s AND sorted_offset = %s",
+            (
+                applied.position.commit_ts,
+                applied.position.txn,
+                applied.checkpoint_ts,
+                self.next_offset,
+                self.feed.name,
+                self.committed_offset,
+            ),
+        ).rowcount
+        if moved != 1:
+            raise Fenced(
+                f"the position row of feed {self.feed.name} is no longer at sorted offset "
+                f"{self.committed_offset}: another sink instance applied the feed"
+            )
+        syncpoint = None
+        now = time.monotonic()
+        if now - self.last_syncpoint >= self.syncpoint_every_s:
+            # The database now holds exactly the source's state as of this timestamp: every
+            # transaction up to the applied one, and none between it and R.
+            consistency = max(applied.checkpoint_ts, applied.position.commit_ts)
+            if consistency > 0:
+                row = self.conn.execute(
+                    f"INSERT INTO {mapping.qualified(self.schema, mapping.SYNCPOINT_TABLE)} "
+                    "(feed, consistency_ts, target_ts) VALUES (%s, %s, clock_timestamp()) "
+                    "ON CONFLICT DO NOTHING "
+                    "RETURNING (extract(epoch from target_ts) * 1000)::bigint",
+                    (self.feed.name, consistency),
+                ).fetchone()
+                if row is not None:
+                    syncpoint = (consistency, int(row[0]))
+        if self.txn_dead:
+            self.dlq.flush(30)  # dead letters are in Kafka before the position passes them
+        self.conn.commit()
+        self.committed = applied
+        self.committed_offset = self.next_offset
+        if syncpoint is not None:
+            self.syncpoint, self.last_syncpoint = syncpoint, now
+            metrics.SYNCPOINT_TS.labels(*self.labels).set(syncpoint[0] / 1e6)
+        self._count_commit()
+        self.consumer.commit(
+            offsets=[KafkaTP(self.sorted_topic, SORTED_PARTITION, self.committed_offset)],
+            asynchronous=True,
+        )
+        self._reset_txn()
+
+    def _dead_letter_here(self, msg: Any, error_class: str, reason: str) -> None:
+        self._dead_letter(msg, error_class, reason, self.dlq, self.alias)
+        self.dlq.poll(0)
+
+    # -- reporting ------------------------------------------------------------------
+
+    def _heartbeat(self) -> HeartbeatContent:
+        return self._heartbeat_content(
+            self.conn is not None,
+            syncpoint_ts_us=self.syncpoint[0],
+            syncpoint_at_ms=self.syncpoint[1],
+        )
+
+    def status(self) -> dict[str, Any]:
+        return self._status(
+            self.conn is not None,
+            f"postgresql schema {self.schema}",
+            syncpoint_ts_us=self.syncpoint[0],
+            syncpoint_at_ms=self.syncpoint[1],
+        )

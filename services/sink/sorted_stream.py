@@ -1,0 +1,263 @@
+"""Reading ``_crossfeed.<feed>.sorted`` (docs/ordered-feeds.md §3, §4): no I/O here.
+
+Both ordered-feed sinks (Kafka and PostgreSQL) feed every record of the sorted stream,
+in offset order, to a :class:`Sequencer`, which says what to do with it:
+
+* ``OPEN`` — a ``begin`` of a transaction above the applied position: start applying it;
+* ``APPLY`` — a data record of the open transaction: write it;
+* ``COMPLETE`` — the ``commit`` of the open transaction: it is whole, and the applied
+  position moves to it (the sink makes that durable with the data);
+* ``CUT_SHORT`` — the open transaction will never complete here (a ``begin`` or a
+  ``resolved`` mark came before its ``commit``, or its ``commit`` does not match): throw
+  away what was written of it; its complete copy follows later. Another step for the
+  same record follows;
+* ``RESOLVED`` — a ``resolved`` mark R: once everything read so far is committed,
+  checkpoint_ts = R;
+* ``DROP`` — nothing to do: a replayed transaction at or below the applied position, or
+  a record outside any transaction;
+* ``SKIP_CUT`` — the ``begin`` of a transaction known to be cut short (``known_cut``: a
+  sink that had to rewind says which): drop it like a replay; a boundary where the sink
+  may commit what it holds.
+
+The applied position is (commit_ts, txn id) of the last whole transaction; the sorter
+releases transactions in (commit_ts, txn id) order, so anything at or below it is a
+replay. Positions travel as a small JSON text (Kafka offset metadata, and the
+PostgreSQL sink's position row keeps the same fields).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Final
+
+from crossfeed.core.timestamps import parse_commit_ts
+from crossfeed.wire import headers
+
+Header = tuple[str, bytes | None]
+
+BEGIN: Final = headers.TYPE_BEGIN.encode()
+COMMIT: Final = headers.TYPE_COMMIT.encode()
+RESOLVED: Final = headers.TYPE_RESOLVED.encode()
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Position:
+    """(commit_ts µs, txn id) of a transaction; ordered as the sorter releases them."""
+
+    commit_ts: int
+    txn: str
+
+    def describe(self) -> str:
+        return f"{self.commit_ts}/{self.txn}" if self.txn or self.commit_ts else "none"
+
+
+NOTHING: Final = Position(-1, "")
+"""Below every transaction: nothing applied yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What a sink stores atomically with the data: the applied position and the
+    checkpoint_ts (R of the newest resolved mark committed, 0 if none)."""
+
+    position: Position = NOTHING
+    checkpoint_ts: int = 0
+
+    def encode(self) -> str:
+        """Kafka offset-commit metadata (well below offset.metadata.max.bytes)."""
+        return json.dumps(
+            {
+                "v": 1,
+                "ts": self.position.commit_ts,
+                "txn": self.position.txn,
+                "cp": self.checkpoint_ts,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def decode(cls, text: str | None) -> Applied:
+        """From :meth:`encode`'s text; empty or absent metadata is nothing applied.
+        ValueError for metadata that is not ours (someone else's group commit)."""
+        if not text:
+            return cls()
+        try:
+            data = json.loads(text)
+            return cls(Position(int(data["ts"]), str(data["txn"])), int(data["cp"]))
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(
+                f"offset metadata {text[:80]!r} is not a sink position: {err}"
+            ) from None
+
+
+class Kind(Enum):
+    BEGIN = "begin"
+    DATA = "data"
+    COMMIT = "commit"
+    RESOLVED = "resolved"
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """What a record of the sorted stream is, from its headers."""
+
+    kind: Kind
+    commit_ts: int = 0  # begin/commit: the transaction's; resolved: R
+    txn: str = ""  # begin/commit: the transaction id
+    count: int = 0  # begin/commit: its data records
+
+    @property
+    def position(self) -> Position:
+        return Position(self.commit_ts, self.txn)
+
+
+DATA_MARKER: Final = Marker(Kind.DATA)
+
+
+class BadMarker(ValueError):
+    """A begin/commit/resolved record whose headers break the contract."""
+
+
+def split_txn(value: bytes | None) -> tuple[str, int, int]:
+    """``crossfeed-txn`` ``<txn id>/<seq>/<count>`` -> (txn id, seq, count)."""
+    text = (value or b"").decode("utf-8", "replace")
+    txn, sep1, rest = text.rpartition("/")
+    head, sep2, seq = txn.rpartition("/")
+    if not (sep1 and sep2 and head and seq.isdigit() and rest.isdigit()):
+        raise BadMarker(f"{headers.TXN} {text!r} is not <txn id>/<seq>/<count>")
+    return head, int(seq), int(rest)
+
+
+def classify(record_headers: Sequence[Header] | None) -> Marker:
+    """The record's kind; data unless ``crossfeed-type`` says begin/commit/resolved."""
+    if not record_headers:
+        return DATA_MARKER
+    kind_value = commit_value = txn_value = None
+    for name, value in record_headers:
+        if name == headers.TYPE:
+            kind_value = value
+        elif name == headers.COMMIT_TS:
+            commit_value = value
+        elif name == headers.TXN:
+            txn_value = value
+    if kind_value is None:
+        return DATA_MARKER
+    if kind_value not in (BEGIN, COMMIT, RESOLVED):
+        raise BadMarker(f"{headers.TYPE} {kind_value!r} is not begin, commit or resolved")
+    try:
+        ts = parse_commit_ts(commit_value)
+    except ValueError as err:
+        raise BadMarker(str(err)) from None
+    if kind_value == RESOLVED:
+        return Marker(Kind.RESOLVED, ts)
+    txn, seq, count = split_txn(txn_value)
+    if seq != 0:
+        raise BadMarker(f"a {kind_value.decode()} marker has seq {seq}; expected 0")
+    return Marker(Kind.BEGIN if kind_value == BEGIN else Kind.COMMIT, ts, txn, count)
+
+
+class Step(Enum):
+    OPEN = "open"
+    APPLY = "apply"
+    COMPLETE = "complete"
+    CUT_SHORT = "cut_short"
+    RESOLVED = "resolved"
+    DROP = "drop"
+    SKIP_CUT = "skip_cut"
+
+
+@dataclass(slots=True)
+class OpenTxn:
+    """The transaction being applied."""
+
+    position: Position
+    begin_offset: int
+    count: int
+    seen: int = 0
+
+
+class Sequencer:
+    """Decides, record by record, what a sink does with the sorted stream (see module doc).
+
+    ``applied`` moves with each ``COMPLETE`` (the sink persists it at its next commit);
+    ``resolved`` is the highest R read. ``known_cut`` holds offsets of ``begin`` records
+    known to start a cut-short transaction (a sink that had to rewind says so, and the
+    re-read drops that transaction instead of writing it again).
+    """
+
+    def __init__(self, applied: Position = NOTHING, known_cut: Iterable[int] = ()) -> None:
+        self.applied = applied
+        self.resolved = 0
+        self.open: OpenTxn | None = None
+        self.skipping = False
+        self.known_cut: set[int] = set(known_cut)
+        self.problem: str | None = None  # the last contract breach seen (for logs)
+        self.cut: OpenTxn | None = None  # the transaction the last CUT_SHORT threw away
+
+    def reset(self, applied: Position, known_cut: Iterable[int] = ()) -> None:
+        """Back to a committed state (after an abort and a rewind)."""
+        self.applied = applied
+        self.open = None
+        self.skipping = False
+        self.known_cut |= set(known_cut)
+
+    def forget_cut_below(self, offset: int) -> None:
+        """Cut-short begins below a committed offset will never be read again."""
+        self.known_cut = {o for o in self.known_cut if o >= offset}
+
+    def step(self, offset: int, marker: Marker) -> tuple[Step, ...]:
+        kind = marker.kind
+        if kind is Kind.DATA:
+            if self.open is not None:
+                self.open.seen += 1
+                return (Step.APPLY,)
+            return (Step.DROP,)  # a replay being skipped, or a record outside begin/commit
+        if kind is Kind.BEGIN:
+            cut = self._cut_short(f"begin {marker.position.describe()} at offset {offset}")
+            self.skipping = False
+            if offset in self.known_cut:
+                self.skipping = True
+                return (*cut, Step.SKIP_CUT)
+            if marker.position <= self.applied:
+                self.skipping = True
+                return (*cut, Step.DROP)
+            self.open = OpenTxn(marker.position, offset, marker.count)
+            return (*cut, Step.OPEN)
+        if kind is Kind.COMMIT:
+            current = self.open
+            if current is None:
+                self.skipping = False
+                return (Step.DROP,)  # the end of a skipped transaction
+            if current.position != marker.position or current.seen != marker.count:
+                self.problem = (
+                    f"commit {marker.position.describe()} ({marker.count} records) at offset "
+                    f"{offset} does not close the open transaction "
+                    f"{current.position.describe()} ({current.seen} records read)"
+                )
+                self.cut, self.open = current, None
+                return (Step.CUT_SHORT, Step.DROP)
+            self.open = None
+            self.applied = current.position
+            return (Step.COMPLETE,)
+        # resolved: everything up to R is before it in the stream. A transaction still
+        # open (or being skipped) here was cut short — the mark follows a whole
+        # micro-batch — so the mark is not trusted: the next one will do.
+        cut = self._cut_short(f"resolved mark {marker.commit_ts} at offset {offset}")
+        skipped, self.skipping = self.skipping, False
+        if cut or skipped:
+            return (*cut, Step.DROP)
+        self.resolved = max(self.resolved, marker.commit_ts)
+        return (Step.RESOLVED,)
+
+    def _cut_short(self, why: str) -> tuple[Step, ...]:
+        if self.open is None:
+            return ()
+        self.problem = (
+            f"transaction {self.open.position.describe()} begun at offset "
+            f"{self.open.begin_offset} cut short by {why}"
+        )
+        self.cut, self.open = self.open, None
+        return (Step.CUT_SHORT,)

@@ -1,0 +1,248 @@
+"""The ordered-feed sink into Kafka against real brokers (docs/ordered-feeds.md §4).
+
+The sorted stream is written by hand in the sorter's format (tests/support/sorted_stream.py),
+so replays and cut-short transactions happen exactly when the test says; the sink runs as a
+real ``crossfeed sink run`` process.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from crossfeed.kafka import clients
+from crossfeed.wire import headers, topics
+from tests.support.sorted_stream import Change, SortedWriter, Txn
+from tests.support.verify import Record
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+FAST = {"sink": {"commit_interval_ms": 50}, "coordinator": {"failover_timeout_s": 6}}
+BASE_TS = 1_700_000_000_000_000
+
+
+def _txns(n: int, seed: int, first: int = 0) -> list[Txn]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(first, first + n):
+        size = rng.choice([1, 1, 2, 3, 5, 8])
+        changes = tuple(
+            Change(
+                f"k{i}-{j}".encode(), f"v{i}-{j}".encode() * rng.randint(1, 5), (("user", b"u"),)
+            )
+            for j in range(size)
+        )
+        out.append(Txn(f"t{i:07d}", BASE_TS + i * 10, changes))
+    return out
+
+
+def _start(services, clusters, name: str, target: str, **kwargs):
+    feed = services.start_feed(
+        name,
+        clusters,
+        ["unused"],
+        mode="ordered",
+        pullers=0,
+        sink_uri=f"kafka://{clusters.b.alias}/{target}",
+        settings=FAST,
+        **kwargs,
+    )
+    return feed
+
+
+def _read_all(clusters, topic: str, expect: int, timeout_s: float = 90.0) -> list[Record]:
+    consumer = clients.consumer(clusters.b.config, **{"group.id": f"check-{time.time_ns()}"})
+    consumer.assign([clients_tp(topic)])
+    out: list[Record] = []
+    deadline = time.monotonic() + timeout_s
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline:
+        msgs = consumer.consume(1000, 0.5)
+        for msg in msgs:
+            if not msg.error():
+                out.append(Record.from_message(msg))
+        if msgs:
+            quiet_since = time.monotonic()
+        elif len(out) >= expect and time.monotonic() - quiet_since > 2.0:
+            break
+    consumer.close()
+    return out
+
+
+def clients_tp(topic: str):
+    from confluent_kafka import TopicPartition
+
+    return TopicPartition(topic, 0, 0)
+
+
+def _expected(txns: list[Txn]) -> list[tuple[bytes | None, bytes | None, bytes]]:
+    return [
+        (c.key, c.value, f"{t.txn_id}/{seq}/{len(t.changes)}".encode())
+        for t in txns
+        for seq, c in enumerate(t.changes, 1)
+    ]
+
+
+def _got(records: list[Record]) -> list[tuple[bytes | None, bytes | None, bytes]]:
+    return [(r.key, r.value, r.header(headers.TXN) or b"") for r in records]
+
+
+def _assert_same(records: list[Record], txns: list[Txn]) -> None:
+    got, want = _got(records), _expected(txns)
+    if got != want:
+        first = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), None)
+        raise AssertionError(
+            f"target holds {len(got)} records, expected {len(want)}; first difference at "
+            f"{first}: got {got[first] if first is not None and first < len(got) else None}, "
+            f"want {want[first] if first is not None and first < len(want) else None}"
+        )
+
+
+def test_in_order_replays_and_cut_short_dropped(clusters, services, topic_factory, unique):
+    target = unique("ordered")
+    txns = _txns(40, seed=1)
+    feed = _start(services, clusters, "okafka", target)
+    writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name))
+    for t in txns[:10]:
+        writer.txn(t)
+    writer.resolved(txns[9].commit_ts + 5)
+    for t in txns[5:10]:  # the sorter replays a suffix after a crash
+        writer.txn(t)
+    writer.txn(txns[10], cut_after=len(txns[10].changes) - 1 or 0)  # cut short ...
+    for t in txns[10:20]:  # ... and its complete copy follows
+        writer.txn(t)
+    writer.txn(txns[20], cut_after=0)  # a begin alone
+    writer.txn(txns[20])
+    writer.resolved(txns[20].commit_ts)
+    for t in txns[21:30]:
+        writer.txn(t)
+    writer.txn(txns[30], cut_after=len(txns[30].changes))  # all its data, no commit
+    for t in txns[30:]:
+        writer.txn(t)
+    final_r = txns[-1].commit_ts + 1
+    writer.resolved(final_r)
+    writer.flush()
+
+    sink = feed.sinks[0]
+    status = sink.wait_status(
+        lambda s: s["checkpoint_ts_us"] == final_r, 60, f"at checkpoint_ts {final_r}"
+    )
+    assert status["applied"] == f"{txns[-1].commit_ts}/{txns[-1].txn_id}"
+    records = _read_all(clusters, target, len(_expected(txns)))
+    _assert_same(records, txns)
+    # key, value, timestamp as on the source; user headers and the ordering headers kept
+    first = records[0]
+    assert first.header("user") == b"u"
+    assert first.header(headers.COMMIT_TS) == str(txns[0].commit_ts).encode()
+    assert first.timestamp_ms == txns[0].commit_ts // 1000
+    meta = clients.admin(clusters.b.config).list_topics(target, timeout=10).topics[target]
+    assert len(meta.partitions) == 1
+    assert (sink.metric("crossfeed_sink_cut_short_transactions_total") or 0) >= 3
+    assert (sink.metric("crossfeed_sink_replayed_transactions_total") or 0) >= 5
+    assert sink.metric("crossfeed_sink_source_transactions_total") == len(txns)
+    assert sink.metric("crossfeed_sink_feed_checkpoint_ts_seconds") == pytest.approx(final_r / 1e6)
+
+
+def test_kill_9_mid_stream_nothing_lost_or_duplicated_never_partial(
+    clusters, services, topic_factory, unique
+):
+    target = unique("ordered")
+    txns = _txns(30_000, seed=2)
+    feed = _start(services, clusters, "okill", target)
+    sink = feed.sinks[0]
+    writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name))
+    rng = random.Random(5)
+
+    # A read_committed reader, while the feed runs: whenever it has caught up, what it
+    # has read ends on a whole source transaction.
+    partial: list[str] = []
+    seen = [0]
+    done = threading.Event()
+
+    def read() -> None:
+        consumer = clients.consumer(clusters.b.config, **{"group.id": f"watch-{time.time_ns()}"})
+        consumer.assign([clients_tp(target)])
+        last: bytes | None = None
+        while not done.is_set():
+            msgs = consumer.consume(500, 0.2)
+            for msg in msgs:
+                if not msg.error():
+                    last = dict(msg.headers() or []).get(headers.TXN)
+                    seen[0] += 1
+            if not msgs and last is not None:
+                _, seq, count = last.decode().rsplit("/", 2)
+                if seq != count:
+                    partial.append(last.decode())
+        consumer.close()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    kills = 0
+    killed_at: list[int] = []
+    for i, t in enumerate(txns):
+        if rng.random() < 0.02:
+            writer.txn(t, cut_after=rng.randint(0, len(t.changes)))
+        if rng.random() < 0.01 and i > 10:  # a replayed suffix
+            for old in txns[max(0, i - rng.randint(1, 10)) : i]:
+                writer.txn(old)
+        writer.txn(t)
+        if i % 50 == 49:
+            writer.resolved(t.commit_ts)
+        if i in (12_000, 26_000):
+            writer.flush()
+            # kill -9 once the sink is well into what was written
+            halfway = txns[i // 2].commit_ts
+            status = sink.wait_status(lambda s, h=halfway: s["applied_commit_ts_us"] >= h, 60)
+            sink.restart(hard=True)
+            kills += 1
+            killed_at.append(status["applied_commit_ts_us"])
+    final_r = txns[-1].commit_ts
+    writer.resolved(final_r)
+    writer.flush()
+    sink.wait_status(lambda s: s["checkpoint_ts_us"] == final_r, 120, f"at checkpoint {final_r}")
+    records = _read_all(clusters, target, len(_expected(txns)))
+    done.set()
+    reader.join(10)
+    _assert_same(records, txns)
+    assert kills == 2 and sink.exit_codes == [-9, -9]
+    assert not partial, f"a read_committed reader saw partial transactions: {partial[:5]}"
+    assert seen[0] > 0
+    # at least one kill came before the sink had applied everything written then
+    assert killed_at[0] < txns[12_000].commit_ts or killed_at[1] < txns[26_000].commit_ts
+
+
+def test_consistency_ts_published_by_the_coordinator(
+    clusters, services, unique, tmp_path_factory
+) -> None:
+    from crossfeed.client.rest import CoordinatorClient
+    from tests.integration.test_coordinator_process import coordinator_group, wait_for
+
+    target = unique("ordered")
+    txns = _txns(20, seed=3)
+    feed = _start(services, clusters, "ocons", target)
+    group = coordinator_group(clusters, tmp_path_factory.mktemp("ocons"), 1, token=None)
+    coordinators = next(group)
+    try:
+        url = coordinators.leader().url
+        with CoordinatorClient(url) as api:
+            api.create_feed(feed.spec)
+            writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name))
+            for t in txns:
+                writer.txn(t)
+            final_r = txns[-1].commit_ts + 3
+            writer.resolved(final_r)
+            writer.flush()
+
+            def published() -> dict | None:
+                row = next(f for f in api.status() if f["name"] == feed.name)
+                return row if row["consistency_ts_us"] == final_r else None
+
+            row = wait_for(published, 60, f"consistency_ts {final_r} published")
+            assert row["checkpoint_ts_us"] == final_r
+            assert feed.sinks[0].instance in row["sinks"]
+            api.remove_feed(feed.name)
+    finally:
+        next(group, None)

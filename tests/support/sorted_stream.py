@@ -1,0 +1,141 @@
+"""Writing ``_crossfeed.<feed>.sorted`` by hand, in the sorter's format (docs/ordered-feeds.md
+§3), so the ordered-feed sinks can be tested without pullers or Spark: whole transactions,
+resolved marks, replays and transactions cut short, exactly as the contract allows them.
+
+Bank-like ChangeEvents for the PostgreSQL sink come from :func:`change_event`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from crossfeed.kafka import clients
+from crossfeed.wire import codec, headers
+
+Header = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One data record of a source transaction (its seq and count are added)."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+    timestamp_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Txn:
+    txn_id: str
+    commit_ts: int
+    changes: tuple[Change, ...]
+
+
+class SortedWriter:
+    """Produces sorted-stream records to one partition of ``topic`` (not transactional:
+    the sorter's Spark writer is not either), in call order."""
+
+    def __init__(self, conf: Mapping[str, Any], topic: str) -> None:
+        self.topic = topic
+        self.producer = clients.producer(conf, **{"linger.ms": 5, "compression.type": "none"})
+
+    def _send(
+        self, key: bytes | None, value: bytes | None, hdrs: Sequence[Header], ts: int = 0
+    ) -> None:
+        while True:
+            try:
+                self.producer.produce(
+                    self.topic, value=value, key=key, partition=0, headers=list(hdrs), timestamp=ts
+                )
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    def marker(self, kind: str, txn_id: str, commit_ts: int, count: int) -> None:
+        self._send(
+            None,
+            None,
+            [
+                (headers.TYPE, kind.encode()),
+                (headers.COMMIT_TS, str(commit_ts).encode()),
+                (headers.TXN, f"{txn_id}/0/{count}".encode()),
+            ],
+        )
+
+    def data(self, txn: Txn, seq: int) -> None:
+        change = txn.changes[seq - 1]
+        hdrs = [
+            *change.headers,
+            (headers.COMMIT_TS, str(txn.commit_ts).encode()),
+            (headers.TXN, f"{txn.txn_id}/{seq}/{len(txn.changes)}".encode()),
+        ]
+        self._send(change.key, change.value, hdrs, change.timestamp_ms or txn.commit_ts // 1000)
+
+    def txn(self, txn: Txn, *, cut_after: int | None = None) -> None:
+        """begin, data, commit; with ``cut_after`` only begin and that many data records."""
+        count = len(txn.changes)
+        self.marker(headers.TYPE_BEGIN, txn.txn_id, txn.commit_ts, count)
+        stop = count if cut_after is None else cut_after
+        for seq in range(1, stop + 1):
+            self.data(txn, seq)
+        if cut_after is None:
+            self.marker(headers.TYPE_COMMIT, txn.txn_id, txn.commit_ts, count)
+
+    def resolved(self, resolved_ts: int) -> None:
+        value = codec.encode(
+            "ResolvedMark",
+            {
+                "source_cluster": "",
+                "topic": "",
+                "partition": -1,
+                "resolved_ts_us": resolved_ts,
+                "next_offset": -1,
+            },
+        )
+        self._send(
+            None,
+            value,
+            [
+                (headers.TYPE, headers.TYPE_RESOLVED.encode()),
+                (headers.COMMIT_TS, str(resolved_ts).encode()),
+            ],
+        )
+
+    def flush(self) -> None:
+        self.producer.flush(30)
+
+
+def _value(v: Any) -> Any:
+    return {"data": v} if isinstance(v, bytes) else v
+
+
+def change_event(
+    table: str,
+    op: str,
+    columns: Sequence[tuple[str, str, bool]],
+    key: Mapping[str, Any],
+    after: Mapping[str, Any] | None = None,
+    *,
+    ddl: str | None = None,
+    schema_version: int = 1,
+) -> bytes:
+    """A ChangeEvent value; ``columns`` are (name, type, primary_key)."""
+    return codec.encode(
+        "ChangeEvent",
+        {
+            "table": table,
+            "op": op,
+            "schema_version": schema_version,
+            "columns": [
+                {"name": n, "type": t, "primary_key": pk, "nullable": not pk}
+                for n, t, pk in columns
+            ],
+            "key": {k: _value(v) for k, v in key.items()},
+            "before": None,
+            "after": None if after is None else {k: _value(v) for k, v in after.items()},
+            "ddl": ddl,
+        },
+    )

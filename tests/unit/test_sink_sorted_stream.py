@@ -1,0 +1,287 @@
+"""Unit and property tests for services.sink.sorted_stream (docs/ordered-feeds.md §3-§4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crossfeed.wire import headers
+from services.sink.sorted_stream import (
+    DATA_MARKER,
+    NOTHING,
+    Applied,
+    BadMarker,
+    Kind,
+    Marker,
+    Position,
+    Sequencer,
+    Step,
+    classify,
+    split_txn,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def _hdrs(kind: str, ts: int, txn: str | None = None, count: int = 0):
+    out = [(headers.TYPE, kind.encode()), (headers.COMMIT_TS, str(ts).encode())]
+    if txn is not None:
+        out.append((headers.TXN, f"{txn}/0/{count}".encode()))
+    return out
+
+
+class TestClassify:
+    def test_data_without_type(self) -> None:
+        assert classify(None) is DATA_MARKER
+        assert classify([("u", b"x"), (headers.COMMIT_TS, b"5")]) is DATA_MARKER
+
+    def test_markers(self) -> None:
+        assert classify(_hdrs("begin", 7, "a:b:0:1", 3)) == Marker(Kind.BEGIN, 7, "a:b:0:1", 3)
+        assert classify(_hdrs("commit", 7, "t", 3)) == Marker(Kind.COMMIT, 7, "t", 3)
+        assert classify(_hdrs("resolved", 9)) == Marker(Kind.RESOLVED, 9)
+
+    @pytest.mark.parametrize(
+        "hdrs",
+        [
+            _hdrs("begun", 7, "t", 1),
+            [(headers.TYPE, b"begin"), (headers.TXN, b"t/0/1")],
+            _hdrs("begin", 7),
+            [(headers.TYPE, b"begin"), (headers.COMMIT_TS, b"7"), (headers.TXN, b"t/1/1")],
+            [(headers.TYPE, b"resolved"), (headers.COMMIT_TS, b"x")],
+        ],
+    )
+    def test_bad_markers(self, hdrs) -> None:
+        with pytest.raises(BadMarker):
+            classify(hdrs)
+
+    def test_split_txn_from_the_right(self) -> None:
+        assert split_txn(b"c1:topic:0:17/2/5") == ("c1:topic:0:17", 2, 5)
+        with pytest.raises(BadMarker):
+            split_txn(b"nope")
+
+
+class TestApplied:
+    def test_round_trip(self) -> None:
+        applied = Applied(Position(123, "c:t:0:9"), 120)
+        assert Applied.decode(applied.encode()) == applied
+        assert len(applied.encode()) < 200
+
+    def test_empty_is_nothing(self) -> None:
+        assert Applied.decode(None) == Applied()
+        assert Applied.decode("") == Applied(NOTHING, 0)
+
+    def test_foreign_metadata_refused(self) -> None:
+        with pytest.raises(ValueError, match="not a sink position"):
+            Applied.decode("hello")
+
+    def test_position_order_is_commit_ts_then_txn(self) -> None:
+        assert Position(5, "b") > Position(5, "a") > Position(4, "z") > NOTHING
+
+
+def B(ts: int, txn: str, count: int) -> Marker:
+    return Marker(Kind.BEGIN, ts, txn, count)
+
+
+def C(ts: int, txn: str, count: int) -> Marker:
+    return Marker(Kind.COMMIT, ts, txn, count)
+
+
+def R(ts: int) -> Marker:
+    return Marker(Kind.RESOLVED, ts)
+
+
+D = DATA_MARKER
+
+
+class TestSequencer:
+    def test_whole_transaction(self) -> None:
+        seq = Sequencer()
+        steps = [seq.step(i, m) for i, m in enumerate([B(5, "a", 2), D, D, C(5, "a", 2), R(6)])]
+        assert steps == [
+            (Step.OPEN,),
+            (Step.APPLY,),
+            (Step.APPLY,),
+            (Step.COMPLETE,),
+            (Step.RESOLVED,),
+        ]
+        assert seq.applied == Position(5, "a") and seq.resolved == 6
+
+    def test_replay_at_or_below_position_dropped(self) -> None:
+        seq = Sequencer(Position(5, "b"))
+        stream = [B(5, "a", 1), D, C(5, "a", 1), B(5, "b", 1), D, C(5, "b", 1), B(5, "c", 1)]
+        steps = [seq.step(i, m) for i, m in enumerate(stream)]
+        assert steps[:6] == [(Step.DROP,)] * 6
+        assert steps[6] == (Step.OPEN,)
+
+    def test_cut_short_by_begin(self) -> None:
+        seq = Sequencer()
+        assert seq.step(0, B(5, "a", 3)) == (Step.OPEN,)
+        assert seq.step(1, D) == (Step.APPLY,)
+        assert seq.step(2, B(5, "a", 3)) == (Step.CUT_SHORT, Step.OPEN)
+        assert seq.cut is not None and seq.cut.begin_offset == 0
+        assert "cut short" in (seq.problem or "")
+
+    def test_known_cut_is_skipped(self) -> None:
+        seq = Sequencer(known_cut=[0])
+        assert seq.step(0, B(5, "a", 3)) == (Step.SKIP_CUT,)
+        assert seq.step(1, D) == (Step.DROP,)
+        assert seq.step(2, B(5, "a", 1)) == (Step.OPEN,)
+
+    def test_commit_not_matching_throws_the_open_one_away(self) -> None:
+        seq = Sequencer()
+        seq.step(0, B(5, "a", 2))
+        seq.step(1, D)
+        assert seq.step(2, C(5, "a", 2)) == (Step.CUT_SHORT, Step.DROP)  # one record short
+        assert seq.applied == NOTHING
+
+    def test_resolved_after_a_cut_short_is_not_trusted(self) -> None:
+        seq = Sequencer()
+        seq.step(0, B(5, "a", 2))
+        assert seq.step(1, R(9)) == (Step.CUT_SHORT, Step.DROP)
+        assert seq.resolved == 0
+        seq2 = Sequencer(known_cut=[0])
+        seq2.step(0, B(5, "a", 2))
+        assert seq2.step(1, R(9)) == (Step.DROP,)
+        assert seq2.resolved == 0
+
+    def test_records_outside_transactions_dropped(self) -> None:
+        seq = Sequencer()
+        assert seq.step(0, D) == (Step.DROP,)
+        assert seq.step(1, C(1, "x", 0)) == (Step.DROP,)
+
+    def test_forget_cut_below(self) -> None:
+        seq = Sequencer(known_cut=[3, 10])
+        seq.forget_cut_below(5)
+        assert seq.known_cut == {10}
+
+
+# -- property: any stream the contract allows -> each transaction applied once, in order --
+
+
+@dataclass(frozen=True)
+class T:
+    ts: int
+    txn: str
+    count: int
+
+
+def _stream(draw_ops, txns: list[T]) -> list[tuple[Marker, str | None]]:
+    """The sorted stream: (marker, label of a data record) in order."""
+    out: list[tuple[Marker, str | None]] = []
+    for op, t, arg in draw_ops:
+        if op == "whole":
+            out.append((B(t.ts, t.txn, t.count), None))
+            out += [(D, f"{t.txn}/{s}") for s in range(1, t.count + 1)]
+            out.append((C(t.ts, t.txn, t.count), None))
+        elif op == "cut":
+            out.append((B(t.ts, t.txn, t.count), None))
+            out += [(D, f"{t.txn}/{s}") for s in range(1, min(arg, t.count) + 1)]
+        else:  # resolved
+            out.append((R(t.ts), None))
+    return out
+
+
+@st.composite
+def streams(draw):
+    n = draw(st.integers(1, 25))
+    txns = [T(10 * (i + 1), f"t{i:03d}", draw(st.integers(0, 4))) for i in range(n)]
+    ops = []
+    i = 0
+    while i < n:
+        choice = draw(st.sampled_from(["whole", "whole", "cut", "replay", "resolved"]))
+        if choice == "cut":
+            ops.append(("cut", txns[i], draw(st.integers(0, 4))))
+            ops.append(("whole", txns[i], 0))  # its complete copy follows
+            i += 1
+        elif choice == "replay" and i > 0:
+            back = draw(st.integers(1, i))
+            ops += [("whole", t, 0) for t in txns[i - back : i]]
+        elif choice == "resolved" and i > 0:
+            ops.append(("resolved", txns[i - 1], 0))
+        else:
+            ops.append(("whole", txns[i], 0))
+            i += 1
+    return txns, _stream(ops, txns)
+
+
+class KafkaModel:
+    """The Kafka sink's policy on a list: produce as read, commit at boundaries now and
+    then, abort + rewind to the committed offset on a cut short with records produced,
+    commit at a known cut-short begin; crash (lose everything uncommitted) anywhere."""
+
+    def __init__(self, stream, commit_every: int, crash_at: set[int]) -> None:
+        self.stream = stream
+        self.commit_every = commit_every
+        self.crash_at = crash_at
+        self.target: list[str] = []  # committed
+
+    def run(self) -> list[str]:
+        committed_offset, applied, known = 0, NOTHING, set()
+        seq = Sequencer()
+        pending: list[str] = []
+        open_produced = 0
+        pos = 0
+        reads = 0
+        guard = 0
+        while pos < len(self.stream):
+            guard += 1
+            assert guard < 100_000, "no progress"
+            marker, label = self.stream[pos]
+            reads += 1
+            if reads in self.crash_at:  # kill -9: the uncommitted is gone, memory too
+                seq = Sequencer(applied)
+                pending, open_produced, pos = [], 0, committed_offset
+                continue
+            rewound = False
+            for step in seq.step(pos, marker):
+                if step is Step.APPLY:
+                    pending.append(label)  # type: ignore[arg-type]
+                    open_produced += 1
+                elif step in (Step.OPEN, Step.COMPLETE):
+                    open_produced = 0
+                elif step is Step.CUT_SHORT and open_produced:
+                    known.add(seq.cut.begin_offset)  # type: ignore[union-attr]
+                    seq.reset(applied, known)
+                    pending, open_produced, pos = [], 0, committed_offset
+                    rewound = True
+                    break
+                elif step is Step.SKIP_CUT and pending:
+                    self.target += pending
+                    pending, committed_offset, applied = [], pos, seq.applied
+            if rewound:
+                continue
+            pos += 1
+            if seq.open is None and pos % self.commit_every == 0:
+                self.target += pending
+                pending, committed_offset, applied = [], pos, seq.applied
+                seq.forget_cut_below(pos)
+        if seq.open is None:
+            self.target += pending
+        return self.target
+
+
+@settings(max_examples=300, deadline=None)
+@given(streams(), st.integers(1, 7), st.sets(st.integers(1, 200), max_size=3))
+def test_every_transaction_applied_once_in_order(data, commit_every, crash_at) -> None:
+    txns, stream = data
+    got = KafkaModel(stream, commit_every, crash_at).run()
+    want = [f"{t.txn}/{s}" for t in txns for s in range(1, t.count + 1)]
+    assert got == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(streams())
+def test_resolved_never_ahead_of_what_completed(data) -> None:
+    """When a resolved mark R is taken, every transaction with commit_ts <= R is complete."""
+    txns, stream = data
+    seq = Sequencer()
+    done: set[str] = set()
+    for offset, (marker, _) in enumerate(stream):
+        for step in seq.step(offset, marker):
+            if step is Step.COMPLETE:
+                done.add(seq.applied.txn)
+            if step is Step.RESOLVED:
+                assert all(t.txn in done for t in txns if t.ts <= marker.commit_ts)
