@@ -505,12 +505,14 @@ class ServiceFactory:
         env: Mapping[str, str] | None = None,
         wait: bool = True,
         timeout: float = 60.0,
+        sink_topic: str | None = None,
     ) -> Feed:
         """Write a feed file and a config file, start ``pullers`` + ``sinks`` processes.
 
         ``name`` is made a legal feed name (see :func:`feed_name`; ``feed.name`` holds it).
         ``clusters``: the ``clusters`` fixture (or a mapping alias -> client config).
         ``config``: the feed's options (``errors.tolerance``, ``staging.partitions``, ...).
+        ``sink_topic``: the one target topic of an ordered feed (``kafka://TARGET/TOPIC``).
         ``settings``: merged into the configuration file (e.g. ``{"puller":
         {"commit_interval_ms": 50}}``). With ``wait``, returns once every process answers
         /status (fails with the log of one that exits or does not answer).
@@ -523,7 +525,7 @@ class ServiceFactory:
         spec: dict[str, Any] = {
             "name": fname,
             "source": source,
-            "sink-uri": f"kafka://{target}",
+            "sink-uri": f"kafka://{target}" + (f"/{sink_topic}" if sink_topic else ""),
             "topics": list(topics),
             "exclude": list(exclude),
             "mode": mode,
