@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias
 
 from crossfeed.wire import codec
@@ -144,6 +144,9 @@ class ChangeEvent:
     before: dict[str, Value] | None = None
     after: dict[str, Value] | None = None
     ddl: str | None = None
+    checked: bool = field(default=False, compare=False, repr=False)
+    """Built by a :class:`Table`, which checked every value: encoding skips Avro's (slow)
+    full validation."""
 
 
 @dataclass(frozen=True)
@@ -206,6 +209,8 @@ class Table:
                 )
             if col.type == "double":
                 out[name] = float(value)  # an int would take the union's long branch
+            elif isinstance(value, int) and not -(2**63) <= value < 2**63:
+                raise ValueError(f"table {self.name}: column {name}: {value} is out of range")
         return out
 
     def _event(
@@ -219,6 +224,7 @@ class Table:
             key,
             None if before is None else self._row(before, "before"),
             None if after is None else self._row(after, "after"),
+            checked=True,
         )
 
     def insert(self, row: Row) -> ChangeEvent:
@@ -235,7 +241,10 @@ class Table:
     def ddl(self, what: str, columns: Sequence[Column]) -> tuple[ChangeEvent, Table]:
         """A schema change: the event (with the new column list) and the new table."""
         new = Table(self.name, tuple(columns), self.schema_version + 1)
-        return ChangeEvent(new.name, "ddl", new.schema_version, new.columns, {}, ddl=what), new
+        event = ChangeEvent(
+            new.name, "ddl", new.schema_version, new.columns, {}, ddl=what, checked=True
+        )
+        return event, new
 
 
 def _wrap(row: Mapping[str, Value] | None) -> dict[str, Any] | None:
@@ -267,6 +276,7 @@ def encode_change(event: ChangeEvent) -> bytes:
             "after": _wrap(event.after),
             "ddl": event.ddl,
         },
+        checked=event.checked,
     )
 
 

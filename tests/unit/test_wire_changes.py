@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crossfeed.wire.changes import (
+    ChangeEvent,
     Column,
     Table,
     TxnRef,
@@ -16,6 +17,7 @@ from crossfeed.wire.changes import (
     parse_txn,
     txn_header,
 )
+from crossfeed.wire.codec import CodecError
 
 pytestmark = pytest.mark.unit
 
@@ -137,3 +139,15 @@ def test_rows_are_checked_against_the_table() -> None:
     with pytest.raises(ValueError, match="no primary-key"):
         Table("t", (Column("a", "long"),))
     assert Column("k", "long", primary_key=True).nullable is False
+
+
+def test_events_not_built_by_a_table_get_avros_full_validation() -> None:
+    with pytest.raises(ValueError, match="out of range"):
+        ITEMS.insert({"id": 2**63, "tag": b""})
+    checked = ITEMS.insert({"id": 1, "tag": b"t", "price": 2.0})
+    assert checked.checked
+    by_hand = ChangeEvent("items", "insert", 1, ITEMS.columns, {"id": 1}, None, {"id": [1]})
+    assert not by_hand.checked
+    with pytest.raises(CodecError, match="ChangeEvent"):
+        encode_change(by_hand)
+    assert decode_change(encode_change(checked)) == checked
