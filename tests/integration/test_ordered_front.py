@@ -7,20 +7,25 @@ staging topic itself.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
 
 import pytest
 
+from crossfeed import dlq
 from crossfeed.client.producer import ChangeProducer, row_change
 from crossfeed.core.partitions import staging_partition
 from crossfeed.core.timestamps import parse_commit_ts
 from crossfeed.kafka import clients
-from crossfeed.wire import codec, headers
+from crossfeed.wire import codec, headers, topics
 from crossfeed.wire.changes import decode_change, parse_txn
 from crossfeed.workload.bank import ACCOUNTS
 from crossfeed.workload.run import run_bank
+from tests.support.bank import verify_bank
 from tests.support.verify import Record, flatten, read_many
 
 pytestmark = [pytest.mark.integration]
@@ -194,3 +199,91 @@ def test_ordered_puller_stages_one_record_per_change_with_marks_that_never_go_ba
     for partition in range(4):
         assert last_mark[f"{bank_topic}/{partition}"] >= summary.last_commit_ts  # type: ignore[attr-defined]
     assert puller.alive
+
+
+def test_bank_workload_cli_summary_and_what_a_sorter_would_release_checks_out(clusters, unique):
+    """The CLI's JSON line, and the source records put in (commit_ts, txn, seq) order — what
+    the sorter releases — pass the ordered-target checker with the expected balances."""
+    topic = unique("bank-cli")
+    bootstrap = clusters.a.config["bootstrap.servers"]
+    command = [sys.executable, "-m", "crossfeed.cli.main", "workload", "bank", "--topic", topic]
+    command += ["--accounts", "30", "--rate", "0", "--transactions", "3000", "--partitions", "5"]
+    command += ["--bootstrap", bootstrap, "--skew-partition", "2", "--skew-ms", "300"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (summary["transactions"], summary["events"], summary["initial_total"]) == (
+        3001,
+        30 + 2 * 3000,
+        30 * 1000,
+    )
+    assert summary["skew_partition"] == 2 and summary["last_commit_ts"] > 0
+
+    records = [r for r in flatten(read_many(clusters.a.config, [topic])) if not _is_mark(r)]
+    assert len(records) == summary["events"]
+    by_partition = defaultdict(set)
+    for record in records:
+        event = decode_change(record.value)
+        by_partition[event.key["id"] % 5].add(record.partition)
+    assert all(parts == {p} for p, parts in by_partition.items())  # rows stay in place
+
+    def order(r: Record) -> tuple[int, str, int]:
+        ref = parse_txn(r.header(headers.TXN))
+        return (_ts(r), ref.txn, ref.seq)
+
+    released = sorted(records, key=order)
+    verify_bank(released, summary).assert_ok()
+    damaged = released[:100] + released[101:]
+    assert not verify_bank(damaged, summary).ok
+
+
+def test_ordered_puller_dead_letters_late_and_malformed_changes_and_stages_big_ones(
+    clusters, services, topic_factory, unique
+):
+    topic = topic_factory(clusters.a, partitions=1, config={"max.message.bytes": "8388608"})
+    producer = clients.producer(
+        clusters.a.config, **{"message.max.bytes": 9 << 20, "compression.type": "none"}
+    )
+    ts = str(int(time.time() * 1_000_000)).encode()
+
+    def send(value: bytes, hdrs: list) -> None:
+        producer.produce(topic, key=b"k", value=value, partition=0, headers=hdrs)
+
+    send(b"ok", [(headers.COMMIT_TS, ts)])
+    send(b"", [(headers.TYPE, RESOLVED), (headers.COMMIT_TS, ts)])  # a watermark at ts
+    send(b"late", [(headers.COMMIT_TS, ts)])  # at the watermark: late
+    send(b"bad-ts", [(headers.COMMIT_TS, b"soon")])
+    send(b"bad-txn", [(headers.COMMIT_TS, str(int(ts) + 1).encode()), (headers.TXN, b"a:b/1/2")])
+    big = b"x" * (6 << 20)
+    send(big, [(headers.COMMIT_TS, str(int(ts) + 2).encode())])
+    producer.flush(30)
+    feed = services.start_feed(
+        "ordered-dlq",
+        clusters,
+        [topic],
+        mode="ordered",
+        sink_topic=unique("out"),
+        sinks=0,
+        config={"staging.partitions": 1},
+    )
+    staged = _staging(clusters, feed, 2)
+    data = [r for r in flatten(staged) if not _is_mark(r)]
+    assert [len(r.value) for r in data] == [2, len(big)]
+    marks = [r for r in flatten(staged) if _is_mark(r)]
+    assert marks and _ts(marks[-1]) == int(ts)  # the watermark, however late the clock
+    deadline = time.monotonic() + 60
+    while True:
+        letters = [
+            r
+            for r in flatten(read_many(clusters.b.config, [topics.DLQ]))
+            if r.header(dlq.FEED) == feed.name.encode()
+        ]
+        if len(letters) >= 3 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert [(r.value, r.header(dlq.ERROR_CLASS)) for r in letters] == [
+        (b"late", b"LateChange"),
+        (b"bad-ts", b"BadChangeHeaders"),
+        (b"bad-txn", b"BadChangeHeaders"),
+    ]
+    assert feed.pullers[0].alive
