@@ -146,9 +146,92 @@ app.add_typer(workload, name="workload")
 
 
 @workload.command("bank")
-def workload_bank() -> None:
-    """Bank transfers between accounts in different partitions (ordered-feed check)."""
-    not_implemented("workload bank")
+def workload_bank(
+    topic: str = typer.Option(..., "--topic", help="source topic (created if absent)"),
+    accounts: int = typer.Option(1000, "--accounts", min=2, help="number of accounts"),
+    rate: float = typer.Option(
+        1000.0, "--rate", min=0, help="transactions per second (0: as fast as possible)"
+    ),
+    seconds: Optional[float] = typer.Option(  # noqa: UP045
+        None, "--seconds", min=0, help="stop after this long"
+    ),
+    transactions: Optional[int] = typer.Option(  # noqa: UP045
+        None, "--transactions", min=0, help="stop after this many transfers"
+    ),
+    partitions: int = typer.Option(8, "--partitions", min=2, help="partitions of a new topic"),
+    bootstrap: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--bootstrap", help="bootstrap servers (instead of --cluster)"
+    ),
+    cluster: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--cluster", help="cluster alias from the configuration (default: the first)"
+    ),
+    skew_partition: Optional[int] = typer.Option(  # noqa: UP045
+        None, "--skew-partition", min=0, help="write this partition's records late ..."
+    ),
+    skew_ms: int = typer.Option(0, "--skew-ms", min=0, help="... by this many milliseconds"),
+    initial_balance: int = typer.Option(1000, "--initial-balance", min=1),
+    seed: Optional[int] = typer.Option(None, "--seed", help="random seed"),  # noqa: UP045
+    resolved_interval_ms: int = typer.Option(
+        200, "--resolved-interval-ms", min=1, help="watermarks to every partition this often"
+    ),
+) -> None:
+    """Bank transfers between accounts in different partitions (ordered-feed check).
+
+    One opening transaction creates every account (table accounts: id, balance), then
+    each transaction moves an amount between two accounts in different partitions. Ends
+    with a one-line JSON summary (transactions, events, initial total, last commit_ts).
+    """
+    import json
+    import signal
+
+    from crossfeed.cli.common import fail, settings
+    from crossfeed.config import ConfigError
+    from crossfeed.workload.run import run_bank
+
+    if seconds is None and transactions is None:
+        fail("give --seconds or --transactions (or both): the workload needs an end")
+    if (skew_partition is None) != (skew_ms == 0):
+        fail("--skew-partition and --skew-ms go together")
+    if bootstrap and cluster:
+        fail("give --bootstrap or --cluster, not both")
+    if bootstrap:
+        conf: dict[str, object] = {"bootstrap.servers": bootstrap}
+    else:
+        try:
+            config = settings()
+            alias = cluster or next(iter(config.clusters), None)
+            if alias is None:
+                fail("no cluster configured: give --bootstrap HOST:PORT or --cluster ALIAS")
+            conf = dict(config.cluster(alias).client_config())
+        except ConfigError as err:
+            fail(str(err))
+    stopping = False
+
+    def on_term(_signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    try:
+        summary, _ = run_bank(
+            conf,
+            topic,
+            accounts=accounts,
+            partitions=partitions,
+            rate=rate,
+            seconds=seconds,
+            transactions=transactions,
+            skew_partition=skew_partition,
+            skew_ms=skew_ms,
+            initial_balance=initial_balance,
+            seed=seed,
+            resolved_interval_s=resolved_interval_ms / 1000,
+            stop=lambda: stopping,
+        )
+    except (ValueError, RuntimeError) as err:
+        fail(str(err))
+    typer.echo(json.dumps(summary.as_dict()))
 
 
 @app.command()

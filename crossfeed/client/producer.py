@@ -1,30 +1,62 @@
-"""The change producer: commit timestamps, transactions and resolved watermarks.
+"""The change producer: row changes, commit timestamps, transactions, resolved watermarks.
 
-For ordered feeds (DESIGN.md §4 Puller, Sorter), every change carries its commit
-timestamp (``crossfeed-commit-ts``, microseconds) and, when it belongs to a transaction of
-several changes, ``crossfeed-txn`` = ``<txn id>/<seq>/<count>``; and the producer
-promises, per partition, "nothing with a commit_ts ≤ T will follow" by writing a
-``resolved`` watermark (header ``crossfeed-type: resolved``, an Avro ``ResolvedMark``
-whose ``next_offset`` is -1 and ``source_cluster`` empty: the producer knows neither).
+docs/ordered-feeds.md §1 is the contract. Every change carries its commit timestamp
+(``crossfeed-commit-ts``, microseconds) and, when it belongs to a transaction of several
+changes, ``crossfeed-txn`` = ``<txn id>/<seq>/<count>``; and the producer promises, per
+partition, "nothing with a commit_ts ≤ T will follow" by writing a ``resolved`` watermark
+(header ``crossfeed-type: resolved`` and ``crossfeed-commit-ts: T``, an Avro
+``ResolvedMark`` whose ``next_offset`` is -1 and ``source_cluster`` empty: the producer
+knows neither).
 
 The promise holds because this producer hands out commit timestamps itself, strictly
-increasing, and refuses to write a change at or below a watermark it already wrote.
-One producer per source of changes (one writer per table, say); with a transactional
-config (``transactional.id``) every :meth:`ChangeProducer.transaction` is also a Kafka
-transaction, so a source transaction is never half visible.
+increasing, and refuses to write a change at or below a watermark it already wrote; a
+lock keeps a watermark behind every change stamped before it (one producer may be used
+from several threads, and by its ticker). One producer per partition of changes (one
+writer per table, say): a watermark speaks for the producer that wrote it only.
+
+Row changes: :func:`row_change` wraps a :class:`~crossfeed.wire.changes.ChangeEvent` (built
+with :class:`~crossfeed.wire.changes.Table`) into a :class:`Change`; bytes column values
+are plain ``bytes`` (the Avro ``Binary`` wrapping is done here).
+
+Watermarks at an interval (``resolved_interval_s``; None, the default, writes them only
+when :meth:`ChangeProducer.resolved` is called), idle partitions included, for every
+topic this producer wrote or :meth:`ChangeProducer.watch`-es, in either of two ways:
+
+* :meth:`ChangeProducer.tick` — call it from your own loop as often as you like; it writes
+  a round of watermarks when the interval has passed (the bank workload does this);
+* :meth:`ChangeProducer.start_ticker` (or ``with ChangeProducer(...) as producer:``) — a
+  background thread calls ``tick`` for you, so an application that sits idle still
+  advances the feed.
+
+A round's watermark is the newest commit_ts, or the clock when that is later — unless a
+caller ever passed its own ``commit_ts_us``: then only the newest commit_ts, so that the
+clock never fences timestamps the caller hands out. With an interval set, before its
+first change to a topic the producer writes a watermark to every partition of it (at the
+last resolved ts), so the puller knows from the start that the partitions follow
+watermarks, not record timestamps (docs/ordered-feeds.md §2).
+
+With a transactional config (``transactional.id``) every :meth:`ChangeProducer.transaction`
+is also a Kafka transaction, so a source transaction is never half visible on the source
+either; without one (idempotent only: per-partition order, no duplicates) transactions
+are much cheaper and the feed still applies them whole (the sorter waits for all
+``count`` changes).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 
 from crossfeed.wire import codec, headers
+from crossfeed.wire.changes import ChangeEvent, check_txn_id, encode_change, txn_header
 
 Header = tuple[str, bytes | None]
 
@@ -40,17 +72,130 @@ class Change:
     headers: Sequence[Header] = ()
 
 
+class Outgoing(NamedTuple):
+    """One record on its way to Kafka (a change or a watermark), fully stamped."""
+
+    topic: str
+    partition: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header]
+
+
+class ProduceError(RuntimeError):
+    """Kafka refused records of this producer (delivery failed)."""
+
+
+def message_key(event: ChangeEvent) -> bytes | None:
+    """The default Kafka key of a row change: the primary-key value as text (bytes as they
+    are) for a one-column key, a JSON array of the values (bytes in hex) for a composite
+    one, None for a ddl."""
+    values = list(event.key.values())
+    if not values:
+        return None
+    if len(values) == 1:
+        v = values[0]
+        return bytes(v) if isinstance(v, (bytes, bytearray)) else str(v).encode()
+    return json.dumps([v.hex() if isinstance(v, bytes) else v for v in values]).encode()
+
+
+def row_change(
+    topic: str,
+    event: ChangeEvent,
+    *,
+    key: bytes | None = None,
+    partition: int | None = None,
+    headers: Sequence[Header] = (),
+) -> Change:
+    """A :class:`Change` whose value is ``event`` as an Avro ``ChangeEvent``; the Kafka key
+    defaults to :func:`message_key` (so a row's changes share a partition)."""
+    return Change(topic, encode_change(event), key or message_key(event), partition, headers)
+
+
+def watermark_headers(ts_us: int) -> list[Header]:
+    return [
+        (headers.TYPE, headers.TYPE_RESOLVED.encode()),
+        (headers.COMMIT_TS, str(ts_us).encode()),
+    ]
+
+
+def watermark_value(topic: str, partition: int, ts_us: int) -> bytes:
+    return codec.encode(
+        "ResolvedMark",
+        {
+            "source_cluster": "",
+            "topic": topic,
+            "partition": partition,
+            "resolved_ts_us": ts_us,
+            "next_offset": -1,
+        },
+    )
+
+
+def stamp_transaction(changes: Sequence[Change], txn: str, ts_us: int) -> list[Outgoing]:
+    """The records of one source transaction: every change with ``crossfeed-commit-ts``
+    (any earlier one replaced) and, when there are several, ``crossfeed-txn``."""
+    check_txn_id(txn)
+    count = len(changes)
+    ts = str(ts_us).encode()
+    out: list[Outgoing] = []
+    for seq, change in enumerate(changes, start=1):
+        stamped = [
+            *(h for h in change.headers if h[0] not in (headers.COMMIT_TS, headers.TXN)),
+            (headers.COMMIT_TS, ts),
+        ]
+        if count > 1:
+            stamped.append((headers.TXN, txn_header(txn, seq, count)))
+        out.append(Outgoing(change.topic, change.partition, change.key, change.value, stamped))
+    return out
+
+
 class ChangeProducer:
     """Produces changes with commit timestamps and writes resolved watermarks."""
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        *,
+        resolved_interval_s: float | None = None,
+        topics: Iterable[str] = (),
+    ) -> None:
         self.transactional = "transactional.id" in config
-        self._producer = Producer({"enable.idempotence": True, **config})
+        self._producer = Producer(
+            {
+                "enable.idempotence": True,
+                "delivery.report.only.error": True,
+                "on_delivery": self._on_delivery,
+                **config,
+            }
+        )
         if self.transactional:
             self._producer.init_transactions(30)
+        self.resolved_interval_s = resolved_interval_s
+        self._lock = threading.RLock()
         self._last_ts_us = 0
         self._resolved_us = 0
+        self._explicit_ts = False  # a caller passed commit_ts_us: ticks never use the clock
         self._written: set[str] = set()
+        self._announced: set[str] = set()  # topics whose partitions got a first watermark
+        self._watched: set[str] = set(topics)
+        self._last_tick = 0.0
+        self._errors: list[str] = []
+        self._ticker: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.ticker_error: BaseException | None = None
+
+    # -- timestamps ----------------------------------------------------------------------
+
+    @property
+    def last_commit_ts_us(self) -> int:
+        """The newest commit_ts handed out (0 before the first transaction)."""
+        return self._last_ts_us
+
+    @property
+    def resolved_ts_us(self) -> int:
+        """The newest watermark written (0 before the first)."""
+        return self._resolved_us
 
     def _next_ts(self, requested: int | None) -> int:
         """The commit timestamp of the next transaction: the one asked for (above the last
@@ -61,11 +206,14 @@ class ChangeProducer:
                     f"commit_ts {requested} is at or below the resolved watermark "
                     f"{self._resolved_us} this producer already wrote"
                 )
+            self._explicit_ts = True
             ts = requested
         else:
             ts = max(int(time.time() * 1_000_000), self._last_ts_us + 1, self._resolved_us + 1)
         self._last_ts_us = max(self._last_ts_us, ts)
         return ts
+
+    # -- changes -------------------------------------------------------------------------
 
     def send(
         self,
@@ -87,96 +235,171 @@ class ChangeProducer:
         txn_id: str | None = None,
     ) -> tuple[str, int]:
         """Write ``changes`` as one source transaction (one commit_ts, ``crossfeed-txn``
-        on each when there are several); returns (txn id, commit_ts µs)."""
+        on each when there are several); returns (txn id, commit_ts µs).
+
+        A txn id is non-empty printable ASCII without spaces, '/' or ':' (default: a
+        random hex id).
+        """
         if not changes:
             raise ValueError("a transaction needs at least one change")
-        ts = self._next_ts(commit_ts_us)
-        txn = txn_id or uuid.uuid4().hex
-        if "/" in txn:
-            raise ValueError(f"txn id {txn!r} must not contain '/'")
-        count = len(changes)
-        if self.transactional:
-            self._producer.begin_transaction()
-        try:
-            for seq, change in enumerate(changes, start=1):
-                stamped = [
-                    *(h for h in change.headers if h[0] not in (headers.COMMIT_TS, headers.TXN)),
-                    (headers.COMMIT_TS, str(ts).encode()),
-                ]
-                if count > 1:
-                    stamped.append((headers.TXN, f"{txn}/{seq}/{count}".encode()))
-                self._produce(change.topic, change.value, change.key, change.partition, stamped)
-            if self.transactional:
-                self._producer.commit_transaction(30)
-        except Exception:
-            if self.transactional:
-                self._producer.abort_transaction(30)
-            raise
+        txn = check_txn_id(txn_id) if txn_id is not None else uuid.uuid4().hex
+        with self._lock:
+            new = {c.topic for c in changes} - self._announced
+            if new and self.resolved_interval_s is not None:
+                self._write_marks(sorted(new), self._resolved_us)
+            ts = self._next_ts(commit_ts_us)
+            records = stamp_transaction(changes, txn, ts)
+            with self._kafka_transaction():
+                for record in records:
+                    self._write(record)
         return txn, ts
+
+    # -- watermarks ----------------------------------------------------------------------
+
+    def watch(self, topics: Iterable[str]) -> None:
+        """Also write the interval's watermarks to ``topics`` (before any change to them)."""
+        with self._lock:
+            self._watched.update(topics)
 
     def resolved(self, topics: Iterable[str] | None = None, ts_us: int | None = None) -> int:
         """Write a watermark to every partition of ``topics`` (default: every topic this
-        producer wrote); returns the resolved ts (µs), by default the newest commit_ts.
+        producer wrote or watches); returns the resolved ts (µs), by default the newest
+        commit_ts.
 
         After it, this producer refuses changes with a commit_ts at or below it.
         """
-        ts = self._last_ts_us if ts_us is None else ts_us
-        if ts < self._resolved_us:
-            raise ValueError(
-                f"resolved ts {ts} is below the one already written ({self._resolved_us})"
-            )
-        if ts_us is not None and ts_us < self._last_ts_us:
-            raise ValueError(
-                f"resolved ts {ts_us} is below commit_ts {self._last_ts_us} already written"
-            )
-        names = sorted(set(topics) if topics is not None else self._written)
-        marks = [
-            (headers.TYPE, headers.TYPE_RESOLVED.encode()),
-            (headers.COMMIT_TS, str(ts).encode()),
-        ]
-        if self.transactional:
-            self._producer.begin_transaction()
-        for topic in names:
-            meta = self._producer.list_topics(topic, timeout=10).topics[topic]
-            for partition in sorted(meta.partitions):
-                value = codec.encode(
-                    "ResolvedMark",
-                    {
-                        "source_cluster": "",
-                        "topic": topic,
-                        "partition": partition,
-                        "resolved_ts_us": ts,
-                        "next_offset": -1,
-                    },
+        with self._lock:
+            ts = self._last_ts_us if ts_us is None else ts_us
+            if ts < self._resolved_us:
+                raise ValueError(
+                    f"resolved ts {ts} is below the one already written ({self._resolved_us})"
                 )
-                self._produce(topic, value, None, partition, marks)
-        if self.transactional:
-            self._producer.commit_transaction(30)
-        self._resolved_us = ts
-        return ts
+            if ts_us is not None and ts_us < self._last_ts_us:
+                raise ValueError(
+                    f"resolved ts {ts_us} is below commit_ts {self._last_ts_us} already written"
+                )
+            names = sorted(set(topics) if topics is not None else self._written | self._watched)
+            self._write_marks(names, ts)
+            self._resolved_us = ts
+            return ts
 
-    def _produce(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None,
-        partition: int | None,
-        stamped: Sequence[Header],
-    ) -> None:
-        kwargs: dict[str, Any] = {"value": value, "key": key, "headers": list(stamped)}
-        if partition is not None:
-            kwargs["partition"] = partition
+    def tick(self, now: float | None = None) -> int | None:
+        """Write a round of watermarks if ``resolved_interval_s`` has passed since the last
+        one; returns its resolved ts, or None if it was not due (or had nothing to say).
+        Also serves delivery reports. Cheap: call it from any loop."""
+        self._producer.poll(0)
+        now = time.monotonic() if now is None else now
+        if self.resolved_interval_s is None or now - self._last_tick < self.resolved_interval_s:
+            return None
+        with self._lock:
+            self._last_tick = now
+            ts = self._last_ts_us
+            if not self._explicit_ts:
+                ts = max(ts, int(time.time() * 1_000_000))
+            names = self._written | self._watched
+            if not names or (ts <= self._resolved_us and names <= self._announced):
+                return None
+            return self.resolved(names, max(ts, self._resolved_us))
+
+    def start_ticker(self) -> ChangeProducer:
+        """Call :meth:`tick` from a background thread every ``resolved_interval_s`` until
+        :meth:`close`; an error it meets is kept in ``ticker_error`` and raised by close."""
+        if self.resolved_interval_s is None:
+            raise ValueError("start_ticker needs resolved_interval_s")
+        if self._ticker is None:
+            self._stop.clear()
+            self._ticker = threading.Thread(
+                target=self._tick_loop, name="crossfeed-watermarks", daemon=True
+            )
+            self._ticker.start()
+        return self
+
+    def _tick_loop(self) -> None:
+        while not self._stop.wait(min(self.resolved_interval_s or 1.0, 0.1)):
+            try:
+                self.tick()
+            except BaseException as err:  # kept for close(); the thread ends
+                self.ticker_error = err
+                return
+
+    def _write_marks(self, names: Sequence[str], ts: int) -> None:
+        """One watermark at ``ts`` per partition of each topic in ``names`` (lock held)."""
+        if not names:
+            return
+        marks = watermark_headers(ts)
+        with self._kafka_transaction():
+            for topic in names:
+                meta = self._producer.list_topics(topic, timeout=10).topics[topic]
+                if getattr(meta, "error", None) is not None:
+                    raise ProduceError(f"topic {topic}: {meta.error}")
+                for partition in sorted(meta.partitions):
+                    value = watermark_value(topic, partition, ts)
+                    self._write(Outgoing(topic, partition, None, value, list(marks)))
+        self._announced.update(names)
+
+    @contextlib.contextmanager
+    def _kafka_transaction(self) -> Iterator[None]:
+        """With a transactional config, what the block writes is one Kafka transaction
+        (aborted if the block raises); without one, nothing more than the block."""
+        if not self.transactional:
+            yield
+            return
+        self._producer.begin_transaction()
+        try:
+            yield
+            self._producer.commit_transaction(30)
+        except Exception:
+            self._producer.abort_transaction(30)
+            raise
+
+    # -- I/O -----------------------------------------------------------------------------
+
+    def _write(self, record: Outgoing) -> None:
+        """Hand one stamped record to Kafka (subclasses may hold some back, in order)."""
+        self._produce(record)
+
+    def _produce(self, record: Outgoing) -> None:
+        kwargs: dict[str, Any] = {
+            "value": record.value,
+            "key": record.key,
+            "headers": list(record.headers),
+        }
+        if record.partition is not None:
+            kwargs["partition"] = record.partition
         while True:
             try:
-                self._producer.produce(topic, **kwargs)
+                self._producer.produce(record.topic, **kwargs)
                 break
             except BufferError:
                 self._producer.poll(0.1)
-        self._written.add(topic)
+        self._written.add(record.topic)
+
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None and len(self._errors) < 100:
+            self._errors.append(f"{msg.topic()}/{msg.partition()}: {err.str()}")
 
     def flush(self, timeout_s: float = 30.0) -> int:
-        """Wait for delivery; returns how many records are still queued."""
-        return int(self._producer.flush(timeout_s))
+        """Wait for delivery; returns how many records are still queued. Raises
+        ProduceError if Kafka refused any record since the producer started."""
+        left = int(self._producer.flush(timeout_s))
+        if self._errors:
+            raise ProduceError(
+                f"{len(self._errors)} record(s) were not delivered, e.g. {self._errors[0]}"
+            )
+        return left
 
     def close(self) -> None:
+        """Stop the ticker and wait for delivery (raises what the ticker met)."""
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+            self._ticker = None
         self.flush()
+        if self.ticker_error is not None:
+            raise ProduceError(f"watermark ticker failed: {self.ticker_error}")
+
+    def __enter__(self) -> ChangeProducer:
+        return self if self.resolved_interval_s is None else self.start_ticker()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -22,7 +22,12 @@ Spark's Kafka writer cannot set; sinks give it back to the target record."""
 TYPE: Final = "crossfeed-type"
 """Absent for data; ``resolved`` for watermarks; ``begin``/``commit`` in ``sorted``."""
 
+RESOLVED_FROM: Final = "crossfeed-resolved-from"
+"""On a puller's resolved mark of an ordered feed: ``watermarks`` when the partition's
+resolved_ts follows the change producer's watermarks (a new task owner keeps doing so)."""
+
 TYPE_RESOLVED: Final = "resolved"
+RESOLVED_FROM_WATERMARKS: Final = "watermarks"
 TYPE_BEGIN: Final = "begin"
 TYPE_COMMIT: Final = "commit"
 

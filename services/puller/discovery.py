@@ -4,7 +4,9 @@ Every ``topic_refresh_s`` the puller lists the source cluster's topics, selects 
 feed's ones (names or regexes, minus exclusions, never internal topics), and makes
 sure each has a target topic: created with the source's partition count and
 topic-level configs if missing; refused — the feed goes into the error state with a
-message saying what to do — if it has fewer partitions than the source.
+message saying what to do — if it has fewer partitions than the source. An ordered
+feed has no per-topic targets (its changes go to ``_crossfeed.<feed>.changes``, the sink
+writes the one target topic): its matching source partitions are ready at once.
 """
 
 from __future__ import annotations
@@ -32,11 +34,17 @@ class Discovery:
     def refresh(self) -> set[TopicPartition]:
         """Look again; returns source partitions that became ready since the last call."""
         source_counts = kafka_topics.partition_counts(self.source)
-        target_counts = kafka_topics.partition_counts(self.target)
+        ordered = self.feed.mode == "ordered"
+        target_counts = {} if ordered else kafka_topics.partition_counts(self.target)
         new: set[TopicPartition] = set()
         for topic in self.feed.selector.select(source_counts):
             partitions = source_counts[topic]
             if self.ready.get(topic) == partitions:
+                continue
+            if ordered:
+                before = self.ready.get(topic, 0)
+                self.ready[topic] = partitions
+                new.update(TopicPartition(topic, p) for p in range(before, partitions))
                 continue
             target_topic = self.feed.target_topic(topic)
             if target_topic not in target_counts:

@@ -6,12 +6,16 @@ partition, written atomically with the records it covers. Only the task's owner
 writes its staging partition, so the newest committed block of marks holds the
 positions to resume from. A new owner first calls ``init_transactions`` (aborting
 whatever a predecessor left open), then reads the partition's tail here.
+
+The marks also hand over each partition's resolved_ts (it never goes backwards, whoever
+owns the task) and, for ordered feeds, whether the partition follows the producer's
+watermarks (header ``crossfeed-resolved-from: watermarks``).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import TopicPartition as KafkaTP
 
@@ -22,15 +26,25 @@ from crossfeed.wire import codec, headers
 log = logging.getLogger(__name__)
 
 FIRST_WINDOW = 256
-MARK_HEADERS = [(headers.TYPE, headers.TYPE_RESOLVED.encode())]
+MARK_TYPE = (headers.TYPE, headers.TYPE_RESOLVED.encode())
+FROM_WATERMARKS = (headers.RESOLVED_FROM, headers.RESOLVED_FROM_WATERMARKS.encode())
+
+
+class Recovered(NamedTuple):
+    """What the newest mark of a source partition hands to the task's next owner."""
+
+    next_offset: int
+    resolved_ts_us: int
+    watermarked: bool  # ordered feeds: the partition follows producer watermarks
 
 
 def _read_range(
     consumer: Any, topic: str, partition: int, start: int, end: int
-) -> list[tuple[bool, bytes]]:
-    """(is_mark, value) for committed records in [start, end) of one partition."""
+) -> list[tuple[bool, bool, bytes]]:
+    """(is_mark, watermarked, value) for committed records in [start, end) of one
+    partition."""
     consumer.assign([KafkaTP(topic, partition, start)])
-    out: list[tuple[bool, bytes]] = []
+    out: list[tuple[bool, bool, bytes]] = []
     while True:
         position = consumer.position([KafkaTP(topic, partition)])[0].offset
         if position >= end:
@@ -45,9 +59,10 @@ def _read_range(
                 continue
             if msg.offset() >= end:
                 break
-            # Copied records end with crossfeed-src; a mark carries only its type header.
+            # Packs have no headers and an ordered feed's staging records never carry
+            # crossfeed-type (the puller consumes the producer's watermarks).
             hdrs = msg.headers() or []
-            out.append((hdrs == MARK_HEADERS, msg.value()))
+            out.append((MARK_TYPE in hdrs, FROM_WATERMARKS in hdrs, msg.value()))
     consumer.unassign()
     return out
 
@@ -55,7 +70,16 @@ def _read_range(
 def recover(
     target: dict[str, Any], topic: str, partition: int, expected: set[TopicPartition]
 ) -> dict[TopicPartition, int] | None:
-    """next_offset per source partition from the newest marks; None if none was ever written.
+    """next_offset per source partition from the newest marks; None if none was ever
+    written (see :func:`recover_marks`)."""
+    marks = recover_marks(target, topic, partition, expected)
+    return None if marks is None else {tp: m.next_offset for tp, m in marks.items()}
+
+
+def recover_marks(
+    target: dict[str, Any], topic: str, partition: int, expected: set[TopicPartition]
+) -> dict[TopicPartition, Recovered] | None:
+    """The newest mark's content per source partition; None if none was ever written.
 
     Reads backwards in growing windows until every ``expected`` source partition has a
     mark, or a data record precedes the newest run of marks (so that run holds at least
@@ -66,7 +90,7 @@ def recover(
         low, high = consumer.get_watermark_offsets(KafkaTP(topic, partition), timeout=10)
         if high <= low:
             return None
-        positions: dict[TopicPartition, int] = {}
+        positions: dict[TopicPartition, Recovered] = {}
         window = FIRST_WINDOW
         while True:
             start = max(low, high - window)
@@ -74,12 +98,14 @@ def recover(
             positions.clear()
             seen_marks = False
             bounded = False
-            for is_mark, value in reversed(records):  # newest first
+            for is_mark, watermarked, value in reversed(records):  # newest first
                 if is_mark:
                     seen_marks = True
                     mark = codec.decode("ResolvedMark", value)
                     tp = TopicPartition(mark["topic"], mark["partition"])
-                    positions.setdefault(tp, mark["next_offset"])
+                    positions.setdefault(
+                        tp, Recovered(mark["next_offset"], mark["resolved_ts_us"], watermarked)
+                    )
                 elif seen_marks:
                     bounded = True
                     break

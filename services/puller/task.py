@@ -5,12 +5,27 @@ through a transactional producer whose transactional.id is fixed per task
 (``crossfeed-puller.<feed>.<s>``): a new owner's ``init_transactions`` fences any
 previous one, so a paused or partitioned instance can never write again.
 
-Each transaction carries copied records — packed per source partition into
-``CopiedRecords`` packs (crossfeed/wire/copied.py): key, value, headers and timestamp byte
-for byte, with what the sink needs to add the provenance headers — dead letters, and,
-last, one ResolvedMark per source partition of the task with its ``next_offset``: the
-source positions are stored on the target in the same transaction as the data (see
-positions.py), never on a source cluster that may be gone.
+Each transaction carries copied records, dead letters, and, last, one ResolvedMark per
+source partition of the task with its ``next_offset``: the source positions are stored
+on the target in the same transaction as the data (see positions.py), never on a source
+cluster that may be gone.
+
+Mirror feeds pack the copies per source partition into ``CopiedRecords`` packs
+(crossfeed/wire/copied.py): key, value, headers and timestamp byte for byte, with what the
+sink needs to add the provenance headers.
+
+Ordered feeds (docs/ordered-feeds.md §2) write one staging record per source record: key,
+value and timestamp byte for byte, the source headers with the provenance headers stamped
+and ``crossfeed-commit-ts`` always present. Producer watermarks (``crossfeed-type:
+resolved`` records on the source) are consumed, never copied: once a partition has shown
+one, only its watermarks advance its resolved_ts (``crossfeed-resolved-from: watermarks``
+on its marks carries that over to a new task owner); without them, the newest commit_ts
+(or now, when caught up) minus ``lateness.ms``. The marks carry ``crossfeed-commit-ts:
+<resolved_ts>``, and resolved_ts never goes backwards (a new owner starts from the
+newest mark's). A data record at or below the partition's resolved_ts — emitted, or
+promised by a watermark already read — would break that promise: it goes to the DLQ
+(``LateChange``), as does one whose ``crossfeed-commit-ts`` or ``crossfeed-txn`` is
+malformed or that would not fit the staging topic's ``max.message.bytes``.
 """
 
 from __future__ import annotations
@@ -27,15 +42,63 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from crossfeed.core import provenance
 from crossfeed.core.partitions import TopicPartition
-from crossfeed.core.timestamps import commit_ts_us
+from crossfeed.core.timestamps import commit_ts_us, parse_commit_ts
 from crossfeed.dlq import DeadLetter, FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.wire import codec, copied, headers, topics
+from crossfeed.wire.changes import parse_txn
 from services.puller import metrics
 
 log = logging.getLogger(__name__)
 
 MARK_HEADERS = [(headers.TYPE, headers.TYPE_RESOLVED.encode())]
+RESOLVED = headers.TYPE_RESOLVED.encode()
+FROM_WATERMARKS = (headers.RESOLVED_FROM, headers.RESOLVED_FROM_WATERMARKS.encode())
+# Bytes a record costs in a batch of its own beyond key, value and header bytes (v2 batch
+# header 61 + record framing), and per header (varints): what the size check adds.
+RECORD_OVERHEAD = 128
+HEADER_OVERHEAD = 10
+Staged = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]
+"""An ordered feed's staging record: key, value, headers, timestamp (ms, -1 none)."""
+
+
+def staged_size(key: bytes | None, value: bytes | None, hdrs: list[Any]) -> int:
+    """Upper bound of the bytes one staging record takes in a batch of its own."""
+    size = RECORD_OVERHEAD + len(key or b"") + len(value or b"")
+    for name, v in hdrs:
+        size += HEADER_OVERHEAD + len(name) + len(v or b"")
+    return size
+
+
+def ordered_mark_headers(resolved_ts_us: int, watermarked: bool) -> list[Any]:
+    """Headers of an ordered feed's resolved mark."""
+    hdrs: list[Any] = [
+        (headers.TYPE, RESOLVED),
+        (headers.COMMIT_TS, str(resolved_ts_us).encode()),
+    ]
+    if watermarked:
+        hdrs.append(FROM_WATERMARKS)
+    return hdrs
+
+
+def next_resolved(
+    *,
+    previous: int,
+    watermarked: bool,
+    watermark_us: int,
+    newest_commit_ts_us: int,
+    caught_up: bool,
+    now_us: int,
+    lateness_us: int,
+) -> int:
+    """An ordered feed's resolved_ts of a source partition at the end of a transaction:
+    the producer's watermark when the partition follows them, else the newest commit_ts
+    (or now, when caught up) minus the lateness; never below ``previous`` or 0."""
+    if watermarked:
+        candidate = watermark_us
+    else:
+        candidate = (now_us if caught_up else newest_commit_ts_us) - lateness_us
+    return max(candidate, previous, 0)
 
 
 class TaskFenced(RuntimeError):
@@ -56,6 +119,7 @@ class FeedContext:
     commit_interval_s: float
     backlog_commit_interval_s: float
     resolved_interval_s: float
+    staging_max_bytes: int = 64 << 20  # the staging topic's max.message.bytes
 
     @property
     def name(self) -> str:
@@ -103,6 +167,26 @@ class PartitionState:
     bytes: int = 0
     dead_letters: int = 0
     loop_dropped: int = 0
+    # Ordered feeds.
+    staged: list[Staged] = field(default_factory=list)  # staging records not yet sent
+    staged_bytes: int = 0
+    watermarked: bool = False  # the partition follows producer watermarks
+    watermark_us: int = 0  # the newest producer watermark read (working)
+    sealed_watermark: tuple[bool, int] = (False, 0)  # as of the commit under way
+    committed_watermark: tuple[bool, int] = (False, 0)  # as of the last commit
+
+    def restore(self, resolved_ts_us: int, watermarked: bool) -> None:
+        """Start from a previous owner's last mark: resolved_ts never goes backwards."""
+        self.resolved_ts_us = self.pending_resolved_us = resolved_ts_us
+        self.watermarked = watermarked
+        self.watermark_us = resolved_ts_us if watermarked else 0
+        self.committed_watermark = self.sealed_watermark = (watermarked, self.watermark_us)
+
+    def floor_us(self) -> int:
+        """Ordered feeds: a change at or below this commit_ts is late (its partition's
+        resolved_ts, emitted or promised by a watermark already read)."""
+        floor = max(self.resolved_ts_us, self.pending_resolved_us)
+        return max(floor, self.watermark_us) if self.watermarked else floor
 
 
 @dataclass
@@ -161,6 +245,9 @@ class PullerTask:
             return
         if self.open_since is None:
             self.open_since = time.monotonic()
+        if self.ctx.ordered:
+            self._add_ordered(msg, state, offset)
+            return
         hdrs = msg.headers()
         first_hop = True
         if hdrs is not None:
@@ -168,14 +255,8 @@ class PullerTask:
                 state.next_offset = offset + 1
                 return
             if any(name in provenance.STAMPED for name, _ in hdrs):
-                tp = state.tp
-                hdrs = provenance.stamp(
-                    hdrs,
-                    source_cluster_id=self.ctx.source_cluster_id,
-                    source_topic=tp.topic,
-                    partition=tp.partition,
-                    offset=offset,
-                )[:-1]  # all but crossfeed-src, which the sink appends from the pack
+                # All but crossfeed-src, which the sink appends from the pack.
+                hdrs = self._stamp(hdrs, state, offset)[:-1]
                 first_hop = False
         if self.ctx.filtering:
             reason = self.ctx.reject_reason(msg)
@@ -187,17 +268,103 @@ class PullerTask:
         pack = state.pack
         pack.add(offset, ts_ms, msg.key(), msg.value(), hdrs, first_hop)
         state.next_offset = offset + 1
-        if self.ctx.ordered:
-            state.last_ts_us = self._commit_ts(hdrs, ts_ms)
         if pack.size >= self.ctx.pack_bytes and self.pending is None:
             self._ship(state)
+
+    def _add_ordered(self, msg: Any, state: PartitionState, offset: int) -> None:
+        """An ordered feed's record: a producer watermark moves the partition's resolved_ts;
+        a change becomes one staging record (docs/ordered-feeds.md §2)."""
+        state.next_offset = offset + 1
+        hdrs = msg.headers() or []
+        if hdrs and self._is_loop(hdrs, state):
+            return
+        if (headers.TYPE, RESOLVED) in hdrs:
+            try:
+                ts = self._watermark_ts(hdrs, msg.value())
+            except ValueError as err:
+                self._dead_letter(msg, "BadWatermark", str(err), state)
+                return
+            state.watermarked = True
+            state.watermark_us = max(state.watermark_us, ts)
+            return
+        if self.ctx.filtering:
+            reason = self.ctx.reject_reason(msg)
+            if reason is not None:
+                self._dead_letter(msg, "RejectedByFilter", reason, state)
+                return
+        ts_ms = msg.timestamp()[1]
+        try:
+            commit_ts = commit_ts_us(hdrs, ts_ms)
+            for name, value in hdrs:
+                if name == headers.TXN:
+                    parse_txn(value)
+        except ValueError as err:
+            self._dead_letter(msg, "BadChangeHeaders", str(err), state)
+            return
+        floor = state.floor_us()
+        if commit_ts <= floor:
+            self._dead_letter(
+                msg,
+                "LateChange",
+                f"commit_ts {commit_ts} is at or below the resolved_ts {floor} of "
+                f"{state.tp} already promised (a producer watermark, or lateness.ms too low)",
+                state,
+            )
+            return
+        stamped = self._stamp(hdrs, state, offset)
+        if not any(name == headers.COMMIT_TS for name, _ in hdrs):
+            stamped.append((headers.COMMIT_TS, str(commit_ts).encode()))
+        key, value = msg.key(), msg.value()
+        size = staged_size(key, value, stamped)
+        if size > self.ctx.staging_max_bytes:
+            self._dead_letter(
+                msg,
+                "RecordTooLarge",
+                f"the staging record would take ~{size} bytes, more than the "
+                f"max.message.bytes {self.ctx.staging_max_bytes} of {self.ctx.changes_topic}",
+                state,
+            )
+            return
+        state.staged.append((key, value, stamped, ts_ms))
+        state.staged_bytes += size
+        state.last_ts_us = max(state.last_ts_us, commit_ts)
+        if state.staged_bytes >= self.ctx.pack_bytes and self.pending is None:
+            self._ship(state)
+
+    def _stamp(self, hdrs: list[Any], state: PartitionState, offset: int) -> list[Any]:
+        """The record's headers with the provenance headers stamped (crossfeed-src last)."""
+        return provenance.stamp(
+            hdrs,
+            source_cluster_id=self.ctx.source_cluster_id,
+            source_topic=state.tp.topic,
+            partition=state.tp.partition,
+            offset=offset,
+        )
+
+    @staticmethod
+    def _watermark_ts(hdrs: list[Any], value: bytes | None) -> int:
+        """The resolved ts of a producer watermark: its crossfeed-commit-ts header, else
+        its ResolvedMark value; ValueError if neither says."""
+        found = [v for name, v in hdrs if name == headers.COMMIT_TS]
+        if found:
+            ts = parse_commit_ts(found[0])
+            if any(parse_commit_ts(v) != ts for v in found[1:]):
+                raise ValueError(f"watermark with conflicting {headers.COMMIT_TS} headers")
+            return ts
+        if not value:
+            raise ValueError(f"watermark without {headers.COMMIT_TS} header or value")
+        try:
+            return int(codec.decode("ResolvedMark", value)["resolved_ts_us"])
+        except codec.CodecError as err:
+            raise ValueError(f"watermark value is not a ResolvedMark: {err}") from None
 
     def overfull(self) -> bool:
         """Packs have grown past four times pack_bytes while a commit is under way: the
         reader must wait for it (bounded memory)."""
         limit = 4 * self.ctx.pack_bytes
         return self.pending is not None and any(
-            state.pack.size > limit for state in self.partitions.values()
+            state.pack.size > limit or state.staged_bytes > limit
+            for state in self.partitions.values()
         )
 
     def _ship(self, state: PartitionState) -> None:
@@ -210,6 +377,16 @@ class PullerTask:
             self.producer.produce(topics.DLQ, value=value, key=key, headers=hdrs)
             state.dead_letters += 1
         state.letters.clear()
+        if state.staged:
+            self._begin()
+            for key, value, hdrs, ts_ms in state.staged:
+                self._produce(self.ctx.changes_topic, value, key, hdrs, ts_ms)
+            self.txn_records += len(state.staged)
+            self.txn_bytes += state.staged_bytes
+            state.records += len(state.staged)
+            state.bytes += state.staged_bytes
+            state.staged = []
+            state.staged_bytes = 0
         pack = state.pack
         if not len(pack):
             return
@@ -225,10 +402,10 @@ class PullerTask:
 
     def _open_records(self) -> tuple[int, int]:
         """Records and bytes in the open transaction, shipped or not."""
-        packs = [state.pack for state in self.partitions.values()]
+        states = self.partitions.values()
         return (
-            self.txn_records + sum(len(pack) for pack in packs),
-            self.txn_bytes + sum(pack.size for pack in packs),
+            self.txn_records + sum(len(s.pack) + len(s.staged) for s in states),
+            self.txn_bytes + sum(s.pack.size + s.staged_bytes for s in states),
         )
 
     def _is_loop(self, hdrs: list[Any], state: PartitionState) -> bool:
@@ -240,15 +417,6 @@ class PullerTask:
         if not copy:
             state.loop_dropped += 1
         return not copy
-
-    def _commit_ts(self, hdrs: list[Any] | None, ts_ms: int) -> int:
-        """An ordered feed's commit_ts of a record (mirror feeds take the timestamp)."""
-        if hdrs is not None:
-            try:
-                return commit_ts_us(hdrs, ts_ms)
-            except ValueError:
-                pass
-        return max(ts_ms, 0) * 1000
 
     def _dead_letter(self, msg: Any, error_class: str, reason: str, state: PartitionState) -> None:
         letter = DeadLetter(
@@ -267,11 +435,26 @@ class PullerTask:
         # Sent with the partition's pack (_ship): a commit may be under way.
         state.letters.append((msg.key(), msg.value(), letter.headers(msg.headers() or [])))
 
-    def _produce(self, topic: str, value: bytes, key: bytes, hdrs: list[Any] | None) -> None:
+    def _produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        hdrs: list[Any] | None,
+        timestamp_ms: int = -1,
+    ) -> None:
+        kwargs: dict[str, Any] = {}
+        if timestamp_ms >= 0:
+            kwargs["timestamp"] = timestamp_ms
         while True:
             try:
                 self.producer.produce(
-                    topic, value=value, key=key, partition=self.staging_partition, headers=hdrs
+                    topic,
+                    value=value,
+                    key=key,
+                    partition=self.staging_partition,
+                    headers=hdrs,
+                    **kwargs,
                 )
                 return
             except BufferError:
@@ -327,13 +510,28 @@ class PullerTask:
             self._ship(state)  # the copies first: a mark covers what precedes it
         now_us = int(time.time() * 1_000_000)
         lateness_us = self.ctx.feed.config.lateness_ms * 1000
+        ordered = self.ctx.ordered
         for tp, state in self.partitions.items():
             state.next_offset = max(state.next_offset, positions.get(tp, -1))
             state.sealed_offset = state.next_offset
-            resolved = max(
-                (now_us if tp in caught_up else state.last_ts_us) - lateness_us,
-                state.resolved_ts_us,  # resolved_ts never goes backwards
-            )
+            if ordered:
+                resolved = next_resolved(
+                    previous=state.resolved_ts_us,
+                    watermarked=state.watermarked,
+                    watermark_us=state.watermark_us,
+                    newest_commit_ts_us=state.last_ts_us,
+                    caught_up=tp in caught_up,
+                    now_us=now_us,
+                    lateness_us=lateness_us,
+                )
+                mark_headers = ordered_mark_headers(resolved, state.watermarked)
+                state.sealed_watermark = (state.watermarked, state.watermark_us)
+            else:
+                resolved = max(
+                    (now_us if tp in caught_up else state.last_ts_us) - lateness_us,
+                    state.resolved_ts_us,  # resolved_ts never goes backwards
+                )
+                mark_headers = MARK_HEADERS
             mark = {
                 "source_cluster": self.ctx.source_cluster_id,
                 "topic": tp.topic,
@@ -342,7 +540,7 @@ class PullerTask:
                 "next_offset": state.next_offset,
             }
             self._produce(
-                self.ctx.changes_topic, codec.encode("ResolvedMark", mark), state.key, MARK_HEADERS
+                self.ctx.changes_topic, codec.encode("ResolvedMark", mark), state.key, mark_headers
             )
             state.pending_resolved_us = max(resolved, 0)
             metrics.RESOLVED_TS.labels(*state.labels).set(max(resolved, 0) / 1e6)
@@ -365,6 +563,7 @@ class PullerTask:
             state.records = state.bytes = state.dead_letters = state.loop_dropped = 0
             state.committed = state.sealed_offset
             state.resolved_ts_us = state.pending_resolved_us
+            state.committed_watermark = state.sealed_watermark
         self.in_txn = False
         self.txn_records = self.txn_bytes = 0
         self.failures = 0
@@ -388,6 +587,10 @@ class PullerTask:
             state.pack = self._new_pack(state.tp)
             state.letters.clear()
             state.records = state.bytes = state.dead_letters = state.loop_dropped = 0
+            state.staged = []
+            state.staged_bytes = 0
+            state.pending_resolved_us = state.resolved_ts_us
+            state.watermarked, state.watermark_us = state.committed_watermark
         return {tp: state.committed for tp, state in self.partitions.items()}
 
     def _txn(self, call: Any, *args: Any) -> None:

@@ -44,7 +44,8 @@ READ_WAIT_S = 0.05  # longest a consume call waits for source records
 SOURCE_UP_WINDOW_S = 3.0  # statistics arrive every second; allow for two missing
 RESTART_AFTER_FAILURES = 3  # transactions of a task failed in a row: a fresh producer
 STUCK_COMMIT_S = 5.0  # a commit under way this long: the target is not answering
-STAGING_MAX_MESSAGE_BYTES = 64 << 20  # a ChangeEvent wraps a source record up to this size
+STAGING_MAX_MESSAGE_BYTES = 64 << 20  # a source record up to this size fits a staging record
+STAGING_HEADROOM_BYTES = 64 << 10  # for the provenance headers and the batch framing
 DLQ_MAX_MESSAGE_BYTES = 64 << 20
 
 
@@ -110,6 +111,16 @@ class PullerWorker:
         source_id = wait_for_cluster(self.feed.source, self.source_conf, stop)
         target_id = wait_for_cluster(str(self.feed.sink.cluster), self.target_conf, stop)
         opts = self.settings.puller
+        target_admin = clients.admin(self.target_conf)
+        staging_max = STAGING_MAX_MESSAGE_BYTES + STAGING_HEADROOM_BYTES
+        created = kafka_topics.ensure_topic(
+            target_admin,
+            self.changes_topic,
+            self.feed.config.staging_partitions,
+            {"cleanup.policy": "delete", "max.message.bytes": str(staging_max)},
+        )
+        if not created:
+            staging_max = self._staging_limit(target_admin, staging_max)
         self.ctx = FeedContext(
             feed=self.feed,
             source_cluster_id=source_id,
@@ -121,13 +132,7 @@ class PullerWorker:
             commit_interval_s=opts.commit_interval_ms / 1000,
             backlog_commit_interval_s=opts.backlog_commit_interval_ms / 1000,
             resolved_interval_s=opts.resolved_interval_ms / 1000,
-        )
-        target_admin = clients.admin(self.target_conf)
-        kafka_topics.ensure_topic(
-            target_admin,
-            self.changes_topic,
-            self.feed.config.staging_partitions,
-            {"cleanup.policy": "delete", "max.message.bytes": str(STAGING_MAX_MESSAGE_BYTES)},
+            staging_max_bytes=staging_max,
         )
         kafka_topics.ensure_topic(
             target_admin,
@@ -163,6 +168,19 @@ class PullerWorker:
             self.feed.source,
             self.feed.sink.cluster,
         )
+
+    def _staging_limit(self, admin: Any, default: int) -> int:
+        """The max.message.bytes of an existing staging topic: an older one may allow less,
+        and a record that would not fit is a dead letter (a staging record the broker
+        refuses would fail every transaction)."""
+        try:
+            configured = kafka_topics.config_value(admin, self.changes_topic, "max.message.bytes")
+        except KafkaException as err:
+            log.warning("cannot read max.message.bytes of %s (%s)", self.changes_topic, err)
+            return default
+        if configured and configured.isdigit():
+            return min(default, int(configured))
+        return default
 
     def run(self, stop: threading.Event) -> None:
         """Copy until ``stop`` is set; raises FeedStopped on errors.tolerance=none."""
@@ -258,18 +276,21 @@ class PullerWorker:
                 "linger.ms": 20,
                 "compression.type": self.settings.puller.staging_compression,
                 "batch.size": 1 << 20,
-                "message.max.bytes": STAGING_MAX_MESSAGE_BYTES + 1024,
+                "message.max.bytes": STAGING_MAX_MESSAGE_BYTES + 2 * STAGING_HEADROOM_BYTES,
                 "queue.buffering.max.kbytes": 65536,
             },
         )
         producer.init_transactions(60)  # fences any earlier owner of this task
         task = PullerTask(self.ctx, s, producer)
         owned = self._task_partitions(s)
-        recovered = positions.recover(self.target_conf, self.changes_topic, s, owned)
+        recovered = positions.recover_marks(self.target_conf, self.changes_topic, s, owned)
         starts: list[KafkaTP] = []
         for tp in sorted(owned):
             offset = self._start_offset(tp, recovered)
             state = task.add_partition(tp, max(offset, 0))
+            mark = recovered.get(tp) if recovered else None
+            if mark is not None:
+                state.restore(mark.resolved_ts_us, mark.watermarked)
             starts.append(KafkaTP(tp.topic, tp.partition, offset))
             self.route[(tp.topic, tp.partition)] = (task, state)
         self.tasks[s] = task
@@ -285,11 +306,14 @@ class PullerWorker:
             "resuming from committed marks" if recovered else "fresh start",
         )
 
-    def _start_offset(self, tp: TopicPartition, recovered: dict[TopicPartition, int] | None) -> int:
+    def _start_offset(
+        self, tp: TopicPartition, recovered: dict[TopicPartition, positions.Recovered] | None
+    ) -> int:
         if recovered is None:  # the task never committed: the feed's start position
             return OFFSET_END if self.feed.start == "latest" else OFFSET_BEGINNING
         # A partition missing from the marks appeared after the last commit: copy all of it.
-        return recovered.get(tp, OFFSET_BEGINNING)
+        mark = recovered.get(tp)
+        return OFFSET_BEGINNING if mark is None else mark.next_offset
 
     def drop_task(self, s: int, *, commit: bool) -> None:
         task = self.tasks.pop(s, None)

@@ -516,7 +516,6 @@ class ServiceFactory:
         env: Mapping[str, str] | None = None,
         wait: bool = True,
         timeout: float = 60.0,
-        sink_uri: str | None = None,
     ) -> Feed:
         """Write a feed file and a config file, start ``pullers`` + ``sinks`` processes.
 
@@ -528,8 +527,6 @@ class ServiceFactory:
         feeds: ``kafka://dc-b/TOPIC`` or ``postgresql://...``), ``sorters`` starts that many
         sorters (ordered feeds). With ``wait``, returns once every process answers
         /status (fails with the log of one that exits or does not answer).
-        ``sink_uri``: instead of ``kafka://<target>`` (ordered feeds: ``kafka://dc-b/T``,
-        ``postgresql://...``).
         """
         # Feeds keep state on the clusters (staging topic, groups): a fresh suffix per
         # run keeps one run's leftovers out of the next.

@@ -1,0 +1,1 @@
+"""Test workloads (``crossfeed workload ...``): pure generators apart from their I/O."""
