@@ -240,3 +240,5 @@ class TopicTail:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+        if self._ends is not None:
+            self._ends.close()

@@ -261,10 +261,17 @@ class Demo:
         consumer.close()
         del consumer  # its timestamps producer would keep calling the dead dc-a
         self.say(f"group {self.names.group} consumed {len(before):,} records on dc-a and stopped")
+
+        def caught_up() -> bool:
+            # The live view goes on meanwhile, until the coordinator knows consistency_ts:
+            # the pullers of a first run start a few seconds after the producer, and the
+            # view would end before the feed's lag is known.
+            status = self._show(api, produced=len(producer.acked), consumed=len(before))
+            known = bool(status.get("consistency_ts_us"))
+            return known and self._caught_up(api, b, producer.acked, committed)
+
         self._wait(
-            lambda: self._caught_up(api, b, producer.acked, committed),
-            120,
-            "dc-b to hold every record and the group's offsets to be translated",
+            caught_up, 120, "dc-b to hold every record and the group's offsets to be translated"
         )
 
         self.say("losing dc-a: killing its broker")
@@ -323,13 +330,15 @@ class Demo:
             if offset >= 0
         )
 
-    def _show(self, api: CoordinatorClient, **counts: int) -> None:
+    def _show(self, api: CoordinatorClient, **counts: int) -> dict[str, Any]:
+        """One update of the live view; returns the feed's status as shown."""
         try:
             feeds = api.status()
         except Exception:  # the coordinator is busy starting; try again next second
             feeds = []
-        status = next((f for f in feeds if f.get("name") == self.names.feed), {})
+        status: dict[str, Any] = next((f for f in feeds if f.get("name") == self.names.feed), {})
         self.progress({**counts, "status": status})
+        return status
 
     def _wait(self, check: Callable[[], bool], timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s

@@ -26,6 +26,12 @@ class Reachability:
         self.servers = conf.get("bootstrap.servers", "")
         self.seen_up = time.monotonic()
         self.down_since: str | None = None  # wall clock, for a message that stays the same
+        # Statistics arrive only while the client is polled: a client not polled for a
+        # while (its thread busy starting a task on a brand-new cluster) says nothing
+        # about the cluster. Its owner calls polled() after each poll; the cluster counts
+        # as lost only after DOWN_AFTER_S of steady polling without a broker up.
+        self.last_poll = 0.0
+        self.polling_since = time.monotonic()
 
     def client_conf(self) -> dict[str, Any]:
         """Properties that make a client report to this tracker (served by its poll)."""
@@ -37,12 +43,21 @@ class Reachability:
             self.seen_up = time.monotonic()
             self.down_since = None
 
+    def polled(self) -> None:
+        now = time.monotonic()
+        if now - self.last_poll > 1.0:  # a gap: the statistics start over
+            self.polling_since = now
+        self.last_poll = now
+
     def up(self, within_s: float = DOWN_AFTER_S) -> bool:
+        """A broker connection was up within ``within_s`` (False while not polled)."""
         return time.monotonic() - self.seen_up < within_s
 
     def problem(self) -> str | None:
-        """Why the cluster counts as lost, or None while it answers."""
-        if self.up():
+        """Why the cluster counts as lost, or None while it answers (or is not polled)."""
+        now = time.monotonic()
+        watched = now - self.last_poll <= 1.0 and now - self.polling_since >= DOWN_AFTER_S
+        if self.up() or not watched:
             return None
         if self.down_since is None:
             last_up = time.time() - (time.monotonic() - self.seen_up)

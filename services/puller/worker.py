@@ -206,6 +206,7 @@ class PullerWorker:
             if task.overfull():  # its commit is slow: wait rather than buffer without end
                 self._settle_task(task)
         batch = self.reader.consume(CONSUME_BATCH, timeout=self._read_wait())
+        self.source.polled()
         # Catching up a backlog: fewer, larger transactions (see commit_interval_ms).
         self.interval_s = interval_s = (
             commit_interval_ms(

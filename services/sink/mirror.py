@@ -272,6 +272,7 @@ class MirrorSink:
         try:
             try:
                 batch = self.consumer.consume(CONSUME_BATCH, timeout=self._read_wait())
+                self.reachability.polled()
             except KafkaException as err:
                 if not clients.is_fatal(err.args[0]):
                     raise

@@ -43,6 +43,15 @@ def _iso(ts_s: float | None) -> str | None:
     return datetime.fromtimestamp(ts_s, UTC).isoformat(timespec="milliseconds")
 
 
+def _reason(error: str) -> str:
+    """The useful line of a Spark error (the Python traceback's last, or the first)."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    for line in lines:
+        if "Exception:" in line or "Error:" in line:
+            return line[:500]
+    return (lines[0] if lines else error)[:500]
+
+
 class SorterWorker:
     def __init__(
         self,
@@ -132,9 +141,13 @@ class SorterWorker:
         error: str | None = None
         try:
             while not stop.is_set():
-                if query.awaitTermination(1.0):
-                    exc = query.exception()
-                    error = str(exc) if exc is not None else "the Spark query stopped"
+                try:
+                    done = query.awaitTermination(1.0)
+                except Exception as exc:  # StreamingQueryException: the query failed
+                    error = str(exc) or type(exc).__name__
+                    break
+                if done:
+                    error = "the Spark query stopped by itself"
                     break
                 self._update_gauges()
         finally:
@@ -152,7 +165,8 @@ class SorterWorker:
         if error is not None:
             self.state = "failed"
             self.last_error = error
-            raise SorterFailed(f"the sorter's Spark query failed: {error.splitlines()[0]}")
+            log.error("the Spark query failed: %s", error)
+            raise SorterFailed(f"the sorter's Spark query failed: {_reason(error)}")
         log.info("sorter %s stopped", self.instance_id)
 
     def _refresh_partitions(self, stop: threading.Event) -> None:

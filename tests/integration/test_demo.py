@@ -33,6 +33,8 @@ def _demo() -> dict[str, float]:
         check=False,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    # The live view shows the feed as the coordinator has it (it said "starting" for ever).
+    assert "feed state: normal" in run.stdout, run.stdout[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 

@@ -11,6 +11,7 @@ sorted stream and returns its transactions (replays dropped as a sink drops them
 from __future__ import annotations
 
 import random
+import time
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -139,14 +140,16 @@ def transactions_workload(
     txns_per_round: int,
     rounds: int,
     *,
-    start_ts: int = 1_700_000_000_000_000,
+    start_ts: int | None = None,
     seed: int = 7,
     max_changes: int = 4,
     prefix: str = "t",
 ) -> Workload:
     rng = random.Random(seed)
     work = Workload([(topic, p) for p in range(partitions)])
-    ts = start_ts
+    # commit_ts near now: record timestamps (commit_ts / 1000) far in the past would fall
+    # to the broker's retention before the sorter reads them
+    ts = start_ts if start_ts is not None else int(time.time() * 1e6) - 3_600_000_000
     n = 0
     for _ in range(rounds):
         changes: list[Change] = []

@@ -1,0 +1,282 @@
+"""The sorter against real brokers and a real Spark (docs/ordered-feeds.md §2-§3).
+
+Changes are written straight into ``_crossfeed.<feed>.changes`` in the puller's format
+(tests/support/changes.py), over 8 source partitions staged in 4 partitions, with one
+partition late; the sorter runs as a process (``crossfeed sorter run``), one Spark start
+per test.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from crossfeed import dlq
+from crossfeed.kafka import clients
+from crossfeed.kafka import topics as kafka_topics
+from crossfeed.wire import headers
+from tests.support.changes import (
+    Change,
+    ChangesWriter,
+    check_sorted,
+    read_all,
+    transactions_workload,
+    write_round,
+)
+from tests.support.clusters import Clusters
+from tests.support.services import ServiceFactory, ServiceProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(900)]
+
+SOURCE_PARTITIONS = 8
+STAGING_PARTITIONS = 4
+
+
+@dataclass
+class SorterFeed:
+    name: str
+    source_topic: str
+    writer: ChangesWriter
+    sorter: ServiceProcess
+    clusters: Clusters
+
+    @property
+    def sorted_topic(self) -> str:
+        return f"_crossfeed.{self.name}.sorted"
+
+    def read_sorted(self) -> list[Any]:
+        consumer = clients.consumer(self.clusters.b.config, **{"group.id": f"t-{uuid.uuid4()}"})
+        try:
+            return read_all(consumer, self.sorted_topic)
+        finally:
+            consumer.close()
+
+    def wait_resolved(self, ts: int, timeout: float = 300.0) -> dict[str, Any]:
+        return self.sorter.wait_status(
+            lambda s: (s.get("resolved_ts_us") or -1) >= ts, timeout, f"resolved_ts >= {ts}"
+        )
+
+
+@pytest.fixture(scope="module")
+def factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceFactory]:
+    made = ServiceFactory(tmp_path_factory.mktemp("sorter"))
+    yield made
+    made.close()
+
+
+def start_sorter(clusters: Clusters, factory: ServiceFactory, stem: str) -> SorterFeed:
+    name = f"{stem}-{uuid.uuid4().hex[:6]}"
+    source_topic = f"{name}-src"
+    kafka_topics.ensure_topic(clients.admin(clusters.a.config), source_topic, SOURCE_PARTITIONS)
+    changes = f"_crossfeed.{name}.changes"
+    kafka_topics.ensure_topic(clients.admin(clusters.b.config), changes, STAGING_PARTITIONS)
+    workdir = factory.base_dir / name
+    workdir.mkdir()
+    feed_file = workdir / "feed.yaml"
+    feed_file.write_text(
+        f"name: {name}\nsource: {clusters.a.alias}\n"
+        f"sink-uri: kafka://{clusters.b.alias}/{name}-out\n"
+        f"topics: [{source_topic}]\nmode: ordered\n"
+    )
+    config = factory.write_config(
+        clusters,
+        workdir / "crossfeed.yaml",
+        control_cluster=clusters.b.alias,
+        settings={
+            "sorter": {
+                "checkpoint_dir": str(workdir / "checkpoints"),
+                "trigger_interval_ms": 200,
+                "laggard_after_s": 2,
+                "partitions_refresh_s": 2,
+                "max_segments": 4,  # compaction runs while a partition holds R back
+                "max_offsets_per_trigger": 20_000,
+            }
+        },
+    )
+    sorter = ServiceProcess(
+        "sorter", feed=name, feed_file=feed_file, config_file=config, workdir=workdir
+    )
+    factory.track(sorter)
+    sorter.start()
+    sorter.wait_ready(120)
+    producer = clients.producer(clusters.b.config)
+    return SorterFeed(
+        name,
+        source_topic,
+        ChangesWriter(producer, changes, STAGING_PARTITIONS, clusters.a.cluster_id),
+        sorter,
+        clusters,
+    )
+
+
+def _dead_letters(clusters: Clusters, feed: str) -> list[Any]:
+    consumer = clients.consumer(clusters.b.config, **{"group.id": f"t-{uuid.uuid4()}"})
+    try:
+        return [
+            m
+            for m in read_all(consumer, "_crossfeed.dlq")
+            if dict(m.headers() or []).get(dlq.FEED) == feed.encode()
+        ]
+    finally:
+        consumer.close()
+
+
+def _expected(work: Any) -> list[tuple[int, str, list[bytes]]]:
+    out = []
+    for txn_id, changes in work.txns.items():
+        ordered = sorted(changes, key=lambda c: c.seq)
+        out.append((ordered[0].commit_ts, txn_id, [c.value for c in ordered]))
+    return sorted(out)
+
+
+def test_skewed_partition_holds_the_feed_back_then_all_in_commit_order(
+    clusters: Clusters, factory: ServiceFactory
+) -> None:
+    feed = start_sorter(clusters, factory, "sorter-skew")
+    late = 5
+    work = transactions_workload(feed.source_topic, SOURCE_PARTITIONS, 300, 6, seed=11)
+    held: list[Change] = []
+    for i in range(5):
+        held += write_round(feed.writer, work, i, hold=late)
+        if i == 1:
+            # two of three changes of a transaction: incomplete once R passes it
+            for seq in (1, 2):
+                feed.writer.data(
+                    Change(
+                        feed.source_topic,
+                        0,
+                        work.round_ts[2],
+                        "zz-incomplete",
+                        seq,
+                        3,
+                        b"k",
+                        b"lost",
+                        work.round_ts[2] // 1000,
+                    )
+                )
+    feed.writer.flush()
+
+    # the late partition has sent nothing: nothing is released, and it is the laggard
+    status = feed.sorter.wait_status(
+        lambda s: (
+            any(lag["partition"] == f"{feed.source_topic}/{late}" for lag in s["laggards"])
+            and s["last_batch"] is not None
+            and s["pending_events"] > 0
+        ),
+        120,
+        "the late partition reported as laggard",
+    )
+    assert status["resolved_ts_us"] is None
+    assert status["holding_back"] == [f"{feed.source_topic}/{late}"]
+    assert all(
+        status["partitions"][f"{feed.source_topic}/{p}"]["resolved_ts_us"] == work.round_ts[4]
+        for p in range(SOURCE_PARTITIONS)
+        if p != late
+    )
+    lag = feed.sorter.metric(
+        "crossfeed_sorter_laggard_seconds", {"topic": feed.source_topic, "partition": str(late)}
+    )
+    assert lag is not None and lag >= 2
+    assert feed.read_sorted() == []
+
+    # the late partition catches up; the last round completes the workload
+    for change in held:
+        feed.writer.data(change)
+    feed.writer.mark(feed.source_topic, late, work.round_ts[4])
+    write_round(feed.writer, work, 5)
+    feed.writer.flush()
+    status = feed.wait_resolved(work.round_ts[5])
+    assert status["laggards"] == []
+
+    result = check_sorted(feed.read_sorted())
+    assert result.replays == 0 and result.cut_short == 0
+    assert result.txns == _expected(work)
+    assert result.resolved[-1] == work.round_ts[5]
+    letters = _dead_letters(clusters, feed.name)
+    assert len(letters) == 2
+    for msg in letters:
+        h = dict(msg.headers())
+        assert h[dlq.STAGE] == b"sorter"
+        assert h[dlq.ERROR_CLASS] == b"IncompleteTransaction"
+        assert h[headers.TXN].startswith(b"zz-incomplete/")
+        assert msg.value() == b"lost"
+    metric = feed.sorter.metric("crossfeed_sorter_events_released_total", {"feed": feed.name})
+    assert metric == sum(len(c) for c in work.txns.values())
+
+    # SIGTERM: the query stops, the process exits 0 and takes its JVM with it
+    children = psutil.Process(feed.sorter.pid).children(recursive=True)
+    assert feed.sorter.terminate(60) == 0
+    _gone, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, f"left behind: {alive}"
+
+
+def test_kill_9_mid_run_and_restart_loses_nothing(
+    clusters: Clusters, factory: ServiceFactory
+) -> None:
+    feed = start_sorter(clusters, factory, "sorter-kill")
+    work = transactions_workload(feed.source_topic, SOURCE_PARTITIONS, 1500, 12, seed=5)
+    done = threading.Event()
+
+    def produce() -> None:
+        for i in range(len(work.rounds)):
+            write_round(feed.writer, work, i)
+            feed.writer.flush()
+            time.sleep(0.5)
+        done.set()
+
+    writer = threading.Thread(target=produce, daemon=True)
+    writer.start()
+    # kill -9 once something has been released, while changes keep coming
+    feed.sorter.wait_status(
+        lambda s: (s.get("resolved_ts_us") or -1) >= work.round_ts[1], 300, "a first release"
+    )
+    jvm = psutil.Process(feed.sorter.pid).children(recursive=True)
+    feed.sorter.kill()
+    psutil.wait_procs(jvm, timeout=30)  # the JVM follows its Python driver
+    time.sleep(2)
+    feed.sorter.start()
+    writer.join(120)
+    assert done.is_set()
+    feed.wait_resolved(work.round_ts[-1])
+
+    result = check_sorted(feed.read_sorted())
+    # replays (a batch written twice) are dropped by position, as a sink drops them
+    assert result.txns == _expected(work)
+    assert result.resolved[-1] == work.round_ts[-1]
+    assert _dead_letters(clusters, feed.name) == []
+    assert feed.sorter.terminate(60) == 0
+
+
+def test_missing_jars_is_a_clear_error(
+    clusters: Clusters, factory: ServiceFactory, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    (home / "lib").mkdir(parents=True)
+    (home / "lib" / "spark.missing").write_text(
+        "spark-sql-kafka-0-10_2.13:4.2.0 could not be resolved from Maven Central"
+    )
+    feed_file = tmp_path / "feed.yaml"
+    feed_file.write_text(
+        "name: nojars\nsource: dc-a\nsink-uri: kafka://dc-b/out\ntopics: [x]\nmode: ordered\n"
+    )
+    config = factory.write_config(clusters, tmp_path / "c.yaml", control_cluster="dc-b")
+    proc = ServiceProcess(
+        "sorter",
+        feed="nojars",
+        feed_file=feed_file,
+        config_file=config,
+        workdir=tmp_path,
+        env={"CROSSFEED_HOME": str(home)},
+    )
+    proc.start()
+    assert proc.wait_exit(60) == 1
+    assert "could not be resolved from Maven Central" in proc.log_text()
+    assert "Traceback" not in proc.log_text()
