@@ -8,7 +8,7 @@ import typer
 
 from crossfeed import __version__
 from crossfeed.cli import admin, local, services
-from crossfeed.cli.common import State, not_implemented
+from crossfeed.cli.common import State
 
 app = typer.Typer(
     help="crossfeed: exactly-once Kafka replication across data centers, consumer "
