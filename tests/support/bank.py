@@ -174,6 +174,14 @@ class OrderedChecker:
             block.bad = True
             report.problem(f"{where} ({ref.txn}): not a ChangeEvent: {err}")
 
+    def open_partial(self) -> str | None:
+        """The transaction read so far only in part (at a moment everything visible was
+        read, this is a torn transaction), else None."""
+        block = self._block
+        if block is None or len(block.seqs) >= block.count:
+            return None
+        return f"{block.txn}: {len(block.seqs)} of {block.count} changes visible"
+
     def add_all(self, records: Iterable[AnyRecord]) -> OrderedChecker:
         for record in records:
             self.add(record)
