@@ -86,7 +86,14 @@ class OrderedKafkaSink(OrderedSink):
         # One partition: its consumers see the global order.
         kafka_topics.ensure_topic(admin, self.target_topic, 1)
         target = TargetTopics(admin).get(self.target_topic)
-        assert target is not None
+        deadline = time.monotonic() + 30
+        while target is None and time.monotonic() < deadline and not stop.is_set():
+            time.sleep(0.2)  # a topic just created may not be in the metadata yet
+            target = TargetTopics(admin).get(self.target_topic)
+        if target is None:
+            raise RuntimeError(
+                f"target topic {self.target_topic} is not readable after creating it"
+            )
         self.max_message_bytes = target.max_message_bytes
         if target.partitions != 1:
             log.warning(
