@@ -9,6 +9,7 @@ is the initial total at every transaction boundary — read by a read_committed 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -112,7 +113,7 @@ def test_bank_into_kafka_in_commit_order_across_sorter_and_sink_kills(
         written["result"] = write_transactions(
             clusters.a.config,
             bank_topic,
-            100_000,
+            int(os.environ.get("CROSSFEED_TEST_BANK_TRANSFERS", "100000")),
             accounts=200,
             partitions=PARTITIONS,
             skew_partition=3,
