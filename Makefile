@@ -29,8 +29,8 @@ status: setup ## what runs where
 	@$(BIN)/crossfeed local status
 
 .PHONY: demo
-demo: setup ## the main job: replicate dc-a -> dc-b, lose dc-a, fail consumers over
-	@$(BIN)/crossfeed demo
+demo: setup ## the main job: replicate dc-a -> dc-b, lose dc-a, fail consumers over; then an ordered feed into PostgreSQL
+	@$(BIN)/crossfeed demo && $(BIN)/crossfeed demo --ordered
 
 .PHONY: lint
 lint: setup ## ruff and mypy (strict for the crossfeed package)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -238,10 +238,20 @@ def workload_bank(
 def demo(
     no_tty: bool = typer.Option(False, "--no-tty", help="plain lines instead of a live table"),
     records: int = typer.Option(6000, help="orders the producer writes to dc-a"),
-    rate: float = typer.Option(1000.0, help="orders per second"),
+    rate: Optional[float] = typer.Option(  # noqa: UP045
+        None, help="orders per second (default 1000); --ordered: transfers per second (200)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+    ordered: bool = typer.Option(
+        False,
+        "--ordered",
+        help="the ordered feed instead: bank transfers from dc-a into PostgreSQL in commit "
+        "order through the Spark sorter",
+    ),
+    seconds: float = typer.Option(30.0, help="--ordered: how long the bank workload runs"),
 ) -> None:
-    """The main job, end to end: replicate, lose dc-a, fail consumers over."""
+    """The main job, end to end: replicate, lose dc-a, fail consumers over (or, with
+    --ordered, an ordered feed into PostgreSQL that never shows a torn transfer)."""
     import json
     import signal
 
@@ -257,13 +267,18 @@ def demo(
         raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C: services stopped, dc-a back
 
     signal.signal(signal.SIGTERM, on_term)
-    display = Display(tty=not no_tty)
+    display = Display(tty=not no_tty, ordered=ordered)
     try:
-        summary = Demo(records, rate, display.say, display.progress).run()
+        if ordered:
+            from crossfeed.demo.ordered import OrderedDemo
+
+            summary: Any = OrderedDemo(seconds, rate or 200.0, display.say, display.progress).run()
+        else:
+            summary = Demo(records, rate or 1000.0, display.say, display.progress).run()
     except KeyboardInterrupt:
         display.close()
         raise typer.Exit(130) from None
-    except (StackError, SetupMissing, TimeoutError) as err:
+    except (StackError, SetupMissing, TimeoutError, RuntimeError) as err:
         display.close()
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None

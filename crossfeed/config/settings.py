@@ -260,6 +260,24 @@ class Settings(BaseSettings):
             )
         return self
 
+    def control_alias(self) -> str:
+        """The cluster holding ``_crossfeed.state`` and the heartbeats: ``control_cluster``,
+        else the first configured one."""
+        alias = self.control_cluster or next(iter(self.clusters), None)
+        if alias is None:
+            from crossfeed.config.errors import ConfigError
+
+            raise ConfigError("no clusters configured: run 'crossfeed local up' or pass --config")
+        return alias
+
+    def staging_alias(self, sink_cluster: str | None) -> str:
+        """The cluster holding a feed's internal topics (``.changes``, ``.sorted``, the
+        DLQ): its Kafka target (``sink_cluster``), or, for a database target, the control
+        cluster. Checked to be configured."""
+        alias = sink_cluster or self.control_alias()
+        self.cluster(alias)  # a ConfigError naming the known aliases
+        return alias
+
     def cluster(self, alias: str) -> ClusterConfig:
         """The cluster named ``alias``, or a ConfigError that lists the known ones."""
         from crossfeed.config.errors import ConfigError

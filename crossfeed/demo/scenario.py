@@ -341,13 +341,18 @@ class Demo:
         return status
 
     def _wait(self, check: Callable[[], bool], timeout_s: float, what: str) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with contextlib.suppress(Exception):
-                if check():
-                    return
-            time.sleep(0.5)
-        raise TimeoutError(f"gave up waiting {timeout_s:.0f}s for {what}")
+        wait_until(check, timeout_s, what)
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Until ``check()`` is true (an exception counts as not yet), else TimeoutError."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if check():
+                return
+        time.sleep(0.5)
+    raise TimeoutError(f"gave up waiting {timeout_s:.0f}s for {what}")
 
 
 def _answers(api: CoordinatorClient) -> bool:

@@ -9,6 +9,19 @@ HEARTBEATS: Final = "_crossfeed.heartbeats"
 DLQ: Final = "_crossfeed.dlq"
 CONSUMER_TIMESTAMPS: Final = "__consumer_timestamps"
 
+STAGING_MAX_MESSAGE_BYTES: Final = 64 << 20
+"""A source record up to this size fits one staging record of ``.changes``."""
+STAGING_HEADROOM_BYTES: Final = 64 << 10
+"""Room on top of it for the provenance headers and the batch framing."""
+
+
+def staging_config() -> dict[str, str]:
+    """Topic configs of ``_crossfeed.<feed>.changes`` (whoever creates it first)."""
+    return {
+        "cleanup.policy": "delete",
+        "max.message.bytes": str(STAGING_MAX_MESSAGE_BYTES + STAGING_HEADROOM_BYTES),
+    }
+
 
 def changes(feed: str) -> str:
     """Staging topic the puller writes for ``feed`` (on the target cluster)."""

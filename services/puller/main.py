@@ -19,8 +19,7 @@ def run(
 ) -> int:
     """``coordinated``: tasks come from the coordinator, else from the feed's consumer group."""
     instance_id = service.instance_id("puller", instance)
-    target_alias = feed.sink.cluster
-    assert target_alias is not None
+    target_alias = settings.staging_alias(feed.sink.cluster)  # where it stages
     target_conf = settings.cluster(target_alias).client_config()
     control_conf = settings.cluster(settings.control_cluster or target_alias).client_config()
 

@@ -44,8 +44,8 @@ READ_WAIT_S = 0.05  # longest a consume call waits for source records
 SOURCE_UP_WINDOW_S = 3.0  # statistics arrive every second; allow for two missing
 RESTART_AFTER_FAILURES = 3  # transactions of a task failed in a row: a fresh producer
 STUCK_COMMIT_S = 5.0  # a commit under way this long: the target is not answering
-STAGING_MAX_MESSAGE_BYTES = 64 << 20  # a source record up to this size fits a staging record
-STAGING_HEADROOM_BYTES = 64 << 10  # for the provenance headers and the batch framing
+STAGING_MAX_MESSAGE_BYTES = topics.STAGING_MAX_MESSAGE_BYTES
+STAGING_HEADROOM_BYTES = topics.STAGING_HEADROOM_BYTES
 DLQ_MAX_MESSAGE_BYTES = 64 << 20
 
 
@@ -79,8 +79,9 @@ class PullerWorker:
         self.settings = settings
         self.feed = feed
         self.instance_id = instance_id
-        target_alias = feed.sink.cluster
-        assert target_alias is not None  # FeedSpec: a kafka sink names its cluster
+        # Where the puller writes: the Kafka target, or for a database feed the control
+        # cluster (the feed's internal topics live there).
+        target_alias = self.target_alias = settings.staging_alias(feed.sink.cluster)
         self.source_conf = settings.cluster(feed.source).client_config()
         self.target_conf = settings.cluster(target_alias).client_config()
         self.changes_topic = topics.changes(feed.name)
@@ -109,7 +110,7 @@ class PullerWorker:
 
     def start(self, stop: threading.Event) -> None:
         source_id = wait_for_cluster(self.feed.source, self.source_conf, stop)
-        target_id = wait_for_cluster(str(self.feed.sink.cluster), self.target_conf, stop)
+        target_id = wait_for_cluster(self.target_alias, self.target_conf, stop)
         opts = self.settings.puller
         target_admin = clients.admin(self.target_conf)
         staging_max = STAGING_MAX_MESSAGE_BYTES + STAGING_HEADROOM_BYTES
@@ -117,7 +118,7 @@ class PullerWorker:
             target_admin,
             self.changes_topic,
             self.feed.config.staging_partitions,
-            {"cleanup.policy": "delete", "max.message.bytes": str(staging_max)},
+            topics.staging_config(),
         )
         if not created:
             staging_max = self._staging_limit(target_admin, staging_max)

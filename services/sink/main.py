@@ -20,10 +20,9 @@ def run(
     static = instance is not None
     sink = feed.sink
     if sink.scheme == "postgresql":
-        from services.sink.postgres.sink import PostgresSink, staging_alias
+        from services.sink.postgres.sink import PostgresSink
 
-        alias = staging_alias(settings)
-        control_conf = settings.cluster(settings.control_cluster or alias).client_config()
+        control_conf = settings.cluster(settings.control_alias()).client_config()
         return service.run(
             settings,
             lambda: PostgresSink(settings, feed, instance_id, control_conf, static=static),

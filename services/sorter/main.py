@@ -20,18 +20,6 @@ from services.sorter.worker import SorterFailed, SorterWorker
 log = logging.getLogger(__name__)
 
 
-def target_alias(settings: Settings, feed: FeedSpec) -> str:
-    """The cluster holding the feed's changes and sorted topics: the Kafka target, or for a
-    database sink the control cluster (where the puller stages)."""
-    alias = feed.sink.cluster or settings.control_cluster or next(iter(settings.clusters), None)
-    if alias is None:
-        from crossfeed.config import ConfigError
-
-        raise ConfigError("no clusters configured: run 'crossfeed local up' or pass --config")
-    settings.cluster(alias)  # a ConfigError naming the known aliases
-    return alias
-
-
 def run(
     settings: Settings,
     feed: FeedSpec,
@@ -41,7 +29,7 @@ def run(
     coordinated: bool = False,  # one sorter per feed either way (its checkpoint is locked)
 ) -> int:
     instance_id = service.instance_id("sorter", instance)
-    alias = target_alias(settings, feed)
+    alias = settings.staging_alias(feed.sink.cluster)
     settings.cluster(feed.source)
     if feed.mode != "ordered":
         print(

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from crossfeed import paths
 from crossfeed.config.settings import SorterSettings
+from crossfeed.wire import topics
 
-STAGING_MAX_MESSAGE_BYTES = 64 << 20  # as the puller's changes topic (services/puller)
+STAGING_MAX_MESSAGE_BYTES = topics.STAGING_MAX_MESSAGE_BYTES
 SORTED_TOPIC_CONFIG = {"cleanup.policy": "delete", "max.message.bytes": str(64 << 20)}
 
 

@@ -93,6 +93,14 @@ class SorterWorker:
         source_id = clients.cluster_id(self.source_conf) or ""
         admin = clients.admin(self.target_conf)
         sorted_topic = topics.sorted_(self.feed.name)
+        # The pullers may not have created .changes yet: Spark's source fails on a
+        # missing topic, so create it as they would.
+        kafka_topics.ensure_topic(
+            admin,
+            topics.changes(self.feed.name),
+            self.feed.config.staging_partitions,
+            topics.staging_config(),
+        )
         kafka_topics.ensure_topic(admin, sorted_topic, 1, sparkconf.SORTED_TOPIC_CONFIG)
         kafka_topics.ensure_topic(admin, topics.DLQ, 1, DLQ_CONFIG)
         self.store.open()

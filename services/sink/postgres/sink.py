@@ -73,17 +73,6 @@ BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 LOST = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
-def staging_alias(settings: Settings) -> str:
-    """The Kafka cluster holding a database feed's internal topics (``.changes``,
-    ``.sorted``, the DLQ): the control cluster, else the first configured one."""
-    alias = settings.control_cluster or next(iter(settings.clusters), None)
-    if alias is None:
-        from crossfeed.config.errors import ConfigError
-
-        raise ConfigError("no Kafka cluster configured for the feed's internal topics")
-    return alias
-
-
 class Fenced(RuntimeError):
     """The position row moved under this instance: another one applies the feed."""
 
@@ -108,7 +97,7 @@ class PostgresSink(OrderedSink):
         assert sink.dsn is not None
         self.dsn = sink.dsn
         self.schema = sink.schema_name or "public"
-        self.alias = staging_alias(settings)
+        self.alias = settings.staging_alias(None)
         self.kafka_conf = settings.cluster(self.alias).client_config()
         self.auto_create = feed.config.postgres_auto_create
         self.syncpoint_every_s = feed.config.syncpoint_interval_s
