@@ -41,9 +41,15 @@ def _ts(record: Record) -> int:
     return parse_commit_ts(record.header(headers.COMMIT_TS))
 
 
-def test_producer_watermarks_reach_every_partition_including_idle_ones(clusters, topic_factory):
+@pytest.mark.parametrize("transactional", [False, True])
+def test_producer_watermarks_reach_every_partition_including_idle_ones(
+    clusters, topic_factory, unique, transactional
+):
     topic = topic_factory(clusters.a, partitions=4)
-    with ChangeProducer(clusters.a.config, resolved_interval_s=0.2) as producer:
+    config = dict(clusters.a.config)
+    if transactional:
+        config["transactional.id"] = unique("changes")
+    with ChangeProducer(config, resolved_interval_s=0.2) as producer:
         for balance in range(5):  # changes to partition 0 only: 1-3 stay idle
             event = ACCOUNTS.update(None, {"id": 7, "balance": balance})
             producer.transaction([row_change(topic, event, partition=0)])
@@ -135,8 +141,13 @@ def test_ordered_puller_stages_one_record_per_change_with_marks_that_never_go_ba
         producer.produce(plain, key=f"k{i}".encode(), value=b"v", partition=i % 2, headers=hdrs)
     producer.flush(10)
     time.sleep(3)
+    before = puller.status()["partitions"]
+    assert before[f"{bank_topic}/1"]["watermarked"]
     puller.kill()  # kill -9 mid-run, then a new owner of every task
     puller.start()
+    after = puller.wait_status(lambda s: set(s["partitions"]) >= set(before), 60, "restarted")
+    for where, state in before.items():  # restored from the newest marks, not from 0
+        assert after["partitions"][where]["resolved_ts_us"] >= state["resolved_ts_us"], where
     writer.join()
     summary = result["summary"]
     assert summary.transactions > 1000  # type: ignore[attr-defined]
