@@ -132,13 +132,13 @@ def watermark_value(topic: str, partition: int, ts_us: int) -> bytes:
     )
 
 
-def stamp_transaction(changes: Sequence[Change], txn: str, ts_us: int) -> list[Outgoing]:
-    """The records of one source transaction: every change with ``crossfeed-commit-ts``
-    (any earlier one replaced) and, when there are several, ``crossfeed-txn``."""
+def iter_stamped(changes: Sequence[Change], txn: str, ts_us: int) -> Iterator[Outgoing]:
+    """The records of one source transaction, one at a time (a transaction of a million
+    changes is never all in memory): every change with ``crossfeed-commit-ts`` (any earlier
+    one replaced) and, when there are several, ``crossfeed-txn``."""
     check_txn_id(txn)
     count = len(changes)
     ts = str(ts_us).encode()
-    out: list[Outgoing] = []
     for seq, change in enumerate(changes, start=1):
         stamped = [
             *(h for h in change.headers if h[0] not in (headers.COMMIT_TS, headers.TXN)),
@@ -146,8 +146,12 @@ def stamp_transaction(changes: Sequence[Change], txn: str, ts_us: int) -> list[O
         ]
         if count > 1:
             stamped.append((headers.TXN, txn_header(txn, seq, count)))
-        out.append(Outgoing(change.topic, change.partition, change.key, change.value, stamped))
-    return out
+        yield Outgoing(change.topic, change.partition, change.key, change.value, stamped)
+
+
+def stamp_transaction(changes: Sequence[Change], txn: str, ts_us: int) -> list[Outgoing]:
+    """:func:`iter_stamped` as a list."""
+    return list(iter_stamped(changes, txn, ts_us))
 
 
 class ChangeProducer:
@@ -243,14 +247,13 @@ class ChangeProducer:
         if not changes:
             raise ValueError("a transaction needs at least one change")
         txn = check_txn_id(txn_id) if txn_id is not None else uuid.uuid4().hex
+        announce = self.resolved_interval_s is not None
         with self._lock:
-            new = {c.topic for c in changes} - self._announced
-            if new and self.resolved_interval_s is not None:
-                self._write_marks(sorted(new), self._resolved_us)
             ts = self._next_ts(commit_ts_us)
-            records = stamp_transaction(changes, txn, ts)
             with self._kafka_transaction():
-                for record in records:
+                for record in iter_stamped(changes, txn, ts):
+                    if announce and record.topic not in self._announced:
+                        self._marks(record.topic, self._resolved_us)  # before its first change
                     self._write(record)
         return txn, ts
 
@@ -326,16 +329,20 @@ class ChangeProducer:
         """One watermark at ``ts`` per partition of each topic in ``names`` (lock held)."""
         if not names:
             return
-        marks = watermark_headers(ts)
         with self._kafka_transaction():
             for topic in names:
-                meta = self._producer.list_topics(topic, timeout=10).topics[topic]
-                if getattr(meta, "error", None) is not None:
-                    raise ProduceError(f"topic {topic}: {meta.error}")
-                for partition in sorted(meta.partitions):
-                    value = watermark_value(topic, partition, ts)
-                    self._write(Outgoing(topic, partition, None, value, list(marks)))
-        self._announced.update(names)
+                self._marks(topic, ts)
+
+    def _marks(self, topic: str, ts: int) -> None:
+        """One watermark at ``ts`` per partition of ``topic`` (lock held, in a Kafka
+        transaction if the producer is transactional)."""
+        meta = self._producer.list_topics(topic, timeout=10).topics[topic]
+        if getattr(meta, "error", None) is not None:
+            raise ProduceError(f"topic {topic}: {meta.error}")
+        for partition in sorted(meta.partitions):
+            value = watermark_value(topic, partition, ts)
+            self._write(Outgoing(topic, partition, None, value, watermark_headers(ts)))
+        self._announced.add(topic)
 
     @contextlib.contextmanager
     def _kafka_transaction(self) -> Iterator[None]:

@@ -37,7 +37,7 @@ Op: TypeAlias = Literal["insert", "update", "delete", "ddl"]
 ColumnType: TypeAlias = Literal["boolean", "long", "double", "string", "bytes"]
 
 _TXN_ID = re.compile(r"[!-.0-9;-~]+")  # printable ASCII, no space, '/' (0x2f) or ':' (0x3a)
-_DECIMAL = re.compile(r"[0-9]{1,19}")
+_TXN_HEADER = re.compile(rb"([!-.0-9;-~]+)/([0-9]{1,19})/([0-9]{1,19})")
 _PYTHON_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "boolean": (bool,),
     "long": (int,),
@@ -88,19 +88,16 @@ def parse_txn(value: bytes | None, *, markers: bool = False) -> TxnRef:
     """
     if value is None:
         raise ValueError(f"{TXN} header has no value; expected <txn id>/<seq>/<count>")
-    text = value.decode("ascii", errors="replace")
-    head, sep1, count_text = text.rpartition("/")
-    txn, sep2, seq_text = head.rpartition("/")
-    if not (sep1 and sep2 and _DECIMAL.fullmatch(seq_text) and _DECIMAL.fullmatch(count_text)):
-        raise ValueError(f"{TXN} {value!r}: expected <txn id>/<seq>/<count>")
-    seq, count = int(seq_text), int(count_text)
+    match = _TXN_HEADER.fullmatch(value)  # one regex: the puller parses one per change
+    if match is None:
+        raise ValueError(
+            f"{TXN} {value!r}: expected <txn id>/<seq>/<count>, the txn id non-empty "
+            "printable ASCII without spaces, '/' or ':'"
+        )
+    seq, count = int(match[2]), int(match[3])
     if not (0 if markers else 1) <= seq <= count:
         raise ValueError(f"{TXN} {value!r}: seq must be between 1 and count")
-    try:
-        check_txn_id(txn)
-    except ValueError as err:
-        raise ValueError(f"{TXN} {value!r}: {err}") from None
-    return TxnRef(txn, seq, count)
+    return TxnRef(match[1].decode("ascii"), seq, count)
 
 
 # -- ChangeEvent -------------------------------------------------------------------------

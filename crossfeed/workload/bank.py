@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from crossfeed.client.producer import Change, row_change
 from crossfeed.wire.changes import Column, Table
@@ -95,13 +96,13 @@ class Bank:
         )
         return row_change(self.topic, event, partition=partition_of(account, self.partitions))
 
-    def opening(self) -> tuple[str, list[Change]]:
-        """Transaction 0: every account inserted with the initial balance."""
+    def opening(self) -> tuple[str, Sequence[Change]]:
+        """Transaction 0: every account inserted with the initial balance (built as it is
+        read, so a million accounts are never all in memory)."""
         if self.transactions:
             raise RuntimeError("the opening transaction is the first one")
         self.transactions, self.events = 1, self.accounts
-        changes = [self._change(a, None, self.initial_balance) for a in range(self.accounts)]
-        return self.txn_id(0), changes
+        return self.txn_id(0), _Opening(self)
 
     def next_transfer(self) -> Transfer:
         """Pick the next transfer and apply it to :attr:`balances`."""
@@ -133,6 +134,27 @@ class Bank:
     def expected_balances(self) -> dict[int, int]:
         """account id -> balance once everything written so far is applied."""
         return dict(enumerate(self.balances))
+
+
+class _Opening(Sequence[Change]):
+    """The opening's changes, each built when asked for."""
+
+    def __init__(self, bank: Bank) -> None:
+        self.bank = bank
+
+    def __len__(self) -> int:
+        return self.bank.accounts
+
+    @overload
+    def __getitem__(self, index: int) -> Change: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Change]: ...
+    def __getitem__(self, index: int | slice) -> Change | Sequence[Change]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        return self.bank._change(index % len(self), None, self.bank.initial_balance)
 
 
 @dataclass(frozen=True)

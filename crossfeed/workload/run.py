@@ -37,8 +37,8 @@ PRODUCER_CONFIG = {
     "linger.ms": 10,
     "batch.size": 1 << 20,
     "compression.type": "lz4",
-    "queue.buffering.max.messages": 1_000_000,
-    "queue.buffering.max.kbytes": 1 << 20,
+    "queue.buffering.max.messages": 100_000,
+    "queue.buffering.max.kbytes": 128 << 10,  # bounded: a big opening waits for delivery
     "acks": "all",
 }
 

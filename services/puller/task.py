@@ -58,7 +58,9 @@ FROM_WATERMARKS = (headers.RESOLVED_FROM, headers.RESOLVED_FROM_WATERMARKS.encod
 # header 61 + record framing), and per header (varints): what the size check adds.
 RECORD_OVERHEAD = 128
 HEADER_OVERHEAD = 10
-Staged = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]
+Bytes = bytes  # PartitionState counts bytes in a field called bytes
+Header = tuple[str, bytes | None]
+Staged = tuple[bytes | None, bytes | None, list[Header], int]
 """An ordered feed's staging record: key, value, headers, timestamp (ms, -1 none)."""
 
 
@@ -174,6 +176,8 @@ class PartitionState:
     watermark_us: int = 0  # the newest producer watermark read (working)
     sealed_watermark: tuple[bool, int] = (False, 0)  # as of the commit under way
     committed_watermark: tuple[bool, int] = (False, 0)  # as of the last commit
+    first_hop: list[Header] = field(default_factory=list)  # a first hop's provenance headers
+    src: Bytes = b""  # crossfeed-src up to the offset: b"<cluster.id>/<topic>/<partition>/"
 
     def restore(self, resolved_ts_us: int, watermarked: bool) -> None:
         """Start from a previous owner's last mark: resolved_ts never goes backwards."""
@@ -224,6 +228,13 @@ class PullerTask:
             key=str(tp).encode(),
             sealed_offset=next_offset,
         )
+        source = self.ctx.source_cluster_id.encode()
+        state.first_hop = [
+            (headers.ORIGIN_CLUSTER, source),
+            (headers.ORIGIN_TOPIC, tp.topic.encode()),
+            (headers.HOPS, source),
+        ]
+        state.src = b"%s/%s/%d/" % (source, tp.topic.encode(), tp.partition)
         self.partitions[tp] = state
         return state
 
@@ -276,9 +287,23 @@ class PullerTask:
         a change becomes one staging record (docs/ordered-feeds.md §2)."""
         state.next_offset = offset + 1
         hdrs = msg.headers() or []
-        if hdrs and self._is_loop(hdrs, state):
+        # One pass over the headers for what matters here (the hot path).
+        commit_values: list[bytes | None] = []
+        txn_values: list[bytes | None] = []
+        watermark = stamped_before = False
+        for name, value in hdrs:
+            if name.startswith(headers.PREFIX):
+                if name == headers.COMMIT_TS:
+                    commit_values.append(value)
+                elif name == headers.TXN:
+                    txn_values.append(value)
+                elif name == headers.TYPE:
+                    watermark = watermark or value == RESOLVED
+                elif name in provenance.STAMPED:
+                    stamped_before = True
+        if stamped_before and self._is_loop(hdrs, state):
             return
-        if (headers.TYPE, RESOLVED) in hdrs:
+        if watermark:
             try:
                 ts = self._watermark_ts(hdrs, msg.value())
             except ValueError as err:
@@ -294,10 +319,9 @@ class PullerTask:
                 return
         ts_ms = msg.timestamp()[1]
         try:
-            commit_ts = commit_ts_us(hdrs, ts_ms)
-            for name, value in hdrs:
-                if name == headers.TXN:
-                    parse_txn(value)
+            commit_ts = _commit_ts(commit_values, hdrs, ts_ms)
+            for value in txn_values:
+                parse_txn(value)
         except ValueError as err:
             self._dead_letter(msg, "BadChangeHeaders", str(err), state)
             return
@@ -311,9 +335,12 @@ class PullerTask:
                 state,
             )
             return
-        stamped = self._stamp(hdrs, state, offset)
-        if not any(name == headers.COMMIT_TS for name, _ in hdrs):
-            stamped.append((headers.COMMIT_TS, str(commit_ts).encode()))
+        if stamped_before:
+            stamped = self._stamp(hdrs, state, offset)
+        else:  # what provenance.stamp gives a first hop, without parsing anything
+            stamped = [*hdrs, *state.first_hop, (headers.SRC, b"%s%d" % (state.src, offset))]
+        if not commit_values:
+            stamped.append((headers.COMMIT_TS, b"%d" % commit_ts))
         key, value = msg.key(), msg.value()
         size = staged_size(key, value, stamped)
         if size > self.ctx.staging_max_bytes:
@@ -625,6 +652,16 @@ class PullerTask:
             self.producer.flush(5)
         except KafkaException as err:  # a fenced producer has nothing left to deliver
             log.info("task %d: producer closed (%s)", self.staging_partition, err)
+
+
+def _commit_ts(values: list[bytes | None], hdrs: list[Any], ts_ms: int) -> int:
+    """commit_ts_us for the values of the record's crossfeed-commit-ts headers, with a fast
+    path for the usual one well-formed value."""
+    if len(values) == 1:
+        value = values[0]
+        if value is not None and value.isdigit() and len(value) < 19:
+            return int(value)
+    return commit_ts_us(hdrs, ts_ms)
 
 
 def transactional_id(feed: str, staging_partition: int) -> str:

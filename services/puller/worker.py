@@ -505,7 +505,11 @@ class PullerWorker:
             "last_error": problem,
             "tasks": sorted(self.tasks),
             "partitions": {
-                str(state.tp): {"next_offset": state.next_offset}
+                str(state.tp): {
+                    "next_offset": state.next_offset,
+                    "resolved_ts_us": state.resolved_ts_us,
+                    "watermarked": state.watermarked,
+                }
                 for _, state in sorted(self.route.values(), key=lambda found: found[1].tp)
             },
         }

@@ -41,9 +41,21 @@ def _ts(record: Record) -> int:
     return parse_commit_ts(record.header(headers.COMMIT_TS))
 
 
-def test_producer_watermarks_reach_every_partition_including_idle_ones(clusters, topic_factory):
+def _commit_order(record: Record) -> tuple[int, str, int]:
+    """The sorter's release order: (commit_ts, txn id, seq)."""
+    ref = parse_txn(record.header(headers.TXN))
+    return (_ts(record), ref.txn, ref.seq)
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_producer_watermarks_reach_every_partition_including_idle_ones(
+    clusters, topic_factory, unique, transactional
+):
     topic = topic_factory(clusters.a, partitions=4)
-    with ChangeProducer(clusters.a.config, resolved_interval_s=0.2) as producer:
+    config = dict(clusters.a.config)
+    if transactional:
+        config["transactional.id"] = unique("changes")
+    with ChangeProducer(config, resolved_interval_s=0.2) as producer:
         for balance in range(5):  # changes to partition 0 only: 1-3 stay idle
             event = ACCOUNTS.update(None, {"id": 7, "balance": balance})
             producer.transaction([row_change(topic, event, partition=0)])
@@ -135,8 +147,13 @@ def test_ordered_puller_stages_one_record_per_change_with_marks_that_never_go_ba
         producer.produce(plain, key=f"k{i}".encode(), value=b"v", partition=i % 2, headers=hdrs)
     producer.flush(10)
     time.sleep(3)
+    before = puller.status()["partitions"]
+    assert before[f"{bank_topic}/1"]["watermarked"]
     puller.kill()  # kill -9 mid-run, then a new owner of every task
     puller.start()
+    after = puller.wait_status(lambda s: set(s["partitions"]) >= set(before), 60, "restarted")
+    for where, state in before.items():  # restored from the newest marks, not from 0
+        assert after["partitions"][where]["resolved_ts_us"] >= state["resolved_ts_us"], where
     writer.join()
     summary = result["summary"]
     assert summary.transactions > 1000  # type: ignore[attr-defined]
@@ -194,6 +211,11 @@ def test_ordered_puller_stages_one_record_per_change_with_marks_that_never_go_ba
         else:
             assert _ts(copy) == original.timestamp_ms * 1000  # added from the timestamp
             assert copy.user_headers == original.user_headers
+    # The headers alone put the changes back in commit order, whole transactions: what
+    # the sorter does, here by sorting everything (the workload is done, all resolved).
+    bank_changes = [r for where, r in sorted(copies.items()) if where[0] == bank_topic]
+
+    verify_bank(sorted(bank_changes, key=_commit_order), summary).assert_ok()
     # Every partition of the bank topic resolved up to the final watermark (the clock
     # after the last change), idle or skewed alike.
     for partition in range(4):
@@ -227,11 +249,7 @@ def test_bank_workload_cli_summary_and_what_a_sorter_would_release_checks_out(cl
         by_partition[event.key["id"] % 5].add(record.partition)
     assert all(parts == {p} for p, parts in by_partition.items())  # rows stay in place
 
-    def order(r: Record) -> tuple[int, str, int]:
-        ref = parse_txn(r.header(headers.TXN))
-        return (_ts(r), ref.txn, ref.seq)
-
-    released = sorted(records, key=order)
+    released = sorted(records, key=_commit_order)
     verify_bank(released, summary).assert_ok()
     damaged = released[:100] + released[101:]
     assert not verify_bank(damaged, summary).ok

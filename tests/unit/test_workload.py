@@ -169,3 +169,25 @@ def test_skewed_producer_holds_one_partitions_changes_and_watermarks_in_order() 
         SkewedChangeProducer(
             {"bootstrap.servers": "127.0.0.1:1", "transactional.id": "x"}, {1: 0.5}
         )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--skew-partition", "1"], "go together"),
+        (["--skew-ms", "100"], "go together"),
+        (["--bootstrap", "127.0.0.1:1", "--cluster", "dc-a"], "not both"),
+        (["--accounts", "1"], "accounts"),
+        (["--partitions", "1"], "partitions"),
+    ],
+)
+def test_workload_bank_cli_refuses_bad_flags_before_touching_kafka(
+    args: list[str], message: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from crossfeed.cli.main import app
+
+    result = CliRunner().invoke(app, ["workload", "bank", "--topic", "t", *args])
+    assert result.exit_code != 0
+    assert message in result.output
