@@ -1,0 +1,373 @@
+"""Ordered feeds in ``make bench``: the bank workload through pullers, the Spark sorter and
+a sink, into Kafka and into PostgreSQL, beside the references measured in the same run.
+
+Per target, on one backlog of bank transfers written to dc-a beforehand:
+
+* **events/s** from the first change visible on the target to the last (and the start-up:
+  launch to the first change), with every process's peak RSS (the sorter's Spark JVM and
+  Python workers counted with it);
+* **lag at half load**: the workload at half that rate for ``lag_seconds``, source
+  commit_ts → visible on the target, p50/p99.
+
+References: the workload's own produce rate (how fast changes can be written at all),
+Spark's Kafka-to-Kafka pass-through of the same backlog (``spark_passthrough``: the most a
+Spark job moves through these brokers), and for PostgreSQL the database's own ceiling:
+the same rows written by a batched upsert loop with no crossfeed in between.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+import psutil
+import yaml
+
+from crossfeed.bench import jvm
+from crossfeed.bench.cleanup import Janitor, delete_groups
+from crossfeed.bench.measure import TargetWatch, percentiles
+from crossfeed.bench.systems import bench_config
+from crossfeed.wire import topics as wire_topics
+from crossfeed.workload.run import run_bank
+
+PARTITIONS = 8
+ACCOUNTS = 1000
+ROLES = ("puller-1", "puller-2", "sorter", "sink")
+
+
+class PeakRss(threading.Thread):
+    """Peak RSS of each labelled process with all its children (MB), sampled."""
+
+    def __init__(self, pids: dict[str, int], interval_s: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.procs = {label: psutil.Process(pid) for label, pid in pids.items()}
+        self.peak = dict.fromkeys(self.procs, 0.0)
+        self.stopping = threading.Event()
+        self.interval_s = interval_s
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval_s):
+            for label, proc in self.procs.items():
+                with contextlib.suppress(psutil.Error):
+                    tree = [proc, *proc.children(recursive=True)]
+                    rss = sum(p.memory_info().rss for p in tree if p.is_running())
+                    self.peak[label] = max(self.peak[label], rss / 2**20)
+
+    def finish(self) -> dict[str, float]:
+        self.stopping.set()
+        self.join(5)
+        return {label: round(mb, 1) for label, mb in self.peak.items()}
+
+
+class Pipeline:
+    """Two pullers, a sorter and a sink on a feed file, as an operator runs them."""
+
+    def __init__(
+        self, janitor: Janitor, a: dict[str, Any], b: dict[str, Any], topic: str, sink_uri: str
+    ) -> None:
+        self.janitor, self.a, self.b = janitor, a, b
+        self.feed = f"bench-ordered-{uuid.uuid4().hex[:6]}"
+        self.workdir = janitor.tempdir(self.feed)
+        self.config = bench_config(self.workdir, {"dc-a": a, "dc-b": b})
+        self.feed_file = self.workdir / "feed.yaml"
+        spec = {
+            "name": self.feed,
+            "source": "dc-a",
+            "sink-uri": sink_uri,
+            "mode": "ordered",
+            "topics": [topic],
+            "start": "earliest",
+            "config": {"staging.partitions": 4},
+        }
+        self.feed_file.write_text(yaml.safe_dump(spec))
+        self.procs: dict[str, Any] = {}
+        janitor.topics(b, [wire_topics.changes(self.feed), wire_topics.sorted_(self.feed)])
+
+    def start(self) -> dict[str, int]:
+        for label in ROLES:
+            role = label.split("-")[0]
+            cmd = [
+                sys.executable,
+                "-m",
+                "crossfeed.cli.main",
+                "--config",
+                str(self.config),
+                role,
+                "run",
+                "--feed",
+                self.feed,
+                "--feed-file",
+                str(self.feed_file),
+                "--instance",
+                f"{self.feed}-{label}",
+            ]
+            log = self.workdir / f"{label}.log"
+            self.procs[label] = self.janitor.process(jvm.spawn(cmd, log))
+        return {label: p.pid for label, p in self.procs.items()}
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            self.janitor.stop(proc)
+        self.procs.clear()
+        groups = [f"crossfeed-puller.{self.feed}", f"crossfeed-sink.{self.feed}"]
+        delete_groups(self.b, groups)
+
+    def logs(self) -> str:
+        return str(self.workdir)
+
+
+def write_backlog(a: dict[str, Any], topic: str, transfers: int) -> dict[str, Any]:
+    """The backlog, and the workload's produce rate (the first reference)."""
+    summary, _bank = run_bank(
+        a, topic, accounts=ACCOUNTS, partitions=PARTITIONS, transactions=transfers
+    )
+    return {
+        "transactions": summary.transactions,
+        "events": summary.events,
+        "seconds": round(summary.seconds, 2),
+        "events_per_s": round(summary.events / summary.seconds, 1),
+    }
+
+
+def spark_passthrough(
+    janitor: Janitor, a: dict[str, Any], b: dict[str, Any], topic: str, events: int
+) -> dict[str, Any]:
+    """Spark's Kafka-to-Kafka pass-through of the backlog (the sorter's ceiling)."""
+    out = f"bench-spark-out-{uuid.uuid4().hex[:6]}"
+    janitor.topics(b, [out])
+    workdir = janitor.tempdir("spark-passthrough")
+    watch = TargetWatch(b, out, 1).start()
+    cmd = [
+        sys.executable,
+        "-m",
+        "crossfeed.bench.spark_passthrough",
+        a["bootstrap.servers"],
+        topic,
+        b["bootstrap.servers"],
+        out,
+        str(workdir / "checkpoint"),
+    ]
+    began = time.monotonic()
+    proc = janitor.process(jvm.spawn(cmd, workdir / "spark.log"))
+    rss = PeakRss({"spark": proc.pid})
+    rss.start()
+    try:
+        done = watch.wait_for(events, timeout_s=900, idle_s=120)
+    finally:
+        janitor.stop(proc)
+        watch.stop()
+    peak = rss.finish()
+    if not done or watch.first_at is None or watch.last_at is None:
+        raise RuntimeError(f"Spark pass-through moved {watch.count} of {events}: {workdir}")
+    return {
+        "events_per_s": round(events / max(watch.last_at - watch.first_at, 1e-3), 1),
+        "startup_s": round(watch.first_at - began, 1),
+        "peak_rss_mb": peak["spark"],
+    }
+
+
+def kafka_target(
+    janitor: Janitor,
+    a: dict[str, Any],
+    b: dict[str, Any],
+    topic: str,
+    backlog: dict[str, Any],
+    lag_seconds: float,
+) -> dict[str, Any]:
+    """The backlog into an ordered Kafka topic, then the lag at half that rate."""
+    target = f"bench-ledger-{uuid.uuid4().hex[:6]}"
+    janitor.topics(b, [target])
+    pipeline = Pipeline(janitor, a, b, topic, f"kafka://dc-b/{target}")
+    watch = TargetWatch(b, target, 1).start()
+    began = time.monotonic()
+    rss = PeakRss(pipeline.start())
+    rss.start()
+    try:
+        events = int(backlog["events"])
+        if not watch.wait_for(events, timeout_s=1200, idle_s=180):
+            raise RuntimeError(
+                f"{watch.count} of {events} changes arrived; logs in {pipeline.logs()}"
+            )
+        assert watch.first_at is not None and watch.last_at is not None
+        result: dict[str, Any] = {
+            "events": events,
+            "events_per_s": round(events / max(watch.last_at - watch.first_at, 1e-3), 1),
+            "startup_s": round(watch.first_at - began, 1),
+        }
+        # Half load: transfers carry two changes each.
+        rate = max(result["events_per_s"] / 2 / 2, 1.0)
+        watch.lag_since_ms = time.time() * 1000
+        watch.record_lag = True
+        summary, _ = run_bank(
+            a, topic, accounts=ACCOUNTS, partitions=PARTITIONS, rate=rate, seconds=lag_seconds
+        )
+        expected = events + summary.events
+        watch.wait_for(expected, timeout_s=300, idle_s=60)
+        lags = percentiles(watch.lags_ms)
+        result["lag_ms"] = {k: None if v is None else round(v, 1) for k, v in lags.items()}
+        result["lag_rate_events_per_s"] = round(rate * 2, 1)
+        result["lag_phase_events"] = summary.events
+        result["peak_rss_mb"] = rss.finish()
+        return result
+    finally:
+        rss.stopping.set()
+        watch.stop()
+        pipeline.stop()
+
+
+def postgres_target(
+    janitor: Janitor,
+    a: dict[str, Any],
+    b: dict[str, Any],
+    topic: str,
+    events: int,
+    transactions: int,
+    postgres_uri: str,
+    lag_seconds: float,
+) -> dict[str, Any]:
+    """Everything on ``topic`` so far (``events`` changes in ``transactions``) into
+    PostgreSQL, the lag at half that rate, and the database's own batched-upsert ceiling.
+
+    Progress is the sink's applied position (``crossfeed_position.commit_ts``): it moves
+    only when a whole source transaction is committed in the database."""
+    import psycopg
+
+    schema = f"bench_{uuid.uuid4().hex[:6]}"
+    pipeline = Pipeline(janitor, a, b, topic, f"{postgres_uri}?schema={schema}")
+    written_before = int(time.time() * 1_000_000)  # every change so far has a lower commit_ts
+    began = time.monotonic()
+    rss = PeakRss(pipeline.start())
+    rss.start()
+    try:
+        with psycopg.connect(postgres_uri, autocommit=True) as conn:
+            first_at = _wait_applied(conn, schema, 0, 1200)
+            _wait_applied(conn, schema, written_before - 1, 1200)
+            done_at = time.monotonic()
+            seconds = max(done_at - first_at, 1e-3)
+            result: dict[str, Any] = {
+                "events": events,
+                "rows_per_s": round(events / seconds, 1),
+                "transactions_per_s": round(transactions / seconds, 1),
+                "startup_s": round(first_at - began, 1),
+            }
+            rate = max(result["rows_per_s"] / 2 / 2, 1.0)  # transfers: two rows each
+            lags: list[float] = []
+            sampling = threading.Event()
+
+            def sample() -> None:
+                with psycopg.connect(postgres_uri, autocommit=True) as own:
+                    while not sampling.wait(0.1):
+                        applied = _applied_ts(own, schema)
+                        if applied:
+                            lags.append(time.time() * 1000 - applied / 1000)
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            summary, _ = run_bank(
+                a, topic, accounts=ACCOUNTS, partitions=PARTITIONS, rate=rate, seconds=lag_seconds
+            )
+            sampling.set()
+            sampler.join(5)
+            _wait_applied(conn, schema, summary.last_commit_ts, 300)
+        # Staleness of the database: now minus the newest applied commit_ts, sampled
+        # every 100 ms while transfers arrive at half the measured rate.
+        lag = percentiles(lags)
+        result["lag_ms"] = {k: None if v is None else round(v, 1) for k, v in lag.items()}
+        result["lag_rate_events_per_s"] = round(rate * 2, 1)
+        result["peak_rss_mb"] = rss.finish()
+        result["ceiling"] = upsert_ceiling(postgres_uri, events)
+        result["of_ceiling"] = round(result["rows_per_s"] / result["ceiling"]["rows_per_s"], 3)
+        return result
+    finally:
+        rss.stopping.set()
+        pipeline.stop()
+        with contextlib.suppress(Exception), psycopg.connect(postgres_uri, autocommit=True) as c:
+            c.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _wait_applied(conn: Any, schema: str, commit_ts: int, timeout_s: float) -> float:
+    """Until the sink's applied commit_ts passes ``commit_ts``; returns when (monotonic)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        applied = _applied_ts(conn, schema)
+        if applied is not None and applied > commit_ts:
+            return time.monotonic()
+        time.sleep(0.1)
+    raise RuntimeError(f"PostgreSQL schema {schema} did not reach commit_ts {commit_ts}")
+
+
+def _applied_ts(conn: Any, schema: str) -> int | None:
+    try:
+        row = conn.execute(f'SELECT max(commit_ts) FROM "{schema}".crossfeed_position').fetchone()
+    except Exception:
+        return None
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def upsert_ceiling(postgres_uri: str, rows: int, batch: int = 1000) -> dict[str, Any]:
+    """The database's own rate for the same rows: batched upserts by primary key in
+    transactions of ``batch`` rows, pipelined, no crossfeed in between."""
+    import psycopg
+
+    table = f"bench_ceiling_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(postgres_uri) as conn:
+        conn.execute(f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, balance bigint)')
+        conn.commit()
+        began = time.monotonic()
+        sql = (
+            f'INSERT INTO "{table}" (id, balance) VALUES (%s, %s) '
+            "ON CONFLICT (id) DO UPDATE SET balance = EXCLUDED.balance"
+        )
+        with conn.cursor() as cur:
+            for start in range(0, rows, batch):
+                cur.executemany(
+                    sql, [(n % ACCOUNTS, n) for n in range(start, min(start + batch, rows))]
+                )
+                conn.commit()
+        seconds = time.monotonic() - began
+        conn.execute(f'DROP TABLE "{table}"')
+        conn.commit()
+    return {"rows_per_s": round(rows / seconds, 1), "batch_rows": batch}
+
+
+def run(
+    janitor: Janitor,
+    a: dict[str, Any],
+    b: dict[str, Any],
+    *,
+    transfers: int,
+    lag_seconds: float,
+    postgres_uri: str | None,
+    say: Any,
+) -> dict[str, Any]:
+    """Every ordered-feed figure of one benchmark run (a section of the result JSON)."""
+    topic = f"bench-bank-{uuid.uuid4().hex[:6]}"
+    janitor.topics(a, [topic])
+    out: dict[str, Any] = {"available": True, "transfers": transfers}
+    out["produce"] = write_backlog(a, topic, transfers)
+    say(f"ordered: backlog of {out['produce']['events']:,} changes written")
+    events = int(out["produce"]["events"])
+    out["spark_passthrough"] = spark_passthrough(janitor, a, b, topic, events)
+    say(f"ordered: Spark pass-through {out['spark_passthrough']['events_per_s']:,} events/s")
+    out["kafka"] = kafka_target(janitor, a, b, topic, out["produce"], lag_seconds)
+    ratio = out["kafka"]["events_per_s"] / out["spark_passthrough"]["events_per_s"]
+    out["kafka"]["of_spark_passthrough"] = round(ratio, 3)
+    say(f"ordered: into Kafka {out['kafka']['events_per_s']:,} events/s ({ratio:.0%} of Spark)")
+    if postgres_uri:
+        lag_events = int(out["kafka"].get("lag_phase_events", 0))
+        out["postgres"] = postgres_target(
+            janitor,
+            a,
+            b,
+            topic,
+            events + lag_events,
+            int(out["produce"]["transactions"]) + lag_events // 2 + 1,
+            postgres_uri,
+            lag_seconds,
+        )
+        say(f"ordered: into PostgreSQL {out['postgres']['rows_per_s']:,} rows/s")
+    return out
