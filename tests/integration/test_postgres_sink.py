@@ -38,16 +38,9 @@ def _schema(conn: psycopg.Connection[Any]) -> str:
 
 def _start(services, clusters, conn, name: str, config: dict[str, Any] | None = None, **kw):
     uri = f"{clusters.postgres_uri}?schema={_schema(conn)}"
+    kw.setdefault("settings", FAST)
     return services.start_feed(
-        name,
-        clusters,
-        ["unused"],
-        mode="ordered",
-        pullers=0,
-        sink_uri=uri,
-        settings=FAST,
-        config=config,
-        **kw,
+        name, clusters, ["unused"], mode="ordered", pullers=0, sink_uri=uri, config=config, **kw
     )
 
 
