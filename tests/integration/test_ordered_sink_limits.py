@@ -197,3 +197,38 @@ def test_postgres_apply_rate_beside_the_database_ceiling(clusters, services, pos
         f"{cpu_s:.1f}s in all; the database's own ceiling (batched upserts, 1,000 a "
         f"transaction): {ceiling:,.0f} rows/s"
     )
+
+
+def test_kafka_apply_rate(clusters, services, unique):
+    """A backlog of 100,000 two-record transactions (200 B values) applied from a cold
+    start into a Kafka topic."""
+    target = unique("rate")
+    feed = services.start_feed(
+        "orate",
+        clusters,
+        ["unused"],
+        mode="ordered",
+        pullers=0,
+        sink_uri=f"kafka://{clusters.b.alias}/{target}",
+        wait=False,
+    )
+    sink = feed.sinks[0]
+    sink.kill()  # the backlog first, then a cold start
+    writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name))
+    value = b"v" * 200
+    n = 100_000
+    for i in range(n):
+        changes = (Change(f"a{i}".encode(), value), Change(f"b{i}".encode(), value))
+        writer.txn(Txn(f"t{i:08d}", BASE_TS + i, changes))
+    writer.resolved(BASE_TS + n)
+    writer.flush()
+    sink.start()
+    sink.wait_ready()
+    started = time.monotonic()
+    sink.wait_status(lambda s: s["checkpoint_ts_us"] == BASE_TS + n, 600, "caught up")
+    took = time.monotonic() - started
+    print(
+        f"\nkafka sink: {n:,} transactions, {2 * n:,} records applied in {took:.1f}s from a "
+        f"cold start: {2 * n / took:,.0f} records/s, {n / took:,.0f} transactions/s; sink CPU "
+        f"{_cpu_s(sink.pid):.1f}s in all"
+    )
