@@ -13,6 +13,7 @@ from typing import Any
 from confluent_kafka import KafkaError
 
 from crossfeed.config import Settings
+from crossfeed.core.timestamps import commit_interval_ms
 from crossfeed.dlq import DeadLetter, FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
@@ -43,7 +44,9 @@ class OrderedSink:
         self.control_conf = control_conf
         self.sorted_topic = topics.sorted_(feed.name)
         self.labels = (feed.name,)
-        self.interval_s = settings.sink.commit_interval_ms / 1000
+        self.keep_up_ms = settings.sink.commit_interval_ms
+        self.backlog_ms = settings.sink.backlog_commit_interval_ms
+        self.interval_s = self.keep_up_ms / 1000  # of the open transaction, after a read
         self.max_events = settings.sink.max_batch_records
         self.heartbeats: HeartbeatSender | None = None
         self.address = ""
@@ -97,7 +100,22 @@ class OrderedSink:
 
     def _read(self, consumer: Any, handle: Callable[[Any], bool]) -> None:
         """One read of the sorted stream, each record to ``handle`` (False: stop here)."""
-        for msg in consumer.consume(CONSUME_BATCH, self._read_wait()):
+        msgs = consumer.consume(CONSUME_BATCH, self._read_wait())
+        if msgs:
+            # Catching up a backlog (the read filled the batch with old records), a
+            # transaction may stay open longer: fewer, larger commits (timestamps.py).
+            newest = msgs[-1].timestamp()[1]
+            self.interval_s = (
+                commit_interval_ms(
+                    len(msgs) == CONSUME_BATCH,
+                    newest,
+                    time.time() * 1000,
+                    self.keep_up_ms,
+                    self.backlog_ms,
+                )
+                / 1000
+            )
+        for msg in msgs:
             error = msg.error()
             if error:
                 if error.code() != KafkaError._PARTITION_EOF:

@@ -184,6 +184,7 @@ class OrderedKafkaSink(OrderedSink):
             self._dead_letter_here(msg, "BadMarker", f"sorted record with a bad marker: {err}")
             self.next_offset = offset + 1
             return True
+        boundary = False  # a source transaction ended here: a place to commit
         for step in self.sequencer.step(offset, marker):
             if step is Step.APPLY:
                 self._produce_copy(msg)
@@ -192,6 +193,9 @@ class OrderedKafkaSink(OrderedSink):
             elif step is Step.COMPLETE:
                 self.txn_sources += 1
                 self.open_produced = 0
+                boundary = True
+            elif step is Step.RESOLVED:
+                boundary = True
             elif step is Step.CUT_SHORT:
                 cut = self.sequencer.cut
                 assert cut is not None
@@ -204,13 +208,16 @@ class OrderedKafkaSink(OrderedSink):
                     return False
             elif step is Step.SKIP_CUT:
                 # A cut-short transaction found before the last rewind: commit the
-                # whole ones before it now, so a later rewind does not undo them again.
+                # whole ones before it now (up to its begin), so a later rewind does not
+                # undo them again.
                 if self.txn_events or self.txn_sources:
                     self._commit()
                     self._begin()
             elif step is Step.DROP and marker.kind is Kind.BEGIN:
                 metrics.REPLAYED.labels(*self.labels).inc()
         self.next_offset = offset + 1
+        if boundary and self._due():
+            self._commit()  # the next record begins the next Kafka transaction
         return True
 
     def _produce_copy(self, msg: Any) -> None:

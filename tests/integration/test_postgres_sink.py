@@ -38,16 +38,9 @@ def _schema(conn: psycopg.Connection[Any]) -> str:
 
 def _start(services, clusters, conn, name: str, config: dict[str, Any] | None = None, **kw):
     uri = f"{clusters.postgres_uri}?schema={_schema(conn)}"
+    kw.setdefault("settings", FAST)
     return services.start_feed(
-        name,
-        clusters,
-        ["unused"],
-        mode="ordered",
-        pullers=0,
-        sink_uri=uri,
-        settings=FAST,
-        config=config,
-        **kw,
+        name, clusters, ["unused"], mode="ordered", pullers=0, sink_uri=uri, config=config, **kw
     )
 
 
@@ -368,3 +361,62 @@ def test_consistency_ts_and_syncpoint_in_crossfeed_status(
             api.remove_feed(feed.name)
     finally:
         next(group, None)
+
+
+def test_ddl_barriers_and_rows_the_database_refuses(clusters, services, postgres):
+    """ddl events create a table and add a column in their place in the order; a row a
+    table constraint refuses goes to the DLQ alone (the batch is written again change by
+    change), the rest of its transaction and the ones around it are applied."""
+    feed = _start(services, clusters, postgres, "pgddl")
+    sink = feed.sinks[0]
+    writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name))
+    v1 = [("k", "string", True), ("n", "long", False)]
+    v2 = [*v1, ("flag", "boolean", False)]
+    create = change_event("items", "ddl", v1, {}, None, ddl="create table")
+    add = change_event("items", "ddl", v2, {}, None, ddl="add column flag", schema_version=2)
+
+    def row(k: str, n: int, flag: bool | None = None) -> Change:
+        after: dict[str, Any] = {"k": k, "n": n}
+        cols, version = v1, 1
+        if flag is not None:
+            after["flag"], cols, version = flag, v2, 2
+        return Change(
+            k.encode(),
+            change_event("items", "insert", cols, {"k": k}, after, schema_version=version),
+        )
+
+    writer.txn(Txn("ddl1", BASE_TS + 1, (Change(None, create),)))
+    writer.txn(Txn("t1", BASE_TS + 2, (row("a", 1), row("b", 2))))
+    writer.txn(Txn("ddl2", BASE_TS + 3, (Change(None, add),)))
+    writer.txn(Txn("t2", BASE_TS + 4, (row("c", 3, True), row("a", 10, False))))
+    writer.resolved(BASE_TS + 5)
+    writer.flush()
+    sink.wait_status(lambda s: s["checkpoint_ts_us"] == BASE_TS + 5, 60, "past the ddl")
+    assert postgres.execute("SELECT k, n, flag FROM items ORDER BY k").fetchall() == [
+        ("a", 10, False),
+        ("b", 2, None),
+        ("c", 3, True),
+    ]
+    # a constraint of the user's: n below zero is refused by the database
+    postgres.execute("ALTER TABLE items ADD CONSTRAINT positive CHECK (n >= 0)")
+    writer.txn(Txn("t3", BASE_TS + 6, (row("d", 4), row("e", -1), row("f", 6))))
+    writer.txn(Txn("t4", BASE_TS + 7, (row("g", 7),)))
+    writer.resolved(BASE_TS + 8)
+    writer.flush()
+    sink.wait_status(lambda s: s["checkpoint_ts_us"] == BASE_TS + 8, 60, "past the refused row")
+    assert [k for (k,) in postgres.execute("SELECT k FROM items ORDER BY k").fetchall()] == [
+        "a",
+        "b",
+        "c",
+        "d",
+        "f",
+        "g",
+    ]
+    letters: list[Any] = []
+    deadline = time.monotonic() + 30
+    while not letters and time.monotonic() < deadline:
+        letters = _dead_letters(clusters, feed.name)
+        time.sleep(0.5)
+    assert [r.key for r in letters] == [b"e"]
+    assert letters[0].header(ERROR_CLASS) == b"CheckViolation"
+    assert b"positive" in (letters[0].header(ERROR_MESSAGE) or b"")

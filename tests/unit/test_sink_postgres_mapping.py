@@ -16,6 +16,7 @@ from services.sink.postgres.mapping import (
     PG_TYPES,
     Column,
     Misfit,
+    Mounter,
     RowChange,
     TableSchema,
     create_table,
@@ -53,6 +54,13 @@ class TestMount:
     def test_key_column_filled_from_the_key(self) -> None:
         change = mount(event(after={"name": "y"}), 1)
         assert change.values == {"name": "y", "id": 7}
+
+    def test_column_lists_are_remembered_per_schema_version(self) -> None:
+        mounter = Mounter()
+        first = mounter.mount(event(), 1)
+        assert mounter.mount(event(), 2).columns is first.columns
+        other = event(cols=[("id", "long", True), ("name", "long", False)], after={"id": 7})
+        assert mounter.mount(other, 3).columns != first.columns  # same version, new list
 
     def test_ddl(self) -> None:
         change = mount(event("ddl", key={}, after=None, ddl="create table"), 1)

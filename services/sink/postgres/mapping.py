@@ -60,6 +60,7 @@ class RowChange:
     commit_ts: int
     columns: tuple[Column, ...]
     ddl: str | None = None
+    schema_version: int = 0
 
     @property
     def key_columns(self) -> tuple[str, ...]:
@@ -98,22 +99,59 @@ def _type_name(value: Any) -> str:
     )
 
 
-def mount(event: Mapping[str, Any], commit_ts: int) -> RowChange:
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    raw: list[Any]  # as decoded: compared to tell a cache hit
+    columns: tuple[Column, ...]
+    by_name: Mapping[str, Column]
+    key: tuple[Column, ...]
+
+
+class Mounter:
+    """ChangeEvent -> RowChange. Remembers each table's column list per schema_version
+    (the same for every change written with it; checked by comparing the decoded lists,
+    which is far cheaper than building the columns again)."""
+
+    def __init__(self) -> None:
+        self._columns: dict[tuple[str, int], _Columns] = {}
+
+    def columns(self, table: str, version: int, raw: list[Any]) -> _Columns:
+        hit = self._columns.get((table, version))
+        if hit is not None and hit.raw == raw:
+            return hit
+        columns = tuple(
+            Column(c["name"], c["type"], c.get("primary_key", False), c.get("nullable", True))
+            for c in raw
+        )
+        made = _Columns(
+            raw,
+            columns,
+            {c.name: c for c in columns},
+            tuple(c for c in columns if c.primary_key),
+        )
+        if len(self._columns) > 10_000:
+            self._columns.clear()
+        self._columns[(table, version)] = made
+        return made
+
+    def mount(self, event: Mapping[str, Any], commit_ts: int) -> RowChange:
+        return mount(event, commit_ts, self)
+
+
+def mount(event: Mapping[str, Any], commit_ts: int, mounter: Mounter | None = None) -> RowChange:
     """A decoded ChangeEvent as a row change; Misfit if it breaks its own schema."""
     table = event["table"]
-    columns = tuple(
-        Column(c["name"], c["type"], c.get("primary_key", False), c.get("nullable", True))
-        for c in event["columns"]
-    )
-    by_name = {c.name: c for c in columns}
+    version = event["schema_version"]
+    known = (mounter or Mounter()).columns(table, version, event["columns"])
+    columns, by_name = known.columns, known.by_name
     if not table:
         raise Misfit("MissingTable", "the change names no table")
     op = event["op"]
     if op == "ddl":
         if not columns:
             raise Misfit("BadDdl", f"ddl change of table {table} lists no columns")
-        return RowChange(table, "ddl", (), {}, commit_ts, columns, event.get("ddl"))
-    key_columns = [c for c in columns if c.primary_key]
+        return RowChange(table, "ddl", (), {}, commit_ts, columns, event.get("ddl"), version)
+    key_columns = known.key
     if not key_columns:
         raise Misfit("MissingKey", f"table {table}: the change's columns have no primary key")
     raw_key = event.get("key") or {}
@@ -133,7 +171,7 @@ def mount(event: Mapping[str, Any], commit_ts: int) -> RowChange:
             )
         key.append(value)
     if op == "delete":
-        return RowChange(table, "delete", tuple(key), {}, commit_ts, columns)
+        return RowChange(table, "delete", tuple(key), {}, commit_ts, columns, None, version)
     after = event.get("after")
     if after is None:
         raise Misfit("MissingValues", f"table {table}: {op} change without 'after' values")
@@ -163,7 +201,7 @@ def mount(event: Mapping[str, Any], commit_ts: int) -> RowChange:
                 f"table {table}: key column {column.name!r} is {value!r:.40} in the key but "
                 f"{values[column.name]!r:.40} in 'after'",
             )
-    return RowChange(table, "upsert", tuple(key), values, commit_ts, columns)
+    return RowChange(table, "upsert", tuple(key), values, commit_ts, columns, None, version)
 
 
 # -- the table as it is in the database ---------------------------------------------------

@@ -105,6 +105,9 @@ class PostgresSink(OrderedSink):
         self.dlq: Any = None
         self.conn: psycopg.Connection[Any] | None = None
         self.tables: dict[str, TableSchema | None] = {}
+        self.mounter = mapping.Mounter()
+        # (table, schema_version, shape) known to fit the table as cached in self.tables
+        self.fitted: set[tuple[str, int, tuple[str, tuple[str, ...]]]] = set()
         self.sql: dict[tuple[str, tuple[str, tuple[str, ...]]], str] = {}
         self.failures = 0
         self.careful_until = -1  # write change by change (savepoints) below this offset
@@ -234,7 +237,7 @@ class PostgresSink(OrderedSink):
     def _reposition(self) -> None:
         """Forget everything not committed; read the stream again from the position."""
         self._reset_txn()
-        self.tables.clear()
+        self._forget_tables()
         self._restart_sequencer()
         offset = self.committed_offset if self.committed_offset >= 0 else OFFSET_BEGINNING
         self.consumer.assign([KafkaTP(self.sorted_topic, SORTED_PARTITION, offset)])
@@ -278,6 +281,7 @@ class PostgresSink(OrderedSink):
         except BadMarker as err:
             self._dead_letter_here(msg, "BadMarker", f"sorted record with a bad marker: {err}")
             return True
+        boundary = False  # a source transaction ended here: a place to commit
         for step in self.sequencer.step(offset, marker):
             if step is Step.APPLY:
                 self._apply(msg)
@@ -285,16 +289,21 @@ class PostgresSink(OrderedSink):
                 self.savepoint = False
             elif step is Step.COMPLETE:
                 self._complete()
+                boundary = True
+            elif step is Step.RESOLVED:
+                boundary = True
             elif step is Step.CUT_SHORT:
                 log.warning("feed %s: %s", self.feed.name, self.sequencer.problem)
                 metrics.CUT_SHORT.labels(*self.labels).inc()
                 self.open.clear()
                 if self.savepoint:
                     self._execute("ROLLBACK TO SAVEPOINT cf_txn")
-                    self.tables.clear()  # DDL may have been rolled back with it
+                    self._forget_tables()  # DDL may have been rolled back with it
                     self.savepoint = False
             elif step is Step.DROP and marker.kind is Kind.BEGIN:
                 metrics.REPLAYED.labels(*self.labels).inc()
+        if boundary and self._due():
+            self._commit()  # the next record opens the next database transaction
         return True
 
     def _apply(self, msg: Any) -> None:
@@ -323,7 +332,7 @@ class PostgresSink(OrderedSink):
             if not careful:
                 raise
             self._execute("ROLLBACK TO SAVEPOINT cf_row")
-            self.tables.clear()
+            self._forget_tables()
             cause = err.__cause__ or err
             self._dead_letter_here(msg, type(cause).__name__, f"the database refused it: {cause}")
             return
@@ -340,15 +349,14 @@ class PostgresSink(OrderedSink):
         if len(self.open) >= MAX_ROWS:
             self._spill_open()
 
-    @staticmethod
-    def _mount(value: bytes | None, commit_ts: int) -> RowChange:
+    def _mount(self, value: bytes | None, commit_ts: int) -> RowChange:
         if not value:
             raise Misfit("NoValue", "data record without a value (not a ChangeEvent)")
         try:
             event = codec.decode("ChangeEvent", value)
         except CodecError as err:
             raise Misfit("UndecodableValue", f"not a ChangeEvent: {err}") from None
-        return mapping.mount(event, commit_ts)
+        return self.mounter.mount(event, commit_ts)
 
     def _complete(self) -> None:
         """The open source transaction is whole: its changes join the batch."""
@@ -380,9 +388,13 @@ class PostgresSink(OrderedSink):
 
     def _fit(self, change: RowChange) -> None:
         """Make sure ``change``'s table can take it (DDL when needed), else Misfit."""
+        known = (change.table, change.schema_version, change.shape)
+        if change.op != "ddl" and known in self.fitted:
+            return
         existing = self._table(change.table)
         plan = mapping.plan(self.schema, existing, change, self.auto_create)
         if not plan.statements:
+            self.fitted.add(known)
             return
         # DDL is a barrier: what came before is written before it; inside the open
         # source transaction's savepoint, so a cut short one takes it back.
@@ -390,7 +402,12 @@ class PostgresSink(OrderedSink):
         for statement in plan.statements:
             log.info("feed %s: %s", self.feed.name, statement)
             self._execute(statement)
-        self.tables.pop(change.table, None)
+        self._forget_tables()
+
+    def _forget_tables(self) -> None:
+        """What is known of the tables may be wrong now (DDL ran or was rolled back)."""
+        self.tables.clear()
+        self.fitted.clear()
 
     def _table(self, table: str) -> TableSchema | None:
         if table in self.tables:
