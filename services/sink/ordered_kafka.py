@@ -23,6 +23,7 @@ input rewinds to the committed offset, and the re-read drops the cut-short one (
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -37,6 +38,7 @@ from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
 from crossfeed.membership import HeartbeatContent
+from crossfeed.wire.headers import TIMESTAMP
 from services.sink import metrics as shared_metrics
 from services.sink import ordered_metrics as metrics
 from services.sink.ordered_base import SORTED_PARTITION, OrderedSink
@@ -230,7 +232,7 @@ class OrderedKafkaSink(OrderedSink):
                 f"{self.target_topic}",
             )
             return
-        _, ts_ms = msg.timestamp()
+        ts_ms, hdrs = source_timestamp(msg.timestamp()[1], hdrs)
         while True:
             try:
                 # By position: topic, value, key, partition, on_delivery, its alias,
@@ -381,3 +383,20 @@ class OrderedKafkaSink(OrderedSink):
 
     def status(self) -> dict[str, Any]:
         return self._status(self.owner, f"kafka://{self.target_alias}/{self.target_topic}")
+
+
+def source_timestamp(sorted_ts_ms: int, hdrs: list[Any] | None) -> tuple[int, list[Any] | None]:
+    """The source record's timestamp and the headers to write: Spark's Kafka writer cannot
+    set a record timestamp, so the sorter carries it in ``crossfeed-timestamp``
+    (docs/ordered-feeds.md §3); the target gets it back and not the header."""
+    if not hdrs:
+        return sorted_ts_ms, hdrs
+    ts_ms = sorted_ts_ms
+    kept = []
+    for name, value in hdrs:
+        if name == TIMESTAMP:
+            with contextlib.suppress(TypeError, ValueError):
+                ts_ms = int(value)
+        else:
+            kept.append((name, value))
+    return ts_ms, kept

@@ -285,3 +285,14 @@ def test_resolved_never_ahead_of_what_completed(data) -> None:
                 done.add(seq.applied.txn)
             if step is Step.RESOLVED:
                 assert all(t.txn in done for t in txns if t.ts <= marker.commit_ts)
+
+
+def test_source_timestamp_comes_back_from_the_sorter_header_which_is_dropped() -> None:
+    from services.sink.ordered_kafka import source_timestamp
+
+    hdrs = [("a", b"1"), ("crossfeed-timestamp", b"1700000000123"), ("b", None)]
+    assert source_timestamp(42, hdrs) == (1_700_000_000_123, [("a", b"1"), ("b", None)])
+    assert source_timestamp(42, [("a", b"1")]) == (42, [("a", b"1")])
+    assert source_timestamp(42, None) == (42, None)
+    # An unreadable value keeps the sorted record's own timestamp, and is still dropped.
+    assert source_timestamp(42, [("crossfeed-timestamp", b"x")]) == (42, [])
