@@ -59,7 +59,7 @@ def _short(v: float) -> str:
 
 
 def render(result: Mapping[str, Any], path: Path) -> Path:
-    fig, axes = plt.subplots(2, 3, figsize=(17, 9.5))
+    fig, axes = plt.subplots(3, 3, figsize=(17, 14))
     tp = result.get("throughput", {})
     sizes = sorted(tp, key=int, reverse=True)
     groups = [f"{int(s):,} B records" for s in sizes]
@@ -144,6 +144,7 @@ def render(result: Mapping[str, Any], path: Path) -> Path:
     ordered = result.get("ordered", {})
     if not ordered.get("available"):
         notes.append(f"ordered feeds: not available — {ordered.get('reason', 'not run')}")
+    _ordered(axes[2], ordered)
     fig.text(0.01, 0.01, "\n".join(textwrap.shorten(n, 190) for n in notes), fontsize=8)
 
     machine, versions = result.get("machine", {}), result.get("versions", {})
@@ -158,10 +159,44 @@ def render(result: Mapping[str, Any], path: Path) -> Path:
         + (" — QUICK RUN" if settings.get("quick") else ""),
         fontsize=10,
     )
-    fig.tight_layout(rect=(0, 0.06, 1, 0.96))
+    fig.tight_layout(rect=(0, 0.05, 1, 0.97))
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _one(value: Any) -> dict[str, float] | None:
+    """A single measurement as a spread (min = median = max), or None."""
+    if not isinstance(value, (int, float)):
+        return None
+    return {"min": float(value), "median": float(value), "max": float(value)}
+
+
+def _ordered(row: Any, ordered: Mapping[str, Any]) -> None:
+    """Third row: the ordered feed (bank workload) beside its references."""
+    grey, blue, green = "#999999", "#1f77b4", "#2ca02c"
+    rate = [
+        ("workload produce", grey, lookup(ordered, "produce.events_per_s")),
+        ("Spark pass-through", "#bbbbbb", lookup(ordered, "spark_passthrough.events_per_s")),
+        ("crossfeed → Kafka", blue, lookup(ordered, "kafka.events_per_s")),
+        ("crossfeed → PostgreSQL", green, lookup(ordered, "postgres.rows_per_s")),
+        ("PostgreSQL upsert ceiling", "#777777", lookup(ordered, "postgres.ceiling.rows_per_s")),
+    ]
+    _bars(row[0], ["events (row changes) / s"], [(n, c, [_one(v)]) for n, c, v in rate])
+    row[0].set_title("ordered feed, bank workload: throughput")
+    lags = []
+    for key, label, colour in (("kafka", "→ Kafka", blue), ("postgres", "→ PostgreSQL", green)):
+        for figure in ("p50", "p99"):
+            shade = colour if figure == "p50" else _darker(colour)
+            lags.append(
+                (f"{label} {figure}", shade, [_one(lookup(ordered, f"{key}.lag_ms.{figure}"))])
+            )
+    _bars(row[1], ["source commit → visible, ms"], lags)
+    row[1].set_title("ordered feed: lag at half load")
+    rss = ordered.get("kafka", {}).get("peak_rss_mb") or {}
+    names = sorted(rss)
+    _bars(row[2], names or ["n/a"], [("→ Kafka", blue, [_one(rss.get(n)) for n in names])])
+    row[2].set_title("ordered feed: peak RSS per process tree, MB")
 
 
 def _num(v: float | None) -> str:

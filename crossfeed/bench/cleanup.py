@@ -21,7 +21,7 @@ from crossfeed.kafka import clients
 log = logging.getLogger(__name__)
 
 STALE_TOPICS = re.compile(
-    r"^(bench-.*|_crossfeed\.bench-.*\.changes|mm2-.*\.internal|.*\.checkpoints\.internal|heartbeats)$"
+    r"^(bench-.*|_crossfeed\.bench-.*\.(changes|sorted)|mm2-.*\.internal|.*\.checkpoints\.internal|heartbeats)$"
 )
 """Topics only a benchmark creates (MirrorMaker 2's internal ones included)."""
 

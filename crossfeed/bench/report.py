@@ -110,4 +110,39 @@ def summary(path: Path) -> str:
     ordered = data.get("ordered", {})
     if not ordered.get("available"):
         lines.append(f"ordered feeds: not available — {ordered.get('reason', 'not run')}")
+    else:
+        lines += _ordered_lines(ordered)
     return "\n".join(lines)
+
+
+def _ordered_lines(o: dict[str, Any]) -> list[str]:
+    produce, spark = o.get("produce", {}), o.get("spark_passthrough", {})
+    lines = [
+        f"ordered feed, bank workload ({produce.get('events', 0):,} changes): workload produce "
+        f"{_num(produce.get('events_per_s'))} events/s, Spark pass-through "
+        f"{_num(spark.get('events_per_s'))} events/s"
+    ]
+    for key, what in (("kafka", "events_per_s"), ("postgres", "rows_per_s")):
+        side = o.get(key)
+        if not isinstance(side, dict):
+            continue
+        lag = side.get("lag_ms", {})
+        extra = (
+            f", {_num(side.get('of_spark_passthrough'), 2)} of Spark"
+            if key == "kafka"
+            else f", {_num(side.get('of_ceiling'), 2)} of the upsert ceiling "
+            f"({_num(side.get('ceiling', {}).get('rows_per_s'))} rows/s)"
+        )
+        lines.append(
+            f"  into {key}: {_num(side.get(what))} {what.split('_')[0]}/s{extra}; lag at half "
+            f"load p50 {_num(lag.get('p50'))} ms, p99 {_num(lag.get('p99'))} ms; start-up "
+            f"{_num(side.get('startup_s'), 1)} s; peak RSS MB {side.get('peak_rss_mb')}"
+        )
+    return lines
+
+
+def _num(value: Any, digits: int = 0) -> str:
+    """One measured figure (not a spread); "n/a" when absent."""
+    if not isinstance(value, (int, float)):
+        return "n/a"
+    return f"{value:,.{digits}f}"

@@ -301,7 +301,7 @@ def bench(
     ),
     quick: bool = typer.Option(False, "--quick", help="a small validation run, not for comparison"),
     only: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--only", help="run one part: throughput or failover"
+        None, "--only", help="run one part: throughput, failover or ordered"
     ),
 ) -> None:
     """Benchmarks vs MirrorMaker 2 and dc-b's produce ceiling: throughput, cost, lag, failover."""
@@ -317,11 +317,12 @@ def bench(
         changes["sizes"] = tuple(size)
     if repeat is not None:
         changes["repeat"] = repeat
-    if only not in (None, "throughput", "failover"):
-        raise typer.BadParameter("--only takes throughput or failover")
+    if only not in (None, "throughput", "failover", "ordered"):
+        raise typer.BadParameter("--only takes throughput, failover or ordered")
     if only:
         changes["throughput"] = only == "throughput"
         changes["failover"] = only == "failover"
+        changes["ordered"] = only == "ordered"
     plan = dataclasses.replace(plan, **changes)  # type: ignore[arg-type]
     try:
         path = runner.run(plan)
