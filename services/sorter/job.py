@@ -185,6 +185,7 @@ class SorterJob:
         self.changes_topic = topics.changes(feed.name)
         self.sorted_topic = topics.sorted_(feed.name)
         self.producer = clients.producer(target_conf, **{"linger.ms": 0})
+        self.current: dict[str, Any] | None = None
 
     # -- the query ------------------------------------------------------------------------
 
@@ -210,7 +211,14 @@ class SorterJob:
 
     # -- one micro-batch ------------------------------------------------------------------
 
+    def _step(self, batch_id: int, step: str | None) -> None:
+        """The batch in progress and its step, for /status (None: between batches)."""
+        self.current = (
+            None if step is None else {"batch_id": batch_id, "step": step, "since": time.time()}
+        )
+
     def process_batch(self, df: DataFrame, batch_id: int) -> None:
+        self._step(batch_id, "segment")
         started = time.monotonic()
         report = BatchReport(batch_id)
         prev = self.store.load_before(batch_id)
@@ -232,6 +240,7 @@ class SorterJob:
         parse(df).write.mode("overwrite").parquet(self.store.segment_path(name))
         report.timings["segment"] = time.monotonic() - lap
         lap = time.monotonic()
+        self._step(batch_id, "stats")
 
         # 2. marks per source partition and the segment's statistics
         seg = self.spark.read.parquet(self.store.segment_path(name))
@@ -286,6 +295,7 @@ class SorterJob:
 
         # 4. release (and dead letters)
         if not window.empty or bad_rows:
+            self._step(batch_id, "release")
             released = segments if not window.empty else []
             (
                 report.released_events,
@@ -295,6 +305,7 @@ class SorterJob:
             report.timings["release"] = time.monotonic() - lap
             lap = time.monotonic()
         if not window.empty:
+            self._step(batch_id, "resolved mark")
             self._resolved_mark(high)
             state.released_ts = high
         report.resolved_ts = state.released_ts
@@ -316,6 +327,7 @@ class SorterJob:
         report.pending_rows = state.pending_rows
         report.segments = len(state.segments)
         report.seconds = time.monotonic() - started
+        self._step(batch_id, None)
         self.on_batch(report, state)
 
     def _release(

@@ -77,6 +77,7 @@ class SorterWorker:
         self.snapshot = DriverState()
         self.last_batch: dict[str, Any] | None = None
         self.heartbeats: HeartbeatSender | None = None
+        self.job: Any = None
         self._lock = threading.Lock()
         from services.sorter.job import PartitionsSource  # pyspark only once we run
 
@@ -87,7 +88,7 @@ class SorterWorker:
 
     def run(self, stop: threading.Event) -> None:
         sparkconf.check_java()
-        local = self.opts.spark_master.startswith("local")
+        local = sparkconf.is_local(self.opts)
         jar_list = [] if sparkconf.under_spark_submit() else sparkconf.jars()
         target_id = wait_for_cluster(self.target_alias, self.target_conf, stop)
         source_id = clients.cluster_id(self.source_conf) or ""
@@ -136,6 +137,7 @@ class SorterWorker:
             max_segments=self.opts.max_segments,
             on_batch=self._on_batch,
         )
+        self.job = job
         query = job.start()
         self.state = "running"
         error: str | None = None
@@ -316,5 +318,6 @@ class SorterWorker:
             "pending_events": state.pending_rows,
             "pending_segments": len(state.segments),
             "last_batch": last,
+            "current_batch": self.job.current if self.job is not None else None,
             "checkpoint_dir": str(self.store.root),
         }
