@@ -177,11 +177,12 @@ class SorterWorker:
         while not stop.is_set():
             try:
                 meta = admin.list_topics(timeout=10)
+                selected = self.feed.selector.select(meta.topics)
+                broken = [n for n in selected if meta.topics[n].error is not None]
+                if broken:  # a partial listing must not make partitions look removed
+                    raise RuntimeError(f"topics {broken} could not be described")
                 keys = frozenset(
-                    f"{name}/{p}"
-                    for name in self.feed.selector.select(meta.topics)
-                    for p in meta.topics[name].partitions
-                    if meta.topics[name].error is None
+                    f"{name}/{p}" for name in selected for p in meta.topics[name].partitions
                 )
                 self.partitions.set(keys)
                 if warned:
