@@ -126,10 +126,11 @@ class SinkSettings(BaseModel):
 class SorterSettings(BaseModel):
     """Sorter: a Spark Structured Streaming job putting ordered feeds into commit order."""
 
-    spark_master: str = Field(
-        "local[*]",
-        description="Spark master URL: local[*] (default), spark://host:7077, k8s://..., yarn; "
-        "ignored under spark-submit, which sets it",
+    spark_master: str | None = Field(
+        None,
+        description="Spark master URL: local[*], spark://host:7077, k8s://..., yarn; default: "
+        "spark.master of $SPARK_CONF_DIR/spark-defaults.conf, else local[*]; ignored under "
+        "spark-submit, which sets it",
     )
     spark_conf: dict[str, str] = Field(
         default_factory=dict,

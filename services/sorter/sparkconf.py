@@ -71,30 +71,58 @@ def checkpoint_root(settings: SorterSettings, feed: str) -> Path:
     return base / feed
 
 
+def spark_defaults() -> dict[str, str]:
+    """``spark-defaults.conf`` of ``$SPARK_CONF_DIR`` (else ``$SPARK_HOME/conf``), if any."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or (
+        str(Path(os.environ["SPARK_HOME"]) / "conf") if os.environ.get("SPARK_HOME") else None
+    )
+    out: dict[str, str] = {}
+    if conf_dir is None or not (Path(conf_dir) / "spark-defaults.conf").exists():
+        return out
+    for line in (Path(conf_dir) / "spark-defaults.conf").read_text().splitlines():
+        parts = line.strip().split(None, 1)
+        if len(parts) == 2 and not parts[0].startswith("#"):
+            out[parts[0]] = parts[1].strip()
+    return out
+
+
+def effective_master(settings: SorterSettings) -> str:
+    """``sorter.spark_master``, else spark-defaults.conf's ``spark.master``, else local[*]."""
+    return settings.spark_master or spark_defaults().get("spark.master") or "local[*]"
+
+
+def is_local(settings: SorterSettings) -> bool:
+    return effective_master(settings).startswith("local")
+
+
 def spark_conf(settings: SorterSettings, feed: str, jar_list: list[str]) -> dict[str, str]:
-    """Spark properties: crossfeed's defaults, then ``sorter.spark_conf`` over them."""
-    local = settings.spark_master.startswith("local")
+    """Spark properties: crossfeed's defaults, then ``sorter.spark_conf`` over them.
+
+    On a local master Spark stays on loopback (driver host and bind address 127.0.0.1);
+    on a cluster the driver's address comes from spark-defaults.conf or ``spark_conf``.
+    """
+    local = is_local(settings)
     scratch = paths.home() / "sorter" / "tmp"
     conf = {
-        "spark.master": settings.spark_master,
+        "spark.master": effective_master(settings),
         "spark.app.name": f"crossfeed-sorter-{feed}",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": settings.driver_memory,
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
-        "spark.local.dir": str(scratch),
-        "spark.pyspark.python": sys.executable,
-        "spark.pyspark.driver.python": sys.executable,
         # Micro-batches are small jobs: don't let every one wait for locality.
         "spark.locality.wait": "0s",
         "spark.sql.streaming.minBatchesToRetain": "20",
     }
     if jar_list:
         conf["spark.jars"] = ",".join(jar_list)
-    if local:
+    if local:  # on a cluster these come from spark-defaults.conf or sorter.spark_conf
         conf["spark.driver.bindAddress"] = "127.0.0.1"
         conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.local.dir"] = str(scratch)
+        conf["spark.pyspark.python"] = sys.executable
+        conf["spark.pyspark.driver.python"] = sys.executable
     conf.update(settings.spark_conf)
     return conf
 

@@ -77,6 +77,7 @@ class SorterWorker:
         self.snapshot = DriverState()
         self.last_batch: dict[str, Any] | None = None
         self.heartbeats: HeartbeatSender | None = None
+        self.job: Any = None
         self._lock = threading.Lock()
         from services.sorter.job import PartitionsSource  # pyspark only once we run
 
@@ -87,7 +88,7 @@ class SorterWorker:
 
     def run(self, stop: threading.Event) -> None:
         sparkconf.check_java()
-        local = self.opts.spark_master.startswith("local")
+        local = sparkconf.is_local(self.opts)
         jar_list = [] if sparkconf.under_spark_submit() else sparkconf.jars()
         target_id = wait_for_cluster(self.target_alias, self.target_conf, stop)
         source_id = clients.cluster_id(self.source_conf) or ""
@@ -144,6 +145,7 @@ class SorterWorker:
             max_segments=self.opts.max_segments,
             on_batch=self._on_batch,
         )
+        self.job = job
         query = job.start()
         self.state = "running"
         error: str | None = None
@@ -183,11 +185,12 @@ class SorterWorker:
         while not stop.is_set():
             try:
                 meta = admin.list_topics(timeout=10)
+                selected = self.feed.selector.select(meta.topics)
+                broken = [n for n in selected if meta.topics[n].error is not None]
+                if broken:  # a partial listing must not make partitions look removed
+                    raise RuntimeError(f"topics {broken} could not be described")
                 keys = frozenset(
-                    f"{name}/{p}"
-                    for name in self.feed.selector.select(meta.topics)
-                    for p in meta.topics[name].partitions
-                    if meta.topics[name].error is None
+                    f"{name}/{p}" for name in selected for p in meta.topics[name].partitions
                 )
                 self.partitions.set(keys)
                 if warned:
@@ -324,5 +327,6 @@ class SorterWorker:
             "pending_events": state.pending_rows,
             "pending_segments": len(state.segments),
             "last_batch": last,
+            "current_batch": self.job.current if self.job is not None else None,
             "checkpoint_dir": str(self.store.root),
         }

@@ -47,6 +47,17 @@ def test_spark_conf_local_defaults_and_overrides(tmp_path, monkeypatch):
     assert conf["spark.sql.shuffle.partitions"] == "8"  # sorter.spark_conf wins
     remote = Settings(sorter={"spark_master": "spark://m:7077"}).sorter
     assert "spark.driver.host" not in sparkconf.spark_conf(remote, "f1", [])
+    assert "spark.pyspark.python" not in sparkconf.spark_conf(remote, "f1", [])
+    # no master configured: spark-defaults.conf's, else local[*]
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text("# x\nspark.master   spark://sm:7077\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
+    default = Settings().sorter
+    assert sparkconf.spark_conf(default, "f1", [])["spark.master"] == "spark://sm:7077"
+    assert not sparkconf.is_local(default)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "none"))
+    assert sparkconf.effective_master(default) == "local[*]"
     assert sparkconf.checkpoint_root(opts, "f1") == tmp_path / "sorter" / "f1"
 
 

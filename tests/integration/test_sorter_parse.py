@@ -1,0 +1,136 @@
+"""The sorter's Spark SQL row rules (services/sorter/job.parse) give the answers of their
+Python reference (services/sorter/rules.py), on crafted headers; a local Spark, no brokers."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+
+import pytest
+
+from crossfeed.wire import headers
+from services.sorter import rules
+
+pytestmark = [pytest.mark.spark]
+
+H = headers
+CASES: list[tuple[str, list[tuple[str, bytes]], bytes | None]] = [
+    ("data", [(H.COMMIT_TS, b"17"), (H.TXN, b"tx/2/3"), (H.SRC, b"C1/orders/4/99")], b"k"),
+    ("no txn", [(H.COMMIT_TS, b"18"), (H.SRC, b"C1/orders/4/100")], b"k"),
+    ("empty cluster id", [(H.COMMIT_TS, b"18"), (H.SRC, b"/orders/4/100")], None),
+    ("mark", [(H.TYPE, b"resolved"), (H.COMMIT_TS, b"20")], b"orders/4"),
+    ("mark bad key", [(H.TYPE, b"resolved"), (H.COMMIT_TS, b"20")], b"orders"),
+    ("mark no ts", [(H.TYPE, b"resolved")], b"orders/4"),
+    ("bad ts", [(H.COMMIT_TS, b"x1"), (H.TXN, b"tx/1/1")], b"k"),
+    ("no ts", [(H.TXN, b"tx/1/1")], b"k"),
+    ("seq > count", [(H.COMMIT_TS, b"5"), (H.TXN, b"tx/4/3")], b"k"),
+    ("seq 0", [(H.COMMIT_TS, b"5"), (H.TXN, b"tx/0/3")], b"k"),
+    ("colon in id", [(H.COMMIT_TS, b"5"), (H.TXN, b"a:b/1/1")], b"k"),
+    ("no txn no src", [(H.COMMIT_TS, b"5")], b"k"),
+    ("unknown type", [(H.TYPE, b"begin"), (H.COMMIT_TS, b"5")], b"k"),
+    ("two ts headers", [(H.COMMIT_TS, b"6"), (H.COMMIT_TS, b"7"), (H.TXN, b"t/1/1")], b"k"),
+]
+
+
+def reference(hdrs: list[tuple[str, bytes]], key: bytes | None) -> dict[str, object]:
+    first = {}
+    for name, value in hdrs:
+        first.setdefault(name, value.decode())
+    ts = rules.parse_commit_ts(first.get(H.COMMIT_TS))
+    if first.get(H.TYPE) == H.TYPE_RESOLVED:
+        ok = rules.parse_mark_key(key.decode() if key else None) is not None and ts is not None
+        return {"kind": "mark" if ok else "bad", "commit_ts": ts}
+    if H.TYPE in first:
+        return {"kind": "bad", "commit_ts": ts}
+    ref = rules.parse_txn(first.get(H.TXN), rules.parse_src(first.get(H.SRC)))
+    if ts is None or ref is None:
+        return {"kind": "bad", "commit_ts": ts}
+    return {
+        "kind": "data",
+        "commit_ts": ts,
+        "txn_id": ref.txn_id,
+        "seq": ref.seq,
+        "count": ref.count,
+    }
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[object]:
+    from services.sorter.job import build_session
+
+    session = build_session(
+        {
+            "spark.master": "local[1]",
+            "spark.ui.enabled": "false",
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.sql.shuffle.partitions": "1",
+            "spark.ui.showConsoleProgress": "false",
+        },
+        local=True,
+    )
+    yield session
+    session.stop()  # type: ignore[attr-defined]
+
+
+def test_parse_matches_the_python_rules(spark: object) -> None:
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    from services.sorter.job import parse
+
+    schema = StructType(
+        [
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("timestamp", TimestampType()),
+            StructField("timestampType", IntegerType()),
+            StructField(
+                "headers",
+                ArrayType(
+                    StructType(
+                        [StructField("key", StringType()), StructField("value", BinaryType())]
+                    )
+                ),
+            ),
+        ]
+    )
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC)
+    rows = [
+        (key, label.encode(), "_crossfeed.f.changes", 2, i, when, 0, hdrs)
+        for i, (label, hdrs, key) in enumerate(CASES)
+    ]
+    out = {
+        r["value"].decode(): r.asDict()
+        for r in parse(spark.createDataFrame(rows, schema)).collect()  # type: ignore[attr-defined]
+    }
+    for label, hdrs, key in CASES:
+        got, want = out[label], reference(hdrs, key)
+        assert got["kind"] == want["kind"], (label, got)
+        assert got["commit_ts"] == want["commit_ts"], (label, got)
+        assert (got["error"] is not None) == (want["kind"] == "bad"), (label, got)
+        if want["kind"] == "data":
+            assert (got["txn_id"], got["seq"], got["count"]) == (
+                want["txn_id"],
+                want["seq"],
+                want["count"],
+            ), label
+        assert got["timestamp_ms"] == int(when.timestamp() * 1000)
+    assert out["mark"]["part"] == "orders/4"
+    assert (out["data"]["src_cluster"], out["data"]["src_topic"]) == ("C1", "orders")
+    assert (out["data"]["src_partition"], out["data"]["src_offset"]) == (4, 99)
+    assert out["no txn"]["txn_id"] == "C1:orders:4:100"
+    # without crossfeed-src, dead letters name the staging record
+    assert out["no ts"]["src_topic"] == "_crossfeed.f.changes"
+    assert out["no ts"]["src_offset"] == 7
