@@ -203,6 +203,8 @@ def get(
     ]
     if status.get("syncpoint_ts_us"):
         rows.append(("syncpoint", _syncpoint(status)))
+    if status.get("held_back_by"):
+        rows.append(("held back by", _held_back(status)))
     for key, value in rows:
         out.print(f"{key + ':':<16}{value}")
 
@@ -263,6 +265,8 @@ def status(
     for feed in feeds:
         if feed.get("syncpoint_ts_us"):
             out.print(f"{feed['name']}: syncpoint {_syncpoint(feed)}")
+        if feed.get("held_back_by"):
+            out.print(f"[yellow]{feed['name']}[/]: resolved_ts held back by {_held_back(feed)}")
     for feed in feeds:
         if feed["last_error"]:
             out.print(f"[red]{feed['name']}[/]: {feed['last_error']}")
@@ -322,6 +326,14 @@ def _syncpoint(status: dict[str, Any]) -> str:
     return (
         f"source {_ts(status['syncpoint_ts_us'])} = target {_ms(status['syncpoint_at_ms'])}"
         f".{status['syncpoint_at_ms'] % 1000:03d}"
+    )
+
+
+def _held_back(status: dict[str, Any]) -> str:
+    """Ordered feeds: the source partitions whose resolved_ts stopped, and since when."""
+    return ", ".join(
+        f"{h['partition']} (no resolved mark since {_ms(h['since_ms'])})"
+        for h in status["held_back_by"]
     )
 
 

@@ -3,13 +3,14 @@ state snapshot and the live members — the same data on the leader and on stand
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from services.coordinator.fold import StateView
 from services.coordinator.leadership import LeaderInfo
-from services.coordinator.members import MembersView
+from services.coordinator.members import Member, MembersView
 from services.coordinator.records import task_name
 
 
@@ -35,6 +36,14 @@ class TaskInfo(BaseModel):
     owner: str | None = Field(description="puller instance running it, null if none")
 
 
+class HeldBack(BaseModel):
+    """Ordered feeds: a source partition whose resolved_ts stopped moving and holds the
+    feed's global resolved_ts back (reported by the sorter)."""
+
+    partition: str = Field(description="<topic>/<partition> of the source")
+    since_ms: int = Field(description="when its resolved_ts last advanced, epoch ms")
+
+
 class FeedStatusInfo(BaseModel):
     """Runtime view of one feed."""
 
@@ -46,6 +55,10 @@ class FeedStatusInfo(BaseModel):
     epoch: int = Field(description="leader epoch of that assignment")
     pullers: list[str] = Field(description="live puller instances of the feed")
     sinks: list[str] = Field(description="live sink instances of the feed")
+    sorters: list[str] = Field([], description="ordered feeds: live sorter instances")
+    held_back_by: list[HeldBack] = Field(
+        [], description="ordered feeds: source partitions holding resolved_ts back"
+    )
     resolved_ts_us: int = Field(description="global resolved_ts, µs; 0 if unknown")
     checkpoint_ts_us: int = Field(description="checkpoint_ts, µs; 0 if unknown")
     consistency_ts_us: int = Field(description="consistency_ts (safe point), µs; never goes back")
@@ -125,6 +138,7 @@ def feed_status(view: StateView, members: MembersView, name: str, now_ms: int) -
         ((m.syncpoint_ts_us, m.syncpoint_at_ms) for m in members.of_role("sink", name).values()),
         default=(0, 0),
     )
+    sorters = members.of_role("sorter", name)
     return FeedStatusInfo(
         name=name,
         state=status.state if status else "normal",
@@ -137,6 +151,8 @@ def feed_status(view: StateView, members: MembersView, name: str, now_ms: int) -
         epoch=latest.epoch if latest else 0,
         pullers=sorted(members.of_role("puller", name)),
         sinks=sorted(members.of_role("sink", name)),
+        sorters=sorted(sorters),
+        held_back_by=held_back(sorters.values()),
         resolved_ts_us=status.resolved_ts_us if status else 0,
         checkpoint_ts_us=status.checkpoint_ts_us if status else 0,
         consistency_ts_us=consistency,
@@ -145,6 +161,25 @@ def feed_status(view: StateView, members: MembersView, name: str, now_ms: int) -
         syncpoint_ts_us=syncpoint[0],
         syncpoint_at_ms=syncpoint[1],
     )
+
+
+LAGGARD_PREFIX = "laggard:"
+"""A sorter's heartbeat names a partition holding the feed back as
+``checkpoints["laggard:<topic>/<partition>"]`` = since when, µs (services/sorter/worker.py)."""
+
+
+def held_back(sorters: Iterable[Member]) -> list[HeldBack]:
+    """The partitions the feed's sorters say hold it back, oldest first."""
+    since: dict[str, int] = {}
+    for member in sorters:
+        for key, us in member.checkpoints.items():
+            if key.startswith(LAGGARD_PREFIX):
+                partition = key[len(LAGGARD_PREFIX) :]
+                since[partition] = min(since.get(partition, us), us)
+    return [
+        HeldBack(partition=p, since_ms=us // 1000)
+        for p, us in sorted(since.items(), key=lambda kv: (kv[1], kv[0]))
+    ]
 
 
 def captures(members: MembersView) -> list[Capture]:
