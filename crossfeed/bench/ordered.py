@@ -156,7 +156,10 @@ def spark_passthrough(
     rss = PeakRss({"spark": proc.pid})
     rss.start()
     try:
-        done = watch.wait_for(events, timeout_s=900, idle_s=120)
+        deadline = time.monotonic() + 900
+        done = False
+        while not done and proc.poll() is None and time.monotonic() < deadline:
+            done = watch.wait_for(events, timeout_s=5, idle_s=120)
     finally:
         janitor.stop(proc)
         watch.stop()

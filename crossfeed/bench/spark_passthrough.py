@@ -27,7 +27,7 @@ def main(source: str, topic: str, target: str, out: str, checkpoint: str) -> Non
     spark.sparkContext.setLogLevel("ERROR")
     read = spark.readStream.format("kafka")
     for key, value in sparkconf.kafka_options({"bootstrap.servers": source}, {}).items():
-        read = read.option(f"kafka.{key}", value)
+        read = read.option(key, value)  # already kafka.-prefixed
     frame = (
         read.option("subscribe", topic)
         .option("startingOffsets", "earliest")
