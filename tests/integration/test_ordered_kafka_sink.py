@@ -15,7 +15,7 @@ import pytest
 
 from crossfeed.kafka import clients
 from crossfeed.wire import headers, topics
-from tests.support.sorted_stream import Change, SortedWriter, Txn
+from tests.support.sorted_stream import Change, SortedWriter, Txn, applying
 from tests.support.verify import Record
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -270,16 +270,7 @@ def test_too_large_and_bad_markers_to_the_dlq_and_a_standby_takes_over(
     writer.resolved(txns[4].commit_ts)
     writer.flush()
 
-    def owner():
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            owning = [s for s in feed.sinks if s.alive and (s.status() or {}).get("tasks") == [0]]
-            if len(owning) == 1:
-                return owning[0]
-            time.sleep(0.2)
-        raise AssertionError(f"not exactly one sink owns the sorted partition: {feed.statuses()}")
-
-    first = owner()
+    first = applying(feed.sinks)
     first.wait_status(lambda s: s["checkpoint_ts_us"] == txns[4].commit_ts, 60, "applied")
     first.kill()
     for t in txns[5:]:

@@ -19,7 +19,7 @@ from crossfeed.local import processes
 from crossfeed.local.postgres import Postgres
 from crossfeed.wire import topics
 from tests.support.services import EXIT_FEED_STOPPED
-from tests.support.sorted_stream import Change, SortedWriter, Txn, change_event
+from tests.support.sorted_stream import Change, SortedWriter, Txn, applying, change_event
 from tests.support.verify import read_many
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -433,16 +433,7 @@ def test_a_standby_instance_takes_over(clusters, services, postgres):
     _write_bank(writer, bank, 2000, rng)
     writer.flush()
 
-    def applying() -> Any:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            live = [s for s in feed.sinks if s.alive and (s.status() or {}).get("tasks") == [0]]
-            if len(live) == 1:
-                return live[0]
-            time.sleep(0.2)
-        raise AssertionError(f"not exactly one sink applying: {feed.statuses()}")
-
-    first = applying()
+    first = applying(feed.sinks)
     standby = next(s for s in feed.sinks if s is not first)
     assert (standby.status() or {})["state"] == "standby"
     first.kill()
