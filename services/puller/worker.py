@@ -95,7 +95,8 @@ class PullerWorker:
         self.heartbeats: HeartbeatSender | None = None
         self.address = ""
         self.source = Reachability("source", feed.source, self.source_conf)
-        self.commit_error: str | None = None  # the last failed transaction, until one commits
+        # Per task, its last failed transaction, until it commits again or is dropped.
+        self.commit_errors: dict[int, str] = {}
         # Commits run here, overlapping with reading (see PullerTask): one thread per task
         # of a typical instance, as a commit mostly waits on the broker.
         self.committer = ThreadPoolExecutor(max_workers=8, thread_name_prefix="commit")
@@ -366,14 +367,13 @@ class PullerWorker:
         task.pending = task.pending_since = None
         if err is None:
             task.committed()
-            self.commit_error = None
+            self.commit_errors.pop(task.staging_partition, None)
         elif isinstance(err, (TaskFenced, KafkaException)):
             self._commit_failed(task, err)
         else:
             raise err
 
     def _commit_failed(self, task: PullerTask, err: Exception) -> None:
-        self.commit_error = f"task {task.staging_partition}: transaction failed: {err}"
         if isinstance(err, TaskFenced):
             # Fenced by a new owner, or the producer failed for good (after an outage of
             # the target, its open transaction timed out and its epoch was bumped): the
@@ -383,6 +383,8 @@ class PullerWorker:
             self.drop_task(task.staging_partition, commit=False)
             return
         task.failures += 1
+        s = task.staging_partition
+        self.commit_errors[s] = f"task {s}: transaction failed: {err}"
         if task.failures >= RESTART_AFTER_FAILURES:
             # Aborting did not help (seen after the target came back: OUT_OF_ORDER_SEQUENCE
             # on every attempt): a fresh producer, positions recovered from the target.
@@ -466,7 +468,12 @@ class PullerWorker:
             if stuck
             else None
         )
-        problems = [self.discovery.last_error, self.source.problem(), target, self.commit_error]
+        problems = [
+            self.discovery.last_error,
+            self.source.problem(),
+            target,
+            *(self.commit_errors.get(s) for s in list(self.tasks)),
+        ]
         return "; ".join(p for p in problems if p) or None
 
     def status(self) -> dict[str, Any]:

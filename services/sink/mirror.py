@@ -796,8 +796,9 @@ class MirrorSink:
 
     def _problem(self) -> str | None:
         """Why the sink makes no progress now, if it knows: the target does not answer,
-        or the last transaction failed (cleared by the next commit)."""
-        return self.reachability.problem() or self.last_error
+        or the last transaction failed (cleared by the next commit). A sink holding no
+        staging partition has nothing to be stuck on: its old failure is not reported."""
+        return self.reachability.problem() or (self.last_error if self.assigned else None)
 
     def _heartbeat(self) -> HeartbeatContent:
         return HeartbeatContent(
@@ -814,7 +815,7 @@ class MirrorSink:
             "role": "sink",
             "instance": self.instance_id,
             "feed": self.feed.name,
-            "state": "error" if problem else self.state,
+            "state": "error" if problem else ("normal" if self.state == "error" else self.state),
             "last_error": problem,
             "tasks": sorted(self.assigned),
         }
