@@ -303,7 +303,10 @@ class PullerWorker:
             if failed is None:
                 task.committed()
             else:
-                commit = False  # the sealed transaction failed: abort, nothing to add
+                # The sealed transaction failed (fenced, when another owner took the task
+                # while this instance was paused): abort, nothing to add.
+                log.warning("task %d: its last transaction failed: %s", s, failed)
+                commit = False
         if commit:
             try:
                 self._commit_or_raise(task)
@@ -413,14 +416,24 @@ class PullerWorker:
             return
         metrics.FEED_ERROR.labels(self.feed.name).set(1 if self.discovery.errors else 0)
         n = self.feed.config.staging_partitions
+        by_task: dict[int, set[TopicPartition]] = {}
+        for tp in new:
+            s = staging_partition(tp.topic, tp.partition, n)
+            task = self.tasks.get(s)
+            if task is not None and tp not in task.partitions:
+                by_task.setdefault(s, set()).add(tp)
         added: list[KafkaTP] = []
-        for tp in sorted(new):
-            task = self.tasks.get(staging_partition(tp.topic, tp.partition, n))
-            if task is None or tp in task.partitions:
-                continue
-            state = task.add_partition(tp, 0)  # a new topic or partition: copy from its start
-            self.route[(tp.topic, tp.partition)] = (task, state)
-            added.append(KafkaTP(tp.topic, tp.partition, OFFSET_BEGINNING))
+        for s, tps in sorted(by_task.items()):
+            # Not necessarily new to the feed: this instance may have started the task
+            # before it saw the topic (another puller was creating its target topic), and
+            # an earlier owner may have copied it already — its marks say how far.
+            recovered = positions.recover(self.target_conf, self.changes_topic, s, tps) or {}
+            task = self.tasks[s]
+            for tp in sorted(tps):
+                offset = recovered.get(tp, OFFSET_BEGINNING)  # else: copy from its start
+                state = task.add_partition(tp, max(offset, 0))
+                self.route[(tp.topic, tp.partition)] = (task, state)
+                added.append(KafkaTP(tp.topic, tp.partition, offset))
         if added:
             self.reader.incremental_assign(added)
 

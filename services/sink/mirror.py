@@ -712,6 +712,8 @@ class MirrorSink:
         try:
             for tp in self.consumer.assignment():
                 committed = self.consumer.committed([tp], timeout=10)[0]
+                if committed.error is not None:  # unknown is not "never committed"
+                    raise KafkaException(committed.error)
                 offset = committed.offset if committed.offset >= 0 else OFFSET_BEGINNING
                 self.consumer.seek(KafkaTP(tp.topic, tp.partition, offset))
             self.rewind = False
