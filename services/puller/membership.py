@@ -205,8 +205,10 @@ class CoordinatorMembership:
             # moved it on meanwhile, and starting it anyway would fence its new owner.
             with self.lock:
                 still_mine = s in self.desired
+                epoch, generation = self.max_epoch, self.generation
             if not still_mine:
                 continue
+            log.info("starting task %d (epoch %d, generation %d)", s, epoch, generation)
             try:
                 self.host.start_task(s)
             except KafkaException as err:  # the target does not answer: again in a while

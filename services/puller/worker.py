@@ -97,7 +97,8 @@ class PullerWorker:
         self.heartbeats: HeartbeatSender | None = None
         self.address = ""
         self.source = Reachability("source", feed.source, self.source_conf)
-        self.commit_error: str | None = None  # the last failed transaction, until one commits
+        # Per task, its last failed transaction, until it commits again or is dropped.
+        self.commit_errors: dict[int, str] = {}
         # Commits run here, overlapping with reading (see PullerTask): one thread per task
         # of a typical instance, as a commit mostly waits on the broker.
         self.committer = ThreadPoolExecutor(max_workers=8, thread_name_prefix="commit")
@@ -327,7 +328,10 @@ class PullerWorker:
             if failed is None:
                 task.committed()
             else:
-                commit = False  # the sealed transaction failed: abort, nothing to add
+                # The sealed transaction failed (fenced, when another owner took the task
+                # while this instance was paused): abort, nothing to add.
+                log.warning("task %d: its last transaction failed: %s", s, failed)
+                commit = False
         if commit:
             try:
                 self._commit_or_raise(task)
@@ -391,14 +395,13 @@ class PullerWorker:
         task.pending = task.pending_since = None
         if err is None:
             task.committed()
-            self.commit_error = None
+            self.commit_errors.pop(task.staging_partition, None)
         elif isinstance(err, (TaskFenced, KafkaException)):
             self._commit_failed(task, err)
         else:
             raise err
 
     def _commit_failed(self, task: PullerTask, err: Exception) -> None:
-        self.commit_error = f"task {task.staging_partition}: transaction failed: {err}"
         if isinstance(err, TaskFenced):
             # Fenced by a new owner, or the producer failed for good (after an outage of
             # the target, its open transaction timed out and its epoch was bumped): the
@@ -408,6 +411,8 @@ class PullerWorker:
             self.drop_task(task.staging_partition, commit=False)
             return
         task.failures += 1
+        s = task.staging_partition
+        self.commit_errors[s] = f"task {s}: transaction failed: {err}"
         if task.failures >= RESTART_AFTER_FAILURES:
             # Aborting did not help (seen after the target came back: OUT_OF_ORDER_SEQUENCE
             # on every attempt): a fresh producer, positions recovered from the target.
@@ -436,14 +441,24 @@ class PullerWorker:
             return
         metrics.FEED_ERROR.labels(self.feed.name).set(1 if self.discovery.errors else 0)
         n = self.feed.config.staging_partitions
+        by_task: dict[int, set[TopicPartition]] = {}
+        for tp in new:
+            s = staging_partition(tp.topic, tp.partition, n)
+            task = self.tasks.get(s)
+            if task is not None and tp not in task.partitions:
+                by_task.setdefault(s, set()).add(tp)
         added: list[KafkaTP] = []
-        for tp in sorted(new):
-            task = self.tasks.get(staging_partition(tp.topic, tp.partition, n))
-            if task is None or tp in task.partitions:
-                continue
-            state = task.add_partition(tp, 0)  # a new topic or partition: copy from its start
-            self.route[(tp.topic, tp.partition)] = (task, state)
-            added.append(KafkaTP(tp.topic, tp.partition, OFFSET_BEGINNING))
+        for s, tps in sorted(by_task.items()):
+            # Not necessarily new to the feed: this instance may have started the task
+            # before it saw the topic (another puller was creating its target topic), and
+            # an earlier owner may have copied it already — its marks say how far.
+            recovered = positions.recover(self.target_conf, self.changes_topic, s, tps) or {}
+            task = self.tasks[s]
+            for tp in sorted(tps):
+                offset = recovered.get(tp, OFFSET_BEGINNING)  # else: copy from its start
+                state = task.add_partition(tp, max(offset, 0))
+                self.route[(tp.topic, tp.partition)] = (task, state)
+                added.append(KafkaTP(tp.topic, tp.partition, offset))
         if added:
             self.reader.incremental_assign(added)
 
@@ -491,7 +506,12 @@ class PullerWorker:
             if stuck
             else None
         )
-        problems = [self.discovery.last_error, self.source.problem(), target, self.commit_error]
+        problems = [
+            self.discovery.last_error,
+            self.source.problem(),
+            target,
+            *(self.commit_errors.get(s) for s in list(self.tasks)),
+        ]
         return "; ".join(p for p in problems if p) or None
 
     def status(self) -> dict[str, Any]:

@@ -57,7 +57,6 @@ FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRO
 SIZE_SLACK = 64 << 10  # below max.message.bytes by this much, no exact size check is needed
 CONSUME_BATCH = 32  # staging records (packs of up to puller.pack_bytes) per consume call
 READ_WAIT_S = 0.05  # longest a consume call waits for staging records
-RENEW_AFTER_FAILURES = 3  # transactions failed in a row, outside any: a new producer
 
 
 class RetryLater(RuntimeError):
@@ -181,7 +180,6 @@ class MirrorSink:
         # thread's back-to-back consume() calls (seen: /status unanswered for a minute).
         self.assigned: frozenset[int] = frozenset()
         self.last_error: str | None = None
-        self.failures = 0  # transactions failed in a row
         self.rewind = False  # to the committed positions, once a new producer runs
         self.reachability = Reachability("target", target_alias, self.target_conf)
         self.interval_s = settings.sink.commit_interval_ms / 1000  # of the open transaction
@@ -607,7 +605,6 @@ class MirrorSink:
             self.checkpoints[str(source)] = mark["resolved_ts_us"]
             labels = (self.feed.name, source.topic, str(source.partition))
             metrics.CHECKPOINT_TS.labels(*labels).set(mark["resolved_ts_us"] / 1e6)
-        self.failures = 0
         if self.state == "error":
             log.info("feed %s: sink writing again", self.feed.name)
             self.state, self.last_error = "normal", None
@@ -661,15 +658,16 @@ class MirrorSink:
             self._reset_txn()
             self._drop_producer()  # a new one at the next step (the target may be away)
             return
-        log.warning("transaction failed (%s); aborting and retrying", err.str())
+        log.warning("transaction failed (%s); a new producer retries it", err.str())
         self._enter_error(f"transaction on {self.target_alias} failed: {err.str()}")
-        self.failures += 1
-        if not self.in_txn and self.failures >= RENEW_AFTER_FAILURES and self.producer:
-            # Failing outside any transaction, again and again: the producer is stuck in a
-            # state no abort clears; a new one (fresh epoch) takes over.
-            log.warning("%d transactions failed in a row: a new producer", self.failures)
-            self._drop_producer()
-        self._abort()
+        # Not abort_transaction and go on with the same producer: after the target came
+        # back, an abort that returned success left the broker's transaction open, and the
+        # retried records joined it — one pack committed twice in one transaction. Only a
+        # new producer's init_transactions (a new epoch) is sure to end it; the input is
+        # then read again from the group's committed positions (_drop_producer).
+        metrics.ABORTS.labels(self.feed.name).inc()
+        self._reset_txn()
+        self._drop_producer()
 
     def _on_assign(self, consumer: Any, partitions: list[KafkaTP]) -> None:
         # Incremental (cooperative-sticky): these join what we have; the library assigns.
@@ -680,9 +678,11 @@ class MirrorSink:
         if self.in_txn:
             try:
                 self._commit()
-            except (KafkaException, RetryLater, TargetInterleaved) as err:
+            except (RetryLater, TargetInterleaved) as err:
                 log.warning("commit before revocation failed (%s); aborting", err)
                 self._abort()
+            except KafkaException as err:
+                self._on_kafka_error(err)
         self.assigned = self.assigned - {tp.partition for tp in partitions}
 
     def _on_lost(self, consumer: Any, partitions: list[KafkaTP]) -> None:
@@ -712,6 +712,8 @@ class MirrorSink:
         try:
             for tp in self.consumer.assignment():
                 committed = self.consumer.committed([tp], timeout=10)[0]
+                if committed.error is not None:  # unknown is not "never committed"
+                    raise KafkaException(committed.error)
                 offset = committed.offset if committed.offset >= 0 else OFFSET_BEGINNING
                 self.consumer.seek(KafkaTP(tp.topic, tp.partition, offset))
             self.rewind = False
@@ -796,8 +798,9 @@ class MirrorSink:
 
     def _problem(self) -> str | None:
         """Why the sink makes no progress now, if it knows: the target does not answer,
-        or the last transaction failed (cleared by the next commit)."""
-        return self.reachability.problem() or self.last_error
+        or the last transaction failed (cleared by the next commit). A sink holding no
+        staging partition has nothing to be stuck on: its old failure is not reported."""
+        return self.reachability.problem() or (self.last_error if self.assigned else None)
 
     def _heartbeat(self) -> HeartbeatContent:
         return HeartbeatContent(
@@ -814,7 +817,7 @@ class MirrorSink:
             "role": "sink",
             "instance": self.instance_id,
             "feed": self.feed.name,
-            "state": "error" if problem else self.state,
+            "state": "error" if problem else ("normal" if self.state == "error" else self.state),
             "last_error": problem,
             "tasks": sorted(self.assigned),
         }

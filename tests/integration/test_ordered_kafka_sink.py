@@ -15,7 +15,7 @@ import pytest
 
 from crossfeed.kafka import clients
 from crossfeed.wire import headers, topics
-from tests.support.sorted_stream import Change, SortedWriter, Txn
+from tests.support.sorted_stream import Change, SortedWriter, Txn, applying
 from tests.support.verify import Record
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -246,3 +246,48 @@ def test_consistency_ts_published_by_the_coordinator(
             api.remove_feed(feed.name)
     finally:
         next(group, None)
+
+
+def test_too_large_and_bad_markers_to_the_dlq_and_a_standby_takes_over(
+    clusters, services, topic_factory, unique
+):
+    """A record over the target's max.message.bytes and a marker breaking the contract go
+    to the DLQ with context; with two instances one applies, and after kill -9 of it the
+    other goes on from the committed position."""
+    from crossfeed.dlq import ERROR_CLASS, FEED
+    from tests.support.verify import read_many
+
+    target = topic_factory(clusters.b, config={"max.message.bytes": "2000"})
+    feed = _start(services, clusters, "odlq", target, sinks=2)
+    writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name))
+    big = Change(b"big", b"x" * 5000)
+    txns = _txns(10, seed=4)
+    writer.txn(txns[0])
+    writer.txn(Txn("t-big", txns[0].commit_ts + 1, (Change(b"ok", b"v"), big)))
+    writer._send(None, None, [(headers.TYPE, b"begin"), (headers.COMMIT_TS, b"nope")])
+    for t in txns[1:5]:
+        writer.txn(t)
+    writer.resolved(txns[4].commit_ts)
+    writer.flush()
+
+    first = applying(feed.sinks)
+    first.wait_status(lambda s: s["checkpoint_ts_us"] == txns[4].commit_ts, 60, "applied")
+    first.kill()
+    for t in txns[5:]:
+        writer.txn(t)
+    writer.resolved(txns[-1].commit_ts)
+    writer.flush()
+    second = next(s for s in feed.sinks if s is not first)
+    second.wait_status(lambda s: s["checkpoint_ts_us"] == txns[-1].commit_ts, 60, "taken over")
+    records = _read_all(clusters, target, 1)
+    keys = [r.key for r in records]
+    want = [c.key for t in txns[:1] for c in t.changes] + [b"ok"]
+    want += [c.key for t in txns[1:] for c in t.changes]
+    assert keys == want
+    letters = [
+        r
+        for part in read_many(clusters.b.config, [topics.DLQ])[topics.DLQ].values()
+        for r in part
+        if r.header(FEED) == feed.name.encode()
+    ]
+    assert sorted(r.header(ERROR_CLASS) for r in letters) == [b"BadMarker", b"RecordTooLarge"]

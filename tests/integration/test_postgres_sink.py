@@ -19,7 +19,7 @@ from crossfeed.local import processes
 from crossfeed.local.postgres import Postgres
 from crossfeed.wire import topics
 from tests.support.services import EXIT_FEED_STOPPED
-from tests.support.sorted_stream import Change, SortedWriter, Txn, change_event
+from tests.support.sorted_stream import Change, SortedWriter, Txn, applying, change_event
 from tests.support.verify import read_many
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -420,3 +420,26 @@ def test_ddl_barriers_and_rows_the_database_refuses(clusters, services, postgres
     assert [r.key for r in letters] == [b"e"]
     assert letters[0].header(ERROR_CLASS) == b"CheckViolation"
     assert b"positive" in (letters[0].header(ERROR_MESSAGE) or b"")
+
+
+def test_a_standby_instance_takes_over(clusters, services, postgres):
+    """Two sink instances: one applies (advisory lock), the other stands by; kill -9 the
+    one applying and the other goes on from the position row."""
+    feed = _start(services, clusters, postgres, "pgha", sinks=2)
+    writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name))
+    bank = Bank(100, seed=7)
+    writer.txn(bank.opening())
+    rng = random.Random(8)
+    _write_bank(writer, bank, 2000, rng)
+    writer.flush()
+
+    first = applying(feed.sinks)
+    standby = next(s for s in feed.sinks if s is not first)
+    assert (standby.status() or {})["state"] == "standby"
+    first.kill()
+    _write_bank(writer, bank, 2000, rng)
+    final_r = BASE_TS + (bank.n + 1) * 100
+    writer.resolved(final_r)
+    writer.flush()
+    standby.wait_status(lambda s: s["checkpoint_ts_us"] == final_r, 120, "taken over")
+    assert _final(postgres) == bank.balances

@@ -7,6 +7,7 @@ Bank-like ChangeEvents for the PostgreSQL sink come from :func:`change_event`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -108,6 +109,18 @@ class SortedWriter:
 
     def flush(self) -> None:
         self.producer.flush(30)
+
+
+def applying(sinks: Sequence[Any], timeout_s: float = 60.0) -> Any:
+    """The one ordered-sink process (ServiceProcess) applying the sorted stream: its
+    /status lists the sorted partition as its task; the others stand by."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        owning = [s for s in sinks if s.alive and (s.status() or {}).get("tasks") == [0]]
+        if len(owning) == 1:
+            return owning[0]
+        time.sleep(0.2)
+    raise AssertionError(f"not exactly one sink applies: {[s.status() for s in sinks]}")
 
 
 def _value(v: Any) -> Any:

@@ -162,7 +162,7 @@ class PostgresSink(OrderedSink):
     def step(self, stop: threading.Event) -> None:
         try:
             if self.conn is None:
-                self._connect()
+                self._connect(stop)
                 return
             self._read(self.consumer, self._handle)
             if self.in_txn and self.sequencer.open is None and self._due():
@@ -179,29 +179,32 @@ class PostgresSink(OrderedSink):
 
     # -- connection -----------------------------------------------------------------
 
-    def _connect(self) -> None:
+    def _connect(self, stop: threading.Event) -> None:
         """Connect, take the feed's lock, read the position and read the stream from it."""
         conn = psycopg.connect(self.dsn, autocommit=False, connect_timeout=5)
         try:
-            for statement in mapping.bookkeeping_ddl(self.schema):
-                try:
-                    conn.execute(statement)
-                    conn.commit()
-                except psycopg.errors.UniqueViolation:  # another instance created it now
-                    conn.rollback()
+            # A session lock: it stays through commits and rollbacks, and goes with the
+            # connection (a dead instance's is released when its connection closes).
             got = conn.execute(
-                "SELECT pg_try_advisory_lock(hashtext(%s))", (f"crossfeed-sink:{self.feed.name}",)
+                "SELECT pg_try_advisory_lock(hashtext('crossfeed-sink'), hashtext(%s))",
+                (self.feed.name,),
             ).fetchone()
+            conn.commit()
             if not (got and got[0]):
-                conn.rollback()
                 conn.close()
                 if self.state != "standby":
                     log.info(
                         "feed %s: another sink instance applies it; standing by", self.feed.name
                     )
                 self.state = "standby"
-                time.sleep(1.0)
+                stop.wait(1.0)
                 return
+            for statement in mapping.bookkeeping_ddl(self.schema):
+                try:
+                    conn.execute(statement)
+                    conn.commit()
+                except psycopg.errors.UniqueViolation:  # created by someone else just now
+                    conn.rollback()
             position = mapping.qualified(self.schema, mapping.POSITION_TABLE)
             conn.execute(
                 f"INSERT INTO {position} (feed, commit_ts, txn, checkpoint_ts, sorted_offset) "
