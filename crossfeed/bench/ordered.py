@@ -31,6 +31,8 @@ from crossfeed.bench import jvm
 from crossfeed.bench.cleanup import Janitor, delete_groups
 from crossfeed.bench.measure import TargetWatch, percentiles
 from crossfeed.bench.systems import bench_config
+from crossfeed.kafka import clients
+from crossfeed.kafka import topics as kafka_topics
 from crossfeed.wire import topics as wire_topics
 from crossfeed.workload.run import run_bank
 
@@ -139,6 +141,7 @@ def spark_passthrough(
     """Spark's Kafka-to-Kafka pass-through of the backlog (the sorter's ceiling)."""
     out = f"bench-spark-out-{uuid.uuid4().hex[:6]}"
     janitor.topics(b, [out])
+    kafka_topics.ensure_topic(clients.admin(b), out, 1)  # like the sorted topic: one partition
     workdir = janitor.tempdir("spark-passthrough")
     watch = TargetWatch(b, out, 1).start()
     cmd = [

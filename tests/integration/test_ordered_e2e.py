@@ -15,11 +15,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
 
 from crossfeed.kafka import clients
+from crossfeed.local import processes
+from crossfeed.local.postgres import Postgres
 from crossfeed.workload.run import write_transactions
 from tests.support.bank import OrderedChecker, verify_bank
+from tests.support.postgres import Sampler
 from tests.support.verify import Record
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.e2e]
@@ -157,3 +161,102 @@ def test_bank_into_kafka_in_commit_order_across_sorter_and_sink_kills(
     verify_bank(watcher.records, summary, balances).assert_ok(feed.logs())
     assert len(watcher.records) == summary.events
     feed.assert_running()
+
+
+@pytest.fixture
+def pg_schema(clusters, unique):
+    """A schema name for the sink to create, dropped afterwards (PostgreSQL restarted by
+    the test is brought back first)."""
+    if not clusters.postgres_uri:
+        pytest.skip("no PostgreSQL in this backend")
+    schema = unique("s").replace("-", "_").replace(".", "_").lower()[:60]
+    yield schema
+    pg = Postgres()
+    pg.start()  # idempotent: a failed test may have left it stopped
+    processes.wait_until(pg.answers, 30)
+    with psycopg.connect(clusters.postgres_uri, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_bank_into_postgres_never_torn_across_sink_kill_and_database_restart(
+    clusters, services, topic_factory, pg_schema
+):
+    bank_topic = topic_factory(clusters.a, partitions=PARTITIONS)
+    feed = services.start_feed(
+        "bank-pg",
+        clusters,
+        [bank_topic],
+        mode="ordered",
+        sink_uri=f"{clusters.postgres_uri}?schema={pg_schema}",
+        pullers=2,
+        sorters=1,
+        sinks=1,
+        config={"staging.partitions": 4, "syncpoint.interval": 1},
+        settings=SETTINGS,
+        timeout=120,
+    )
+    sampler = Sampler(clusters.postgres_uri, pg_schema)
+    sampler.start()
+    transfers = int(os.environ.get("CROSSFEED_TEST_BANK_TRANSFERS", "100000")) // 5
+    written: dict[str, Any] = {}
+
+    def workload() -> None:
+        written["result"] = write_transactions(
+            clusters.a.config,
+            bank_topic,
+            transfers,
+            accounts=200,
+            partitions=PARTITIONS,
+            skew_partition=5,
+            skew_ms=300,
+        )
+
+    writer = threading.Thread(target=workload, daemon=True)
+    writer.start()
+    sink = feed.sinks[0]
+    try:
+        # kill -9 of the sink, then a PostgreSQL restart, each once rows are arriving.
+        _wait_for("the first rows", lambda: _sums(sampler) > 20, 240, feed.logs)
+        sink.kill()
+        sink.start()
+        seen = _sums(sampler)
+        _wait_for(
+            "rows again after the sink's restart",
+            lambda: _sums(sampler) > seen + 20,
+            240,
+            feed.logs,
+        )
+        pg = Postgres()
+        pg.stop()
+        time.sleep(1.0)
+        pg.start()
+        writer.join(600)
+        assert "result" in written, "the bank workload did not finish"
+        summary, balances = written["result"]
+
+        def applied() -> bool:
+            status = sink.status() or {}
+            return int(status.get("applied_commit_ts_us") or -1) >= summary.last_commit_ts
+
+        _wait_for("every transfer in PostgreSQL", applied, 300, feed.logs)
+    finally:
+        sampler.done.set()
+        sampler.join(10)
+    with psycopg.connect(clusters.postgres_uri) as conn:
+        rows = conn.execute(f'SELECT id, balance FROM "{pg_schema}".accounts').fetchall()
+        syncpoints = conn.execute(
+            f'SELECT count(*) FROM "{pg_schema}".crossfeed_syncpoint WHERE feed = %s',
+            (feed.name,),
+        ).fetchone()
+    assert dict(rows) == balances
+    total = summary.initial_total
+    torn = {s for s in sampler.sums if s not in (None, total)}
+    assert not torn, f"a reader saw totals other than {total}: {sorted(torn)[:5]}"
+    assert _sums(sampler) > 100, "the sampler saw too little to mean anything"
+    assert syncpoints is not None and syncpoints[0] >= 1
+    feed.assert_running()
+
+
+def _sums(sampler: Sampler) -> int:
+    """Samples that saw accounts (not before the opening transaction arrived)."""
+    return sum(1 for s in sampler.sums if s is not None)

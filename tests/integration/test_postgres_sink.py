@@ -7,7 +7,6 @@ with bank-like ChangeEvents; the sink runs as a real ``crossfeed sink run`` proc
 from __future__ import annotations
 
 import random
-import threading
 import time
 from typing import Any
 
@@ -18,6 +17,7 @@ from crossfeed.dlq import ERROR_CLASS, ERROR_MESSAGE, FEED, OFFSET, STAGE
 from crossfeed.local import processes
 from crossfeed.local.postgres import Postgres
 from crossfeed.wire import topics
+from tests.support.postgres import Sampler
 from tests.support.services import EXIT_FEED_STOPPED
 from tests.support.sorted_stream import Change, SortedWriter, Txn, applying, change_event
 from tests.support.verify import read_many
@@ -76,34 +76,6 @@ class Bank:
         self.balances[a] -= amount
         self.balances[b] += amount
         return self._txn([_account(a, self.balances[a]), _account(b, self.balances[b])])
-
-
-class Sampler(threading.Thread):
-    """A separate connection sampling SELECT sum(balance) while the feed runs."""
-
-    def __init__(self, uri: str, schema: str) -> None:
-        super().__init__(daemon=True)
-        self.uri, self.schema = uri, schema
-        self.sums: list[int | None] = []
-        self.errors = 0
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        while not self.done.is_set():
-            try:
-                with psycopg.connect(self.uri, autocommit=True, connect_timeout=2) as conn:
-                    while not self.done.is_set():
-                        try:
-                            row = conn.execute(
-                                f'SELECT sum(balance) FROM "{self.schema}".accounts'
-                            ).fetchone()
-                            self.sums.append(int(row[0]) if row and row[0] is not None else None)
-                        except psycopg.errors.UndefinedTable:
-                            self.sums.append(None)
-                        time.sleep(0.002)
-            except psycopg.OperationalError:
-                self.errors += 1
-                time.sleep(0.2)
 
 
 def _final(conn: psycopg.Connection[Any]) -> dict[int, int]:
