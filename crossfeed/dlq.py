@@ -1,6 +1,6 @@
 """Dead letters: a record that cannot or may not be copied goes to ``_crossfeed.dlq``
 with its original key, value and headers plus context headers saying where it came
-from and why (DESIGN.md §2 item 8). Like Kafka Connect's DLQ, the value stays the
+from and why (docs/design.md, guarantee 8). Like Kafka Connect's DLQ, the value stays the
 user's bytes so nothing is lost and it can be replayed as it was."""
 
 from __future__ import annotations

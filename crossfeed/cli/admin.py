@@ -1,4 +1,4 @@
-"""Admin commands over the coordinator's REST API only (DESIGN.md §5), and
+"""Admin commands over the coordinator's REST API only (docs/design.md, Interfaces), and
 ``crossfeed coordinator run``.
 
 ``crossfeed changefeed create|list|get|pause|resume|remove`` and ``crossfeed status``

@@ -1,4 +1,4 @@
-"""Entry point of the ``crossfeed`` command (DESIGN.md §5)."""
+"""Entry point of the ``crossfeed`` command (docs/design.md, Interfaces)."""
 
 from __future__ import annotations
 

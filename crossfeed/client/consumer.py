@@ -21,7 +21,7 @@ Keys prefixed ``timestamps.producer.`` configure the producer of the timestamps;
 (Replicator's names) the compacted topic, created if it is missing. The principal needs
 WRITE and DESCRIBE on ``__consumer_timestamps`` (and CREATE, or the topic made by hand).
 
-Headers: copied records carry ``crossfeed-*`` headers (provenance, DESIGN.md §3). Code that
+Headers: copied records carry ``crossfeed-*`` headers (provenance, docs/design.md). Code that
 lists every header should use :func:`user_headers`, which leaves them out — as Replicator
 asks consumers to skip ``__replicator_id``. Asking for one header by name needs no change.
 """

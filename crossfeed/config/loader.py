@@ -1,4 +1,4 @@
-"""Where settings come from (DESIGN.md §5), first match wins:
+"""Where settings come from (docs/design.md, Interfaces), first match wins:
 
 ``--config FILE``, else ``$CROSSFEED_CONFIG``, else ``./crossfeed.yaml``, else
 ``.crossfeed/local.yaml`` (written by ``crossfeed local up``). Environment variables

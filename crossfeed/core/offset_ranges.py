@@ -1,4 +1,4 @@
-"""Exact offset-sync arithmetic (DESIGN.md §2 item 5, §4 Sink and Coordinator).
+"""Exact offset-sync arithmetic (docs/design.md: guarantee 5, Sink and Coordinator).
 
 An *offset sync* maps a run of source offsets of one source partition onto a run of
 target offsets of one target partition. Vocabulary:

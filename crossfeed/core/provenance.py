@@ -1,4 +1,4 @@
-"""Provenance stamping and loop prevention (DESIGN.md §2 item 4, §3 headers).
+"""Provenance stamping and loop prevention (docs/design.md: guarantee 4, Wire contract).
 
 Headers use confluent-kafka's form: a list of ``(name, value)`` pairs, order preserved,
 duplicates allowed, ``value`` bytes or ``None``.

@@ -1,4 +1,4 @@
-"""The timestamp vocabulary (DESIGN.md §1): commit_ts, resolved_ts, consistency_ts.
+"""The timestamp vocabulary (docs/design.md, Vocabulary): commit_ts, resolved_ts, consistency_ts.
 
 Units: ``*_us`` are microseconds, ``*_ms`` milliseconds; a bare ``ts`` is a commit_ts in
 microseconds. Every watermark here means "≤ ts is complete":

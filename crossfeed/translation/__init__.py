@@ -1,4 +1,4 @@
-"""Consumer-group offset translation across clusters (DESIGN.md §2 item 5, §4 Coordinator).
+"""Consumer-group offset translation across clusters (docs/design.md: guarantee 5, Coordinator).
 
 A group that committed offset ``O`` of a source partition resumes on the destination at
 the copy of the record at ``O`` — zero re-reads, zero skips — whenever that record was

@@ -1,6 +1,6 @@
 """``crossfeed groups translate``, ``failover`` and ``failback``: REST calls and output.
 
-Like every admin command they talk to the coordinator's REST API only (DESIGN.md §5):
+Like every admin command they talk to the coordinator's REST API only (docs/design.md, Interfaces):
 ``--server``, else ``$CROSSFEED_SERVER``, else ``server`` from the settings. A feed run
 from a feed file (not stored in the coordinator) is sent along with ``--feed-file``.
 """

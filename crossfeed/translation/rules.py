@@ -1,4 +1,4 @@
-"""The translation of one committed source offset (DESIGN.md §2 item 5).
+"""The translation of one committed source offset (docs/design.md, guarantee 5).
 
 Input: the offset ``O`` a group committed on a source partition ("the next record to
 read is O"), what the feed's :class:`~crossfeed.core.offset_ranges.OffsetSyncIndex` for

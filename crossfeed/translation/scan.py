@@ -7,7 +7,7 @@ source holds offsets of three kinds, and translation must tell them apart:
   read_committed reader never sees them): skipping them skips nothing;
 * records the feed copies (**copyable**): if the target lacks them, they are a gap;
 * records the feed never copies because they came *from* the target (loop prevention,
-  DESIGN.md §2 item 4) — after a failback, the old standby holds copies of the old
+  docs/design.md, guarantee 4) — after a failback, the old standby holds copies of the old
   primary's records. Such a **target copy** names its original in ``crossfeed-src``,
   so the original's offset on the target is known exactly.
 

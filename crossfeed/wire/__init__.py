@@ -1,1 +1,1 @@
-"""The wire contract of DESIGN.md §3: header names, topic names, Avro records."""
+"""The wire contract of docs/design.md: header names, topic names, Avro records."""

@@ -1,4 +1,4 @@
-"""Avro codec for every value on an internal topic (DESIGN.md §3).
+"""Avro codec for every value on an internal topic (docs/design.md, Wire contract).
 
 Each value is written in the Avro *single-object encoding*::
 

@@ -1,4 +1,4 @@
-"""Header names of the wire contract (DESIGN.md §3). Values are UTF-8 bytes."""
+"""Header names of the wire contract (docs/design.md, Wire contract). Values are UTF-8 bytes."""
 
 from typing import Final
 

@@ -1,4 +1,4 @@
-"""Internal topic names of the wire contract (DESIGN.md §3). Fixed; never configurable."""
+"""Internal topic names of the wire contract (docs/design.md, Wire contract). Fixed; never configurable."""
 
 from typing import Final
 

@@ -1,6 +1,6 @@
 """A feed's next FeedStatus from its instances' heartbeats: state and timestamps, no I/O.
 
-State (DESIGN.md §1, the lifecycle of ``lifecycle.py``): a running feed is ``error``
+State (docs/design.md, Vocabulary; the lifecycle of ``lifecycle.py``): a running feed is ``error``
 while any live instance of the feed reports a ``last_error`` (the first one, by instance
 id, becomes the feed's ``last_error``) and ``normal`` again when none does; the instances
 keep retrying meanwhile. A feed stuck in ``error`` for ``stuck_after_ms`` becomes

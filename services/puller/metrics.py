@@ -1,4 +1,4 @@
-"""The puller's metrics (DESIGN.md §5 names: crossfeed_puller_<what>_<unit>)."""
+"""The puller's metrics (names as docs/design.md, Interfaces: crossfeed_puller_<what>_<unit>)."""
 
 from prometheus_client import Counter, Gauge
 

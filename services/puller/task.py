@@ -507,7 +507,7 @@ class PullerTask:
                 or size >= self.ctx.max_batch_bytes
                 or age_left <= 0
             )
-        # Idle: still emit resolved marks so resolved_ts advances (DESIGN.md §4).
+        # Idle: still emit resolved marks so resolved_ts advances (docs/design.md, Puller).
         return bool(self.partitions) and now - self.last_commit >= self.ctx.resolved_interval_s
 
     def due_in(self, now: float, interval_s: float) -> float | None:

@@ -1,4 +1,4 @@
-"""The sink's metrics (DESIGN.md §5 names: crossfeed_sink_<what>_<unit>)."""
+"""The sink's metrics (names as docs/design.md, Interfaces: crossfeed_sink_<what>_<unit>)."""
 
 from prometheus_client import Counter, Gauge
 

@@ -1,4 +1,4 @@
-"""The sorter's metrics (DESIGN.md §5 names: crossfeed_sorter_<what>_<unit>)."""
+"""The sorter's metrics (names as docs/design.md, Interfaces: crossfeed_sorter_<what>_<unit>)."""
 
 from prometheus_client import Counter, Gauge, Histogram
 

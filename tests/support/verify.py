@@ -6,7 +6,7 @@ landed: topic, partition, offset, key, value, headers, timestamp). They come fro
 :mod:`tests.support.workload` (what a producer had acknowledged).
 
 :func:`verify_mirror` compares the committed records of a source with their copies in a
-target (DESIGN.md §2 items 1-4, §3 headers) and returns a :class:`Report` of concrete
+target (docs/design.md: guarantees 1-4, Wire contract) and returns a :class:`Report` of concrete
 problems and counts; ``report.assert_ok()`` fails a test with a readable summary.
 :func:`verify_active_active` does the same for two clusters replicating into each other.
 
@@ -369,7 +369,7 @@ def _fingerprint(topic: str, r: Record, user: tuple[Header, ...]) -> tuple[Any, 
 def expected_provenance(
     source: Record, source_cluster_id: str, hops_before: Sequence[str] = ()
 ) -> dict[str, bytes]:
-    """The provenance headers the copy of ``source`` must carry (DESIGN.md §3).
+    """The provenance headers the copy of ``source`` must carry (docs/design.md, Wire contract).
 
     The hops before this link are those the source record carries, else ``hops_before``
     (for source records without headers, e.g. what a producer sent).

@@ -1,4 +1,4 @@
-"""The command surface of DESIGN.md §5."""
+"""The command surface of docs/design.md, Interfaces."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Consumer failover in the coordinator (DESIGN.md §2 item 5, §4 Failover and failback).
+"""Consumer failover in the coordinator (docs/design.md: guarantee 5, failover and failback).
 
 What the coordinator wires, once:
 
