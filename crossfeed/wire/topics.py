@@ -1,4 +1,4 @@
-"""Internal topic names of the wire contract (docs/design.md, Wire contract). Fixed; never configurable."""
+"""Internal topic names of the wire contract (docs/design.md). Fixed; never configurable."""
 
 from typing import Final
 

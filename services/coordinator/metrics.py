@@ -1,4 +1,4 @@
-"""The coordinator's metrics (names as docs/design.md, Interfaces: ``crossfeed_coordinator_<what>_<unit>``).
+"""The coordinator's metrics (names: ``crossfeed_coordinator_<what>_<unit>``, docs/design.md).
 
 The HA set follows seed 004 (worker_role, worker_heartbeat_age_seconds,
 worker_failovers_total, job_lease_renewals_total, job_lease_expired_total); the rest

@@ -1,4 +1,4 @@
-"""The deployment files under deploy/ (docs/design.md, Beyond one machine): they parse, and they reference only
+"""The deployment files under deploy/ (docs/design.md): they parse, and they reference only
 images, commands, flags, settings and metrics that exist.
 
 Static checks only (no Docker engine, no cluster): the Dockerfile is read stage by stage,
