@@ -51,10 +51,12 @@ class FeedOptions(BaseModel):
         description="records whose key (UTF-8) fully matches are rejected to the DLQ",
     )
     lateness_ms: int = Field(
-        0,
+        1000,
         alias="lateness.ms",
         ge=0,
-        description="resolved_ts = record timestamp minus this, without producer marks",
+        description="ordered feeds, partitions without producer watermarks: resolved_ts = the "
+        "newest commit_ts (or now, once caught up) minus this; a change arriving later than "
+        "that goes to the DLQ (LateChange), so allow for the producers' delivery time",
     )
 
     postgres_auto_create: bool = Field(

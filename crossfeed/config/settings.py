@@ -102,9 +102,6 @@ class PullerSettings(BaseModel):
         "of the newest record's age, at most this)",
     )
     resolved_interval_ms: int = Field(1000, ge=10, description="how often resolved marks go out")
-    lateness_ms: int = Field(
-        0, ge=0, description="resolved_ts = record timestamp minus this, without producer marks"
-    )
     topic_refresh_s: Seconds = Field(
         5.0, description="how often new matching topics are looked for"
     )

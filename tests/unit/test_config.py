@@ -71,11 +71,11 @@ def test_flat_and_nested_cluster_properties_pass_through(isolated):
 
 
 def test_environment_beats_file_and_merges_sections(isolated, monkeypatch):
-    write(isolated / "crossfeed.yaml", "puller:\n  max_batch_records: 5\n  lateness_ms: 7\n")
+    write(isolated / "crossfeed.yaml", "puller:\n  max_batch_records: 5\n  pack_bytes: 7000\n")
     monkeypatch.setenv("CROSSFEED_PULLER__MAX_BATCH_RECORDS", "9")
     settings = load_settings()
     assert settings.puller.max_batch_records == 9
-    assert settings.puller.lateness_ms == 7
+    assert settings.puller.pack_bytes == 7000
 
 
 def test_explicit_overrides_beat_everything(isolated, monkeypatch):
