@@ -47,8 +47,13 @@ unit: setup ## unit tests only (no brokers)
 	@$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
 
 .PHONY: bench
-bench: setup ## benchmarks vs MirrorMaker 2 and dc-b's ceiling (~20 min; BENCH_ARGS=--quick)
+bench: setup ## benchmarks vs MirrorMaker 2, dc-b's ceiling, Spark and PostgreSQL (~30 min; BENCH_ARGS=--quick), then make slow
 	@$(BIN)/crossfeed bench $(BENCH_ARGS)
+	@$(MAKE) --no-print-directory slow
+
+.PHONY: slow
+slow: setup ## limit checks too long for make test: 1,000,000-event transactions, sink apply rates
+	@$(BIN)/python -m pytest -m slow -s $(PYTEST_ARGS)
 
 .PHONY: clean
 clean: down ## stop the stack and delete its data (.crossfeed/, keeps the jar cache)

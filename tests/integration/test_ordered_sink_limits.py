@@ -26,7 +26,7 @@ from tests.support.sorted_stream import (
     Txn,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.slow]
 
 BIG = 1_000_000
 RSS_LIMIT_MB = 400
