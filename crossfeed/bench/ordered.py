@@ -30,7 +30,7 @@ import yaml
 from crossfeed.bench import jvm
 from crossfeed.bench.cleanup import Janitor, delete_groups
 from crossfeed.bench.measure import TargetWatch, percentiles
-from crossfeed.bench.systems import bench_config
+from crossfeed.bench.systems import bench_config, service_command
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
 from crossfeed.wire import topics as wire_topics
@@ -92,21 +92,9 @@ class Pipeline:
     def start(self) -> dict[str, int]:
         for label in ROLES:
             role = label.split("-")[0]
-            cmd = [
-                sys.executable,
-                "-m",
-                "crossfeed.cli.main",
-                "--config",
-                str(self.config),
-                role,
-                "run",
-                "--feed",
-                self.feed,
-                "--feed-file",
-                str(self.feed_file),
-                "--instance",
-                f"{self.feed}-{label}",
-            ]
+            cmd = service_command(
+                self.config, role, self.feed, self.feed_file, "--instance", f"{self.feed}-{label}"
+            )
             log = self.workdir / f"{label}.log"
             self.procs[label] = self.janitor.process(jvm.spawn(cmd, log))
         return {label: p.pid for label, p in self.procs.items()}

@@ -43,6 +43,24 @@ def bench_config(workdir: Path, clusters: dict[str, dict[str, Any]]) -> Path:
     return path
 
 
+def service_command(config: Path, role: str, feed: str, feed_file: Path, *extra: str) -> list[str]:
+    """``crossfeed <role> run`` for one feed, as an operator starts it."""
+    return [
+        sys.executable,
+        "-m",
+        "crossfeed.cli.main",
+        "--config",
+        str(config),
+        role,
+        "run",
+        "--feed",
+        feed,
+        "--feed-file",
+        str(feed_file),
+        *extra,
+    ]
+
+
 def _tail(path: Path, lines: int = 20) -> str:
     try:
         text = path.read_text(errors="replace").splitlines()
@@ -81,19 +99,7 @@ class Crossfeed:
         self.feed_file.write_text(yaml.safe_dump(self.feed_spec(topics)))
         self.janitor.topics(self.target, [wire_topics.changes(self.feed)])
         for role in ("puller", "sink"):
-            cmd = [
-                sys.executable,
-                "-m",
-                "crossfeed.cli.main",
-                "--config",
-                str(self.config),
-                role,
-                "run",
-                "--feed",
-                self.feed,
-                "--feed-file",
-                str(self.feed_file),
-            ]
+            cmd = service_command(self.config, role, self.feed, self.feed_file)
             log = self.workdir / f"{role}.log"
             self.procs[role] = self.janitor.process(jvm.spawn(cmd, log))
         return {role: p.pid for role, p in self.procs.items()}

@@ -19,11 +19,10 @@ import psycopg
 import pytest
 
 from crossfeed.kafka import clients
-from crossfeed.local import processes
 from crossfeed.local.postgres import Postgres
 from crossfeed.workload.run import write_transactions
 from tests.support.bank import OrderedChecker, verify_bank
-from tests.support.postgres import Sampler
+from tests.support.postgres import Sampler, drop_schema_after_restarts
 from tests.support.verify import Record
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.e2e]
@@ -171,11 +170,7 @@ def pg_schema(clusters, unique):
         pytest.skip("no PostgreSQL in this backend")
     schema = unique("s").replace("-", "_").replace(".", "_").lower()[:60]
     yield schema
-    pg = Postgres()
-    pg.start()  # idempotent: a failed test may have left it stopped
-    processes.wait_until(pg.answers, 30)
-    with psycopg.connect(clusters.postgres_uri, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    drop_schema_after_restarts(clusters.postgres_uri, schema)
 
 
 def test_bank_into_postgres_never_torn_across_sink_kill_and_database_restart(

@@ -14,10 +14,9 @@ import psycopg
 import pytest
 
 from crossfeed.dlq import ERROR_CLASS, ERROR_MESSAGE, FEED, OFFSET, STAGE
-from crossfeed.local import processes
 from crossfeed.local.postgres import Postgres
 from crossfeed.wire import topics
-from tests.support.postgres import Sampler
+from tests.support.postgres import Sampler, drop_schema_after_restarts
 from tests.support.services import EXIT_FEED_STOPPED
 from tests.support.sorted_stream import Change, SortedWriter, Txn, applying, change_event
 from tests.support.verify import read_many
@@ -164,11 +163,7 @@ def restartable(clusters, unique):
         conn.execute(f'CREATE SCHEMA "{schema}"')
         conn.execute(f'SET search_path TO "{schema}"')
         yield conn
-    pg = Postgres()
-    pg.start()  # idempotent: a failed test may have left it stopped
-    processes.wait_until(pg.answers, 30)
-    with psycopg.connect(clusters.postgres_uri, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    drop_schema_after_restarts(clusters.postgres_uri, schema)
 
 
 def test_kill_9_and_database_restart_lose_nothing(clusters, services, restartable):

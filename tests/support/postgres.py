@@ -7,6 +7,9 @@ import time
 
 import psycopg
 
+from crossfeed.local import processes
+from crossfeed.local.postgres import Postgres
+
 
 class Sampler(threading.Thread):
     """A separate connection sampling SELECT sum(balance) while the feed runs."""
@@ -34,3 +37,13 @@ class Sampler(threading.Thread):
             except psycopg.OperationalError:
                 self.errors += 1
                 time.sleep(0.2)
+
+
+def drop_schema_after_restarts(uri: str, schema: str) -> None:
+    """Teardown of a test that restarts PostgreSQL: bring it back if the test left it
+    stopped (start is idempotent), then drop the test's schema."""
+    pg = Postgres()
+    pg.start()
+    processes.wait_until(pg.answers, 30)
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
