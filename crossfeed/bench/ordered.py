@@ -120,6 +120,7 @@ def write_backlog(a: dict[str, Any], topic: str, transfers: int) -> dict[str, An
         "events": summary.events,
         "seconds": round(summary.seconds, 2),
         "events_per_s": round(summary.events / summary.seconds, 1),
+        "last_commit_ts": summary.last_commit_ts,
     }
 
 
@@ -205,6 +206,7 @@ def kafka_target(
         result["lag_ms"] = {k: None if v is None else round(v, 1) for k, v in lags.items()}
         result["lag_rate_events_per_s"] = round(rate * 2, 1)
         result["lag_phase_events"] = summary.events
+        result["lag_phase_last_commit_ts"] = summary.last_commit_ts
         result["peak_rss_mb"] = rss.finish()
         return result
     finally:
@@ -220,11 +222,13 @@ def postgres_target(
     topic: str,
     events: int,
     transactions: int,
+    last_commit_ts: int,
     postgres_uri: str,
     lag_seconds: float,
 ) -> dict[str, Any]:
-    """Everything on ``topic`` so far (``events`` changes in ``transactions``) into
-    PostgreSQL, the lag at half that rate, and the database's own batched-upsert ceiling.
+    """Everything on ``topic`` so far (``events`` changes in ``transactions``, the newest
+    at ``last_commit_ts``) into PostgreSQL, the lag at half that rate, and the database's
+    own batched-upsert ceiling.
 
     Progress is the sink's applied position (``crossfeed_position.commit_ts``): it moves
     only when a whole source transaction is committed in the database."""
@@ -232,14 +236,13 @@ def postgres_target(
 
     schema = f"bench_{uuid.uuid4().hex[:6]}"
     pipeline = Pipeline(janitor, a, b, topic, f"{postgres_uri}?schema={schema}")
-    written_before = int(time.time() * 1_000_000)  # every change so far has a lower commit_ts
     began = time.monotonic()
     rss = PeakRss(pipeline.start())
     rss.start()
     try:
         with psycopg.connect(postgres_uri, autocommit=True) as conn:
             first_at = _wait_applied(conn, schema, 0, 1200)
-            _wait_applied(conn, schema, written_before - 1, 1200)
+            _wait_applied(conn, schema, last_commit_ts - 1, 1200)
             done_at = time.monotonic()
             seconds = max(done_at - first_at, 1e-3)
             result: dict[str, Any] = {
@@ -360,6 +363,10 @@ def run(
             topic,
             events + lag_events,
             int(out["produce"]["transactions"]) + lag_events // 2 + 1,
+            max(
+                int(out["produce"]["last_commit_ts"]),
+                int(out["kafka"].get("lag_phase_last_commit_ts", 0)),
+            ),
             postgres_uri,
             lag_seconds,
         )
