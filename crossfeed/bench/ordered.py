@@ -269,7 +269,7 @@ def postgres_target(
             )
             sampling.set()
             sampler.join(5)
-            _wait_applied(conn, schema, summary.last_commit_ts, 300)
+            _wait_applied(conn, schema, summary.last_commit_ts - 1, 300)
         # Staleness of the database: now minus the newest applied commit_ts, sampled
         # every 100 ms while transfers arrive at half the measured rate.
         lag = percentiles(lags)
@@ -287,7 +287,8 @@ def postgres_target(
 
 
 def _wait_applied(conn: Any, schema: str, commit_ts: int, timeout_s: float) -> float:
-    """Until the sink's applied commit_ts passes ``commit_ts``; returns when (monotonic)."""
+    """Until the sink's applied commit_ts is above ``commit_ts`` (give the newest written
+    minus one to wait for it); returns when (monotonic)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         applied = _applied_ts(conn, schema)
