@@ -252,7 +252,7 @@ def postgres_target(
                 "startup_s": round(first_at - began, 1),
             }
             rate = max(result["rows_per_s"] / 2 / 2, 1.0)  # transfers: two rows each
-            lags: list[float] = []
+            samples: list[tuple[float, int]] = []  # (when, applied commit_ts), µs
             sampling = threading.Event()
 
             def sample() -> None:
@@ -260,7 +260,7 @@ def postgres_target(
                     while not sampling.wait(0.1):
                         applied = _applied_ts(own, schema)
                         if applied:
-                            lags.append(time.time() * 1000 - applied / 1000)
+                            samples.append((time.time() * 1_000_000, applied))
 
             sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()
@@ -271,8 +271,15 @@ def postgres_target(
             sampler.join(5)
             _wait_applied(conn, schema, summary.last_commit_ts - 1, 300)
         # Staleness of the database: now minus the newest applied commit_ts, sampled
-        # every 100 ms while transfers arrive at half the measured rate.
-        lag = percentiles(lags)
+        # every 100 ms while transfers arrive at half the measured rate — from the moment
+        # the first of them is applied (before, it would measure the idle gap).
+        lag = percentiles(
+            [
+                (now - applied) / 1000
+                for now, applied in samples
+                if applied >= summary.first_commit_ts
+            ]
+        )
         result["lag_ms"] = {k: None if v is None else round(v, 1) for k, v in lag.items()}
         result["lag_rate_events_per_s"] = round(rate * 2, 1)
         result["peak_rss_mb"] = rss.finish()
