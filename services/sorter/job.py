@@ -3,15 +3,18 @@
 One query reads ``_crossfeed.<feed>.changes`` with Spark's Kafka source (read_committed,
 headers) and hands every micro-batch to :meth:`SorterJob.process_batch` (foreachBatch).
 Per batch, all per-row work runs as Spark SQL expressions in the JVM; the Python driver
-only sees small aggregates (one row per source partition) and decides:
+only sees what Spark *observes* on the rows it writes (counts, and the batch's resolved
+marks) and decides. A batch is two Spark jobs at most, because each job costs 0.2-1 s of
+scheduling here whatever its size:
 
 1. parse the batch's rows (kind, commit_ts, transaction, source partition) and write
-   them as a parquet *segment* under the checkpoint directory: pending changes live on
-   disk, never in a Python object or in memory;
-2. read the max resolved_ts per source partition from the segment's marks, merge it into
+   them as a parquet *segment* under the checkpoint directory (pending changes live on
+   disk, never in a Python object or in memory), observing the batch's statistics;
+2. take the max resolved_ts per source partition from the observed marks, merge it into
    the driver state and compute the global resolved_ts R (:mod:`services.sorter.rules`);
 3. if R went up, release every complete transaction with R_prev < commit_ts <= R from all
-   pending segments, with begin/commit markers, sorted globally by (commit_ts, txn, ord)
+   pending segments (completeness by window aggregates per transaction, no join), with
+   begin/commit markers, sorted globally by (commit_ts, txn, ord)
    in one partition (Spark sorts with spill), into ``_crossfeed.<feed>.sorted`` with
    Spark's Kafka writer; incomplete transactions at <= R, late and unreadable changes go
    to ``_crossfeed.dlq`` in the same write; then one resolved mark (driver);
@@ -25,13 +28,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Window as SparkWindow
 from pyspark.sql import functions as F
 
 from crossfeed import dlq
@@ -212,6 +216,7 @@ class SorterJob:
     # -- the query ------------------------------------------------------------------------
 
     def start(self) -> Any:
+        use_v2_kafka_writer(self.spark)
         reader = (
             self.spark.readStream.format("kafka")
             .options(**self.kafka_options)
@@ -257,39 +262,33 @@ class SorterJob:
         )
         lap = time.monotonic()
 
-        # 1. the batch's rows as a segment on disk
+        # 1. the batch's rows as a segment on disk, and its statistics observed by the
+        # same Spark job (every Spark action costs 0.2-1 s here, whatever its size).
         name = f"seg-{batch_id:012d}"
-        # Dictionary encoding of keys and values only cost CPU (hash maps of unique bytes).
-        parse(df).write.mode("overwrite").option("parquet.enable.dictionary", "false").parquet(
-            self.store.segment_path(name)
-        )
-        report.timings["segment"] = time.monotonic() - lap
-        lap = time.monotonic()
-        self._step(batch_id, "stats")
-
-        # 2. marks per source partition and the segment's statistics
-        seg = self.spark.read.parquet(self.store.segment_path(name))
         kind, ts = F.col("kind"), F.col("commit_ts")
         low = prev.released_ts
-        stats = (
-            seg.groupBy(F.when(kind == "mark", F.col("part")).alias("mark"))
-            .agg(
-                F.max(F.when(kind == "data", ts)).alias("max_data_ts"),
-                F.max(F.when(kind == "mark", ts)).alias("mark_ts"),
-                F.count(F.lit(1)).alias("rows"),
-                F.count_if(kind == "data").alias("data"),
-                F.count_if(kind == "bad").alias("bad"),
-                F.count_if((kind == "data") & (ts <= F.lit(low))).alias("late"),
-            )
-            .collect()
+        seen = Observation(f"segment-{batch_id}")
+        observed = parse(df).observe(
+            seen,
+            F.count(F.lit(1)).alias("rows"),
+            F.count_if(kind == "data").alias("data"),
+            F.count_if(kind == "bad").alias("bad"),
+            F.count_if((kind == "data") & (ts <= F.lit(low))).alias("late"),
+            F.max(F.when(kind == "data", ts)).alias("max_data_ts"),
+            # One entry per mark: marks are few (a source partition's commits, ~10/s).
+            F.collect_list(F.when(kind == "mark", F.struct("part", ts))).alias("marks"),
         )
-        marks = {r["mark"]: int(r["mark_ts"]) for r in stats if r["mark"] is not None}
-        other = next((r for r in stats if r["mark"] is None), None)
-        data_rows = int(other["data"]) if other else 0
-        bad_rows = (int(other["bad"]) + int(other["late"])) if other else 0
-        report.rows = sum(int(r["rows"]) for r in stats)
-        report.marks = sum(int(r["rows"]) for r in stats if r["mark"] is not None)
-        report.timings["stats"] = time.monotonic() - lap
+        # Dictionary encoding of keys and values only cost CPU (hash maps of unique bytes).
+        observed.write.mode("overwrite").option("parquet.enable.dictionary", "false").parquet(
+            self.store.segment_path(name)
+        )
+        stats = observed_metrics(seen, f"batch {batch_id}'s segment")
+        marks = rules.max_marks((m["part"], int(m["commit_ts"])) for m in stats["marks"])
+        data_rows = int(stats["data"])
+        bad_rows = int(stats["bad"]) + int(stats["late"])
+        report.rows = int(stats["rows"])
+        report.marks = len(stats["marks"])
+        report.timings["segment"] = time.monotonic() - lap
         lap = time.monotonic()
 
         # 3. resolved state and R
@@ -314,7 +313,7 @@ class SorterJob:
         segments = list(prev.segments)
         garbage: list[str] = []
         if data_rows:
-            segments.append(Segment(name, int(other["max_data_ts"]), data_rows))  # type: ignore[index]
+            segments.append(Segment(name, int(stats["max_data_ts"]), data_rows))
         else:
             garbage.append(name)
 
@@ -326,7 +325,7 @@ class SorterJob:
                 report.released_events,
                 report.released_txns,
                 report.dead_letters,
-            ) = self._release(released, name, window, bad_rows)
+            ) = self._release(batch_id, released, name, window, bad_rows)
             report.timings["release"] = time.monotonic() - lap
             lap = time.monotonic()
         if not window.empty:
@@ -356,32 +355,24 @@ class SorterJob:
         self.on_batch(report, state)
 
     def _release(
-        self, segments: list[Segment], new: str, window: Window, dead_letters: int
+        self, batch_id: int, segments: list[Segment], new: str, window: Window, bad_rows: int
     ) -> tuple[int, int, int]:
-        """One Kafka write: released transactions in order into `.sorted`, dead letters
-        into the DLQ. Returns (events, transactions, dead letters)."""
+        """One Spark job, one Kafka write: released transactions in order into `.sorted`,
+        dead letters into the DLQ. Returns (events, transactions, dead letters), observed
+        on the rows written."""
         kind, ts = F.col("kind"), F.col("commit_ts")
         parts: list[DataFrame] = []
-        events = txns = 0
-        agg: DataFrame | None = None
         if segments:
             pending = self.spark.read.parquet(*(self.store.segment_path(s.name) for s in segments))
             rel = pending.filter(
                 (kind == "data") & (ts > F.lit(window.low)) & (ts <= F.lit(window.high))
             )
-            agg = self._completeness(rel).persist(StorageLevel.MEMORY_AND_DISK)
-            for row in (
-                agg.groupBy("ok")
-                .agg(F.count(F.lit(1)).alias("txns"), F.sum("n").alias("events"))
-                .collect()
-            ):
-                if row["ok"]:
-                    txns, events = int(row["txns"]), int(row["events"])
-                else:
-                    dead_letters += int(row["events"])
-            if txns or dead_letters:
-                parts.append(self._transactions(rel, agg, window))
-        if dead_letters:
+            # The one shuffle: everything released into one partition, sorted there (with
+            # spill). The window per transaction and the explode keep that order, so the
+            # rows reach the writer as (commit_ts, txn, ord) with no second sort.
+            ordered = rel.repartition(1).sortWithinPartitions("commit_ts", "txn_id", "seq")
+            parts.append(self._transactions(self._completeness(ordered), window))
+        if bad_rows:
             fresh = self.spark.read.parquet(self.store.segment_path(new))
             late = fresh.filter((kind == "bad") | ((kind == "data") & (ts <= F.lit(window.low))))
             parts.append(
@@ -400,54 +391,64 @@ class SorterJob:
                     ).alias("o")
                 ).select("o.*")
             )
-        if parts:
-            out = parts[0]
-            for extra in parts[1:]:
-                out = out.unionByName(extra)
-            (
-                out.repartition(1)
-                .sortWithinPartitions("commit_ts", "txn_id", "ord")
-                .select("topic", "key", "value", "headers")
-                .write.format("kafka")
-                .options(**self.kafka_options)
-                .options(**WRITER_DEFAULTS)
-                .save()
+        if not parts:
+            return 0, 0, 0
+        out = parts[0]
+        for extra in parts[1:]:
+            out = out.unionByName(extra)
+        written = Observation(f"release-{batch_id}")
+        (
+            out.observe(
+                written,
+                F.count_if(kind == "data").alias("events"),
+                F.count_if(kind == headers.TYPE_COMMIT).alias("txns"),
+                F.count_if(kind == "dlq").alias("dead_letters"),
             )
-        if agg is not None:
-            agg.unpersist()
-        return events, txns, dead_letters
+            .select("topic", "key", "value", "headers")
+            .write.mode("append")
+            .format("kafka")
+            .options(**self.kafka_options)
+            .options(**WRITER_DEFAULTS)
+            .save()
+        )
+        counts = observed_metrics(written, f"batch {batch_id}'s release")
+        return int(counts["events"]), int(counts["txns"]), int(counts["dead_letters"])
 
     @staticmethod
     def _completeness(rel: DataFrame) -> DataFrame:
-        """One row per transaction of the window: ``ok`` (rules.complete_by_aggregates), n."""
+        """``rel`` with ``ok`` (its transaction is complete: rules.complete_by_aggregates)
+        and ``n`` (the transaction's changes in the window), by window aggregates over the
+        transaction — (commit_ts, txn id): changes of one txn id at different commit_ts
+        are different transactions, each incomplete. ``rel`` sorted by (commit_ts,
+        txn_id, ...) in one partition needs no further shuffle or sort for it."""
+        txn = SparkWindow.partitionBy("commit_ts", "txn_id")
         seq_d = F.col("seq").cast("decimal(38,0)")
-        agg = rel.groupBy("txn_id").agg(
-            F.count(F.lit(1)).alias("n"),
-            F.min("count").alias("cmin"),
-            F.max("count").alias("cmax"),
-            F.min("seq").alias("smin"),
-            F.max("seq").alias("smax"),
-            F.sum(seq_d).alias("ssum"),
-            F.sum(seq_d * seq_d).alias("ssq"),
-            F.min("commit_ts").alias("tmin"),
-            F.max("commit_ts").alias("tmax"),
+        agg = rel.select(
+            "*",
+            F.count(F.lit(1)).over(txn).alias("n"),
+            F.min("count").over(txn).alias("cmin"),
+            F.max("count").over(txn).alias("cmax"),
+            F.min("seq").over(txn).alias("smin"),
+            F.max("seq").over(txn).alias("smax"),
+            F.sum(seq_d).over(txn).alias("ssum"),
+            F.sum(seq_d * seq_d).over(txn).alias("ssq"),
         )
         c = F.col("cmax").cast("decimal(38,0)")
+        # One commit_ts per group by construction (min_ts == max_ts of the rule).
         ok = (
             (F.col("cmin") == F.col("cmax"))
-            & (F.col("tmin") == F.col("tmax"))
             & (F.col("n") == F.col("cmax"))
             & (F.col("smin") == 1)
             & (F.col("smax") == F.col("cmax"))
             & (F.col("ssum") == c * (c + 1) / 2)
             & (F.col("ssq") == c * (c + 1) * (c * 2 + 1) / 6)
         )
-        return agg.select("txn_id", ok.alias("ok"), "n")
+        return agg.select(*rel.columns, ok.alias("ok"), "n")
 
-    def _transactions(self, rel: DataFrame, agg: DataFrame, window: Window) -> DataFrame:
-        """Rows of the release window -> begin, data, commit rows (complete transactions)
-        and dead letters (incomplete ones), with their sort key."""
-        flagged = rel.join(agg, "txn_id")
+    def _transactions(self, flagged: DataFrame, window: Window) -> DataFrame:
+        """Rows of the release window, flagged by :meth:`_completeness` -> begin, data,
+        commit rows (complete transactions) and dead letters (incomplete ones), in the
+        order of ``flagged`` (begin before a transaction's seq 1, commit after its last)."""
         commit_ts = F.col("commit_ts")
         marker_headers = [
             _h(headers.COMMIT_TS, commit_ts.cast("string")),
@@ -577,6 +578,32 @@ class SorterJob:
         max_ts = int(row["max_ts"]) if row["max_ts"] is not None else rules.NOTHING_RELEASED
         log.info("compacted %d pending segments into %s (%d changes)", len(segments), name, rows)
         return Segment(name, max_ts, rows)
+
+
+OBSERVED_TIMEOUT_S = 120.0
+
+
+def observed_metrics(observation: Observation, what: str) -> dict[str, Any]:
+    """The metrics Spark observed during the action just run; an error, not a hang, if
+    they never arrive (Observation.get waits forever: the batch fails and is replayed)."""
+    out: list[dict[str, Any]] = []
+    waiter = threading.Thread(target=lambda: out.append(observation.get), daemon=True)
+    waiter.start()
+    waiter.join(OBSERVED_TIMEOUT_S)
+    if not out:
+        raise RuntimeError(
+            f"Spark reported no observed metrics for {what} in {OBSERVED_TIMEOUT_S:.0f} s"
+        )
+    return out[0]
+
+
+def use_v2_kafka_writer(spark: SparkSession) -> None:
+    """Write Kafka through Spark's DataSource V2 path: the V1 path (Spark's default for
+    kafka) runs the write as a nested query whose observed metrics never reach
+    Observation.get, which then waits forever."""
+    key = "spark.sql.sources.useV1SourceList"
+    sources = [s.strip() for s in (spark.conf.get(key) or "").split(",") if s.strip()]
+    spark.conf.set(key, ",".join(s for s in sources if s.lower() != "kafka"))
 
 
 def context_type() -> str:

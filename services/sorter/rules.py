@@ -164,6 +164,15 @@ def complete_by_aggregates(
 # -- per-batch rules (driver) ------------------------------------------------------------
 
 
+def max_marks(marks: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """The newest resolved_ts per source partition among one batch's marks."""
+    out: dict[str, int] = {}
+    for key, ts in marks:
+        if ts > out.get(key, NOTHING_RELEASED - 1):
+            out[key] = ts
+    return out
+
+
 def merge_resolved(resolved: Mapping[str, int], marks: Mapping[str, int]) -> dict[str, int]:
     """Per-partition resolved_ts after a batch's marks (invariant A)."""
     merged = dict(resolved)
