@@ -76,6 +76,7 @@ class SorterWorker:
         self.store = Store(sparkconf.checkpoint_root(self.opts, feed.name))
         self.snapshot = DriverState()
         self.last_batch: dict[str, Any] | None = None
+        self.spark_progress: dict[str, Any] | None = None
         self.heartbeats: HeartbeatSender | None = None
         self.job: Any = None
         self._lock = threading.Lock()
@@ -159,6 +160,7 @@ class SorterWorker:
                 if done:
                     error = "the Spark query stopped by itself"
                     break
+                self._note_progress(query)
                 self._update_gauges()
         finally:
             self.state = "stopping"
@@ -251,6 +253,22 @@ class SorterWorker:
         )
         self._update_gauges()
 
+    def _note_progress(self, query: Any) -> None:
+        """Spark's own account of the newest micro-batch (where its time went: planning,
+        offsets, the foreachBatch work, the commit log), in /status and the debug log."""
+        try:
+            progress = query.lastProgress
+        except Exception:  # the JVM is going away
+            return
+        if not progress or progress.get("batchId") == (self.spark_progress or {}).get("batch_id"):
+            return
+        self.spark_progress = {
+            "batch_id": progress.get("batchId"),
+            "rows": progress.get("numInputRows"),
+            "duration_ms": progress.get("durationMs", {}),
+        }
+        log.debug("Spark micro-batch %s", self.spark_progress)
+
     def _laggards(self, state: DriverState, now: float) -> list[rules.Laggard]:
         expected = self.partitions.keys if self.partitions.keys is not None else state.expected
         advanced = {k: v for k, v in state.advanced_at.items()}
@@ -328,5 +346,6 @@ class SorterWorker:
             "pending_segments": len(state.segments),
             "last_batch": last,
             "current_batch": self.job.current if self.job is not None else None,
+            "spark_progress": self.spark_progress,
             "checkpoint_dir": str(self.store.root),
         }
