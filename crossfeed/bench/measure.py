@@ -206,3 +206,27 @@ class ProcessCost:
                 row["cpu_to_last_s"] = inside[1][label] - start[label]
             out[label] = row
         return out
+
+
+class PeakRss(threading.Thread):
+    """Peak RSS of each labelled process with all its children (MB), sampled."""
+
+    def __init__(self, pids: dict[str, int], interval_s: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.procs = {label: psutil.Process(pid) for label, pid in pids.items()}
+        self.peak = dict.fromkeys(self.procs, 0.0)
+        self.stopping = threading.Event()
+        self.interval_s = interval_s
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval_s):
+            for label, proc in self.procs.items():
+                with contextlib.suppress(psutil.Error):
+                    tree = [proc, *proc.children(recursive=True)]
+                    rss = sum(p.memory_info().rss for p in tree if p.is_running())
+                    self.peak[label] = max(self.peak[label], rss / 2**20)
+
+    def finish(self) -> dict[str, float]:
+        self.stopping.set()
+        self.join(5)
+        return {label: round(mb, 1) for label, mb in self.peak.items()}

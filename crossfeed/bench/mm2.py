@@ -51,6 +51,8 @@ class Mm2Config:
     groups: tuple[str, ...] = ()
     """Groups whose offsets are checkpointed and synced (failover runs); none: off."""
     tasks: int = 2
+    refresh_topics_s: int | None = 5
+    """How often MM2 looks for new topics; None: its default (600 s)."""
 
     @property
     def internal_topics_target(self) -> list[str]:
@@ -88,7 +90,6 @@ def properties(cfg: Mm2Config) -> dict[str, str]:
         "sync.topic.acls.enabled": "false",
         # Skip the reflective scan of the classpath for plugins at start (Connect advises it).
         "plugin.discovery": "service_load",
-        "refresh.topics.interval.seconds": "5",
         "refresh.groups.interval.seconds": "5",
         # Single-node clusters.
         "replication.factor": "1",
@@ -104,6 +105,8 @@ def properties(cfg: Mm2Config) -> dict[str, str]:
         "config.storage.topic": f"bench-{cfg.run_id}-mm2-configs",
         "status.storage.topic": f"bench-{cfg.run_id}-mm2-status",
     }
+    if cfg.refresh_topics_s is not None:
+        props["refresh.topics.interval.seconds"] = str(cfg.refresh_topics_s)
     if translate:
         props["emit.checkpoints.interval.seconds"] = "1"
         props["sync.group.offsets.interval.seconds"] = "1"

@@ -24,12 +24,11 @@ import time
 import uuid
 from typing import Any
 
-import psutil
 import yaml
 
 from crossfeed.bench import jvm
 from crossfeed.bench.cleanup import Janitor, delete_groups
-from crossfeed.bench.measure import TargetWatch, percentiles
+from crossfeed.bench.measure import PeakRss, TargetWatch, percentiles
 from crossfeed.bench.systems import bench_config, service_command
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
@@ -39,30 +38,6 @@ from crossfeed.workload.run import run_bank
 PARTITIONS = 8
 ACCOUNTS = 1000
 ROLES = ("puller-1", "puller-2", "sorter", "sink")
-
-
-class PeakRss(threading.Thread):
-    """Peak RSS of each labelled process with all its children (MB), sampled."""
-
-    def __init__(self, pids: dict[str, int], interval_s: float = 0.5) -> None:
-        super().__init__(daemon=True)
-        self.procs = {label: psutil.Process(pid) for label, pid in pids.items()}
-        self.peak = dict.fromkeys(self.procs, 0.0)
-        self.stopping = threading.Event()
-        self.interval_s = interval_s
-
-    def run(self) -> None:
-        while not self.stopping.wait(self.interval_s):
-            for label, proc in self.procs.items():
-                with contextlib.suppress(psutil.Error):
-                    tree = [proc, *proc.children(recursive=True)]
-                    rss = sum(p.memory_info().rss for p in tree if p.is_running())
-                    self.peak[label] = max(self.peak[label], rss / 2**20)
-
-    def finish(self) -> dict[str, float]:
-        self.stopping.set()
-        self.join(5)
-        return {label: round(mb, 1) for label, mb in self.peak.items()}
 
 
 class Pipeline:

@@ -107,12 +107,51 @@ def summary(path: Path) -> str:
         lines.append("consumer failover (kill -9 dc-a → the group reading on dc-b):")
         for name in ("crossfeed", "mm2"):
             lines += _failover_lines(name, data["failover"].get(name, {}))
+    if "scale" in data:
+        lines += _scale_lines(data["scale"])
     ordered = data.get("ordered", {})
     if not ordered.get("available"):
         lines.append(f"ordered feeds: not available — {ordered.get('reason', 'not run')}")
     else:
         lines += _ordered_lines(ordered)
     return "\n".join(lines)
+
+
+def _scale_lines(scale: Mapping[str, Any]) -> list[str]:
+    lines = [f"how cost grows ({_num(scale.get('records'))} records of 100 B per partition count):"]
+    for name in ("crossfeed", "mm2"):
+        side = scale.get(name) or {}
+        label = NAMES.get(name, name)
+        for row in side.get("partitions", []):
+            if "error" in row:
+                lines.append(
+                    f"  {label}, {row['partitions']:,} partitions: failed: "
+                    f"{row['error'].splitlines()[0][:200]}"
+                )
+                continue
+            lines.append(
+                f"  {label}, {row['partitions']:,} partitions: {_num(row.get('records_per_s'))} "
+                f"records/s, start-up {_num(row.get('startup_s'), 1)} s, peak RSS "
+                f"{_num(row.get('peak_rss_mb'))} MB"
+            )
+        disc = side.get("discovery")
+        if not disc:
+            continue
+        if "error" in disc:
+            lines.append(f"  {label}, new topic: failed: {disc['error'].splitlines()[0][:200]}")
+        elif disc.get("new_topic_s") is None:
+            lines.append(
+                f"  {label}, a new topic among {_num(disc.get('topics'))}: its first record not "
+                f"on dc-b within {_num(disc.get('waited_s'))} s (all mirrored in "
+                f"{_num(disc.get('all_mirrored_s'), 1)} s)"
+            )
+        else:
+            lines.append(
+                f"  {label}, a new topic among {_num(disc.get('topics'))}: its first record on "
+                f"dc-b after {_num(disc.get('new_topic_s'), 1)} s (all mirrored in "
+                f"{_num(disc.get('all_mirrored_s'), 1)} s)"
+            )
+    return lines
 
 
 def _ordered_lines(o: dict[str, Any]) -> list[str]:

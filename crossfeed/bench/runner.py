@@ -18,6 +18,7 @@ from typing import Any
 from crossfeed import log as logsetup
 from crossfeed import paths
 from crossfeed.bench import aggregate, chart, facts, failover, load, mirror, ordered
+from crossfeed.bench import scale as scale_mod
 from crossfeed.bench.cleanup import (
     Janitor,
     delete_groups,
@@ -49,6 +50,10 @@ class Plan:
     throughput: bool = True
     failover: bool = True
     ordered: bool = True
+    scale: bool = True
+    scale_records: int = 300_000  # per partition count (100 B values)
+    scale_partitions: tuple[int, ...] = scale_mod.PARTITION_COUNTS
+    discovery_topics: int = scale_mod.DISCOVERY_TOPICS
     ordered_transfers: int = 100_000  # bank transfers (two changes each) in the backlog
     failover_rate: float = 1000.0
     quick: bool = False
@@ -67,6 +72,8 @@ class Plan:
             quick=True,
             warmup_records=20_000,
             ordered_transfers=20_000,
+            scale_records=30_000,
+            discovery_topics=100,
         )
 
 
@@ -282,6 +289,52 @@ def _failover(
             }
 
 
+def _scale(
+    plan: Plan,
+    a: dict[str, Any],
+    b: dict[str, Any],
+    janitor: Janitor,
+    run_id: str,
+    say: Say,
+    into: dict[str, Any],
+) -> None:
+    """``into["scale"]``: per system, the partition counts, then the discovery figure."""
+    workdir = janitor.tempdir("scale")
+    payloads = payload_file(workdir, 100)
+    out: dict[str, Any] = into.setdefault("scale", {"records": plan.scale_records})
+    makers: dict[str, Any] = {
+        "crossfeed": lambda tag: Crossfeed(janitor, tag, a, b),
+        "mm2": lambda tag: MirrorMaker2(janitor, tag, a, b),
+    }
+    for name, make in makers.items():
+        rows = out.setdefault(name, {}).setdefault("partitions", [])
+        for count in plan.scale_partitions:
+            measure = partial(
+                scale_mod.partitions_run,
+                make(f"{run_id}-s{count}-{name}"),
+                a,
+                b,
+                janitor,
+                partitions=count,
+                records=plan.scale_records,
+                payloads=payloads,
+                workdir=workdir,
+            )
+            label = f"{count} partitions, {name}"
+            rows.append({"partitions": count} | _attempt(say, label, measure))
+    discover: dict[str, Any] = {
+        "crossfeed": Crossfeed(janitor, f"{run_id}-disc-cf", a, b),
+        "mm2": MirrorMaker2(janitor, f"{run_id}-disc-mm2", a, b, refresh_topics_s=None),
+    }
+    for name, system in discover.items():
+        measure = partial(
+            scale_mod.discovery_run, system, a, b, janitor, topics=plan.discovery_topics
+        )
+        out[name]["discovery"] = _attempt(
+            say, f"new topic among {plan.discovery_topics:,}, {name}", measure
+        )
+
+
 def run(plan: Plan, out_dir: Path | None = None) -> Path:
     began = time.monotonic()
     say = _say(began)
@@ -309,6 +362,8 @@ def run(plan: Plan, out_dir: Path | None = None) -> Path:
                     _throughput(plan, a, b, janitor, run_id, say, result)
                 if plan.failover:
                     _failover(plan, a, b, janitor, run_id, say, result)
+                if plan.scale:
+                    _scale(plan, a, b, janitor, run_id, say, result)
                 if plan.ordered:
                     result["ordered"] = _attempt(
                         say,

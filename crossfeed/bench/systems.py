@@ -123,11 +123,17 @@ class MirrorMaker2:
     name = "mm2"
 
     def __init__(
-        self, janitor: Janitor, run_id: str, source: dict[str, Any], target: dict[str, Any]
+        self,
+        janitor: Janitor,
+        run_id: str,
+        source: dict[str, Any],
+        target: dict[str, Any],
+        refresh_topics_s: int | None = 5,
     ) -> None:
         self.janitor = janitor
         self.run_id = run_id
         self.source, self.target = source, target
+        self.refresh_topics_s = refresh_topics_s
         self.workdir = janitor.tempdir(f"mm2-{run_id}")
         self.cfg: mm2.Mm2Config | None = None
         self.proc: Any = None
@@ -139,6 +145,7 @@ class MirrorMaker2:
             target_bootstrap=str(self.target["bootstrap.servers"]),
             topics=tuple(topics),
             groups=tuple(groups or ()),
+            refresh_topics_s=self.refresh_topics_s,
         )
         self.janitor.topics(self.target, self.cfg.internal_topics_target)
         self.janitor.topics(self.source, self.cfg.internal_topics_source)

@@ -301,7 +301,7 @@ def bench(
     ),
     quick: bool = typer.Option(False, "--quick", help="a small validation run, not for comparison"),
     only: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--only", help="run one part: throughput, failover or ordered"
+        None, "--only", help="run one part: throughput, failover, ordered or scale"
     ),
 ) -> None:
     """Benchmarks vs MirrorMaker 2 and dc-b's produce ceiling: throughput, cost, lag, failover."""
@@ -317,12 +317,13 @@ def bench(
         changes["sizes"] = tuple(size)
     if repeat is not None:
         changes["repeat"] = repeat
-    if only not in (None, "throughput", "failover", "ordered"):
-        raise typer.BadParameter("--only takes throughput, failover or ordered")
+    if only not in (None, "throughput", "failover", "ordered", "scale"):
+        raise typer.BadParameter("--only takes throughput, failover, ordered or scale")
     if only:
         changes["throughput"] = only == "throughput"
         changes["failover"] = only == "failover"
         changes["ordered"] = only == "ordered"
+        changes["scale"] = only == "scale"
     plan = dataclasses.replace(plan, **changes)  # type: ignore[arg-type]
     try:
         path = runner.run(plan)

@@ -248,3 +248,53 @@ def test_chart_is_a_png_even_with_figures_missing(tmp_path: Path):
     source = _result(tmp_path)
     png = chart.render(json.loads(source.read_text()), source.with_suffix(".png"))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_mm2_topic_refresh_is_tuned_unless_the_default_is_asked_for():
+    assert _mm2()["refresh.topics.interval.seconds"] == "5"
+    default = mm2.properties(
+        mm2.Mm2Config("r1", "127.0.0.1:1", "127.0.0.1:2", ("x",), refresh_topics_s=None)
+    )
+    assert "refresh.topics.interval.seconds" not in default  # MM2's own 600 s
+
+
+def test_scale_report_shows_each_partition_count_and_a_discovery_not_reached():
+    from crossfeed.bench import report
+
+    lines = report._scale_lines(
+        {
+            "records": 300_000,
+            "crossfeed": {
+                "partitions": [
+                    {
+                        "partitions": 8,
+                        "records_per_s": 90_000.0,
+                        "startup_s": 1.5,
+                        "peak_rss_mb": 120.0,
+                    },
+                    {"partitions": 1024, "error": "RuntimeError: 5 of 300,000 arrived\nlog"},
+                ],
+                "discovery": {
+                    "topics": 1000,
+                    "all_mirrored_s": 40.0,
+                    "new_topic_s": 5.2,
+                    "waited_s": 120.0,
+                },
+            },
+            "mm2": {
+                "discovery": {
+                    "topics": 1000,
+                    "all_mirrored_s": 60.0,
+                    "new_topic_s": None,
+                    "waited_s": 120.0,
+                }
+            },
+        }
+    )
+    text = "\n".join(lines)
+    assert "crossfeed, 8 partitions: 90,000 records/s, start-up 1.5 s, peak RSS 120 MB" in text
+    assert "crossfeed, 1,024 partitions: failed: RuntimeError: 5 of 300,000 arrived" in text
+    assert "its first record on dc-b after 5.2 s" in text
+    assert (
+        "MirrorMaker 2, a new topic among 1,000: its first record not on dc-b within 120 s" in text
+    )
