@@ -25,6 +25,11 @@ THROUGHPUT_FIGURES = (
     "lag.p50_ms",
     "lag.p99_ms",
     "lag.max_ms",
+    "lag_equal.rate_per_s",
+    "lag_equal.target_rate_per_s",
+    "lag_equal.p50_ms",
+    "lag_equal.p99_ms",
+    "lag_equal.max_ms",
 )
 FAILOVER_FIGURES = (
     "ready_s",

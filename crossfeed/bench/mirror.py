@@ -157,6 +157,53 @@ def startup_cost(
     }
 
 
+def equal_rate_lag(
+    system: Replicator,
+    source: dict[str, Any],
+    target: dict[str, Any],
+    janitor: Janitor,
+    *,
+    topic: str,
+    partitions: int,
+    rate: float,
+    seconds: float,
+    payloads: Path,
+    workdir: Path,
+) -> dict[str, Any]:
+    """The lag of ``system`` at an offered ``rate`` every replicator of the run gets (the
+    lag phase of :func:`run` offers each one half of its own capacity instead). Started
+    on a fresh topic, once a probe record made it across."""
+    create_topics(source, [topic], partitions)
+    janitor.topics(source, [topic])
+    janitor.topics(target, [topic])
+    try:
+        system.start([topic])
+        probe = TargetWatch(target, topic, partitions).start()
+        try:
+            producer = clients.producer(source)
+            producer.produce(topic, value=b"probe", partition=0)
+            producer.flush(30)
+            if not probe.wait_for(1, timeout_s=180):
+                raise RuntimeError(f"{system.name} copied nothing in 180 s\n{system.log_tail()}")
+        finally:
+            probe.stop()
+        return steady_lag(
+            source,
+            target,
+            janitor,
+            topic=topic,
+            partitions=partitions,
+            rate=rate,
+            seconds=seconds,
+            payloads=payloads,
+            workdir=workdir,
+        )
+    finally:
+        system.stop()
+        janitor.drop_topics(target, [topic])
+        janitor.drop_topics(source, [topic])
+
+
 def steady_lag(
     source: dict[str, Any],
     target: dict[str, Any],

@@ -39,6 +39,13 @@ def _system_lines(name: str, s: Mapping[str, Any]) -> list[str]:
             + f": p50 {fmt(lag.get('p50_ms'))} ms, p99 {fmt(lag.get('p99_ms'))} ms, "
             f"max {fmt(lag.get('max_ms'))} ms"
         )
+    equal = s.get("lag_equal") or {}
+    if any(v is not None for v in equal.values()):
+        lines.append(
+            f"    lag at the rate offered to both ({fmt(equal.get('rate_per_s'))} records/s): "
+            f"p50 {fmt(equal.get('p50_ms'))} ms, p99 {fmt(equal.get('p99_ms'))} ms, "
+            f"max {fmt(equal.get('max_ms'))} ms"
+        )
     procs = s.get("processes", {})
     if procs:
         lines.append(

@@ -185,7 +185,44 @@ def _throughput(
                 label = f"{size} B r{rep + 1} {system.name}"
                 runs[system.name].append(_attempt(say, label, measure))
                 out[str(size)] = aggregate.throughput_section(runs)
+            _equal_rate_lag(plan, a, b, janitor, tag, say, systems, runs, common)
+            out[str(size)] = aggregate.throughput_section(runs)
             janitor.drop_topics(a, [backlog])
+
+
+def _equal_rate_lag(
+    plan: Plan,
+    a: dict[str, Any],
+    b: dict[str, Any],
+    janitor: Janitor,
+    tag: str,
+    say: Say,
+    systems: list[Replicator],
+    runs: dict[str, list[Any]],
+    common: dict[str, Any],
+) -> None:
+    """Every replicator's lag at one offered rate: half the slower one's throughput in
+    this repetition (``lag_equal`` beside each run's ``lag``)."""
+    rates = [runs[s.name][-1].get("records_per_s") for s in systems]
+    if not rates or any(r is None for r in rates):
+        return
+    rate = plan.lag_fraction * min(rates)
+    for system in systems:
+        measure = partial(
+            mirror.equal_rate_lag,
+            system,
+            a,
+            b,
+            janitor,
+            topic=f"bench-{tag}-{system.name}-equal",
+            partitions=plan.partitions,
+            rate=rate,
+            seconds=plan.lag_seconds,
+            payloads=common["payloads"],
+            workdir=common["workdir"],
+        )
+        lag = _attempt(say, f"{tag} {system.name} lag at {rate:,.0f} records/s", measure)
+        runs[system.name][-1]["lag_equal"] = lag
 
 
 def _warm_up(

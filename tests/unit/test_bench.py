@@ -298,3 +298,15 @@ def test_scale_report_shows_each_partition_count_and_a_discovery_not_reached():
     assert (
         "MirrorMaker 2, a new topic among 1,000: its first record not on dc-b within 120 s" in text
     )
+
+
+def test_equal_rate_lag_is_summarized_and_reported_beside_the_own_rate_lag():
+    from crossfeed.bench import report
+
+    runs = [_run(100, 10), _run(300, 30)]
+    runs[0]["lag_equal"] = {"rate_per_s": 50.0, "p50_ms": 4.0, "p99_ms": 9.0, "max_ms": 12.0}
+    runs[1]["lag_equal"] = {"error": "RuntimeError: copied nothing"}
+    s = aggregate.summarize(runs, aggregate.THROUGHPUT_FIGURES)
+    assert s["lag_equal"]["p99_ms"] == {"min": 9.0, "median": 9.0, "max": 9.0, "n": 1}
+    text = "\n".join(report._system_lines("crossfeed", s))
+    assert "lag at the rate offered to both (50 records/s): p50 4 ms, p99 9 ms, max 12 ms" in text
