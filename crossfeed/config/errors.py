@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 
 class ConfigError(ValueError):
@@ -31,8 +31,11 @@ def read_yaml(path: Path, what: str) -> Any:
         raise ConfigError(f"{what} {path} is not valid YAML: {err}") from None
 
 
-def from_validation_error(err: ValidationError, source: str) -> ConfigError:
-    """Turn pydantic's report into one line per problem: field, value, what to do."""
+def from_validation_error(
+    err: ValidationError, source: str, model: type[BaseModel] | None = None
+) -> ConfigError:
+    """Turn pydantic's report into one line per problem: field, value, what to do.
+    ``model`` (the settings class) lets an unknown key name the keys its section knows."""
     lines = []
     for problem in err.errors():
         # "properties" is a wrapper of ours around pass-through client settings; hide it.
@@ -40,5 +43,19 @@ def from_validation_error(err: ValidationError, source: str) -> ConfigError:
         field = ".".join(parts) or "(top level)"
         value: Any = problem.get("input")
         msg = problem["msg"].removeprefix("Value error, ")
+        if problem["type"] == "extra_forbidden":
+            known = _known_keys(model, parts[:-1]) if model is not None else None
+            msg = "unknown setting" + (f"; known here: {', '.join(known)}" if known else "")
         lines.append(f"  {field} = {value!r}: {msg}")
     return ConfigError(f"invalid configuration in {source}:\n" + "\n".join(lines))
+
+
+def _known_keys(model: type[BaseModel], path: list[str]) -> list[str] | None:
+    """The field names of the section at ``path`` under ``model`` (None: not a section)."""
+    for part in path:
+        info = model.model_fields.get(part)
+        inner = getattr(info, "annotation", None) if info is not None else None
+        if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
+            return None
+        model = inner
+    return sorted(model.model_fields)

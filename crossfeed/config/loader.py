@@ -70,6 +70,6 @@ def load_settings(config: str | os.PathLike[str] | None = None, **overrides: Any
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as err:
-        raise from_validation_error(err, where) from None
+        raise from_validation_error(err, where, Settings) from None
     finally:
         FILE_DATA.reset(token)

@@ -79,7 +79,14 @@ class _FileSource(PydanticBaseSettingsSource):
 Seconds = Annotated[float, Field(gt=0)]
 
 
-class PullerSettings(BaseModel):
+class _Section(BaseModel):
+    """A section of the configuration: a key it does not know is an error, like an unknown
+    section (a misspelt setting must not be silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class PullerSettings(_Section):
     """Puller: copies source records into ``_crossfeed.<feed>.changes``."""
 
     max_batch_records: int = Field(10_000, ge=1, description="records per transaction, at most")
@@ -107,7 +114,7 @@ class PullerSettings(BaseModel):
     )
 
 
-class SinkSettings(BaseModel):
+class SinkSettings(_Section):
     """Sink: writes staged records into target topics or a database."""
 
     max_batch_records: int = Field(50_000, ge=1, description="records per transaction, at most")
@@ -120,7 +127,7 @@ class SinkSettings(BaseModel):
     )
 
 
-class SorterSettings(BaseModel):
+class SorterSettings(_Section):
     """Sorter: a Spark Structured Streaming job putting ordered feeds into commit order."""
 
     spark_master: str | None = Field(
@@ -173,7 +180,7 @@ class SorterSettings(BaseModel):
     )
 
 
-class CoordinatorSettings(BaseModel):
+class CoordinatorSettings(_Section):
     """Coordinator: feeds, assignment, leadership, offset translation, REST API."""
 
     host: str = Field("127.0.0.1", description="REST API listen address")

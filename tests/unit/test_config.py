@@ -98,7 +98,7 @@ def test_explicit_overrides_beat_everything(isolated, monkeypatch):
         ("clusters:\n  DC_A: {bootstrap.servers: 'h:1'}\n", ["'DC_A'", "lowercase"]),
         ("puller:\n  max_batch_records: -1\n", ["puller.max_batch_records", "-1", "greater"]),
         ("log_format: xml\n", ["log_format", "'xml'", "text", "json"]),
-        ("no_such_setting: 1\n", ["no_such_setting", "not permitted"]),
+        ("no_such_setting: 1\n", ["no_such_setting", "unknown setting", "known here"]),
         ("control_cluster: dc-z\n", ["control_cluster", "dc-z", "known"]),
         ("- just\n- a list\n", ["must hold a mapping"]),
         ("a: [unclosed\n", ["not valid YAML"]),
@@ -118,3 +118,32 @@ def test_unknown_cluster_alias_lists_known_ones(isolated):
     write(isolated / "crossfeed.yaml", "dc-a.bootstrap.servers: h:1\n")
     with pytest.raises(ConfigError, match=r"unknown cluster alias 'dc-x' \(known: dc-a\)"):
         load_settings().cluster("dc-x")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("puller: {max_batch_record: 5}\n", "puller.max_batch_record = 5: unknown setting"),
+        ("sorter:\n  trigger_interval: 5\n", "sorter.trigger_interval = 5: unknown setting"),
+        ("pullr: {max_batch_records: 5}\n", "pullr = {'max_batch_records': 5}: unknown setting"),
+    ],
+)
+def test_a_misspelt_key_is_refused_inside_a_section_as_at_the_top(isolated, text, expected):
+    write(isolated / "crossfeed.yaml", text)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    message = str(info.value)
+    assert expected in message
+    assert "known here:" in message
+
+
+def test_an_unknown_key_lists_the_keys_of_its_own_section(isolated):
+    write(isolated / "crossfeed.yaml", "puller: {max_batch_record: 5}\n")
+    with pytest.raises(ConfigError, match=r"known here: [a-z_, ]*max_batch_records"):
+        load_settings()
+
+
+def test_a_misspelt_key_in_the_environment_is_refused_too(isolated, monkeypatch):
+    monkeypatch.setenv("CROSSFEED_SINK__MAX_BATCH", "3")
+    with pytest.raises(ConfigError, match=r"sink\.max_batch = '3': unknown setting; known here: "):
+        load_settings()
