@@ -62,7 +62,7 @@ def failover(
     server: Optional[str] = admin.ServerOpt,  # noqa: UP045
 ) -> None:
     """Stop a feed and move its consumer groups to the destination at their exact records."""
-    from crossfeed.translation import commands
+    from crossfeed.cli import translation as commands
 
     commands.failover(feed, feed_file, drain_timeout, as_json, server)
 
@@ -89,7 +89,7 @@ def failback(
     server: Optional[str] = admin.ServerOpt,  # noqa: UP045
 ) -> None:
     """Return to the old primary: report extra data, start the reverse feed, translate back."""
-    from crossfeed.translation import commands
+    from crossfeed.cli import translation as commands
 
     commands.failback(
         feed,
@@ -118,7 +118,7 @@ def groups_translate(
     server: Optional[str] = admin.ServerOpt,  # noqa: UP045
 ) -> None:
     """Source offsets of a group and their exact destination offsets."""
-    from crossfeed.translation import commands
+    from crossfeed.cli import translation as commands
 
     commands.translate(feed, group, feed_file, as_json, server)
 

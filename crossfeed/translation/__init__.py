@@ -22,8 +22,8 @@ once it is gone), :mod:`~crossfeed.translation.destination` (checkpoints and gro
 offsets written to the target) and :mod:`~crossfeed.translation.translator` (the
 per-feed translator the coordinator leader ticks, and one-shot translation).
 
-The CLI side: :mod:`~crossfeed.translation.commands` and
-:mod:`~crossfeed.translation.render` (``crossfeed groups translate``, ``failover``,
+The CLI side lives with the CLI: :mod:`crossfeed.cli.translation` and
+:mod:`crossfeed.cli.translation_render` (``crossfeed groups translate``, ``failover``,
 ``failback``, over the coordinator's REST API).
 
 Why not faust-streaming (on the design card for these tables): a faust app is one

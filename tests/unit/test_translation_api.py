@@ -10,9 +10,9 @@ from fastapi.responses import RedirectResponse, Response
 from fastapi.testclient import TestClient
 from rich.console import Console
 
+from crossfeed.cli.translation_render import failback_report, failover_report, group_table
 from crossfeed.config import Settings
 from crossfeed.feeds import FeedSpec
-from crossfeed.translation.render import failback_report, failover_report, group_table
 from crossfeed.translation.translator import GroupTranslation, PartitionTranslation
 from services.coordinator.failover import FailoverHooks, make_router
 from services.coordinator.failover.reverse import reverse_name, reverse_spec

@@ -18,14 +18,14 @@ from rich.console import RenderableType
 
 from crossfeed.cli.admin import console
 from crossfeed.cli.common import fail, settings
-from crossfeed.client.rest import CoordinatorClient
-from crossfeed.feeds import load_feed_file
-from crossfeed.translation.render import (
+from crossfeed.cli.translation_render import (
     failback_report,
     failover_report,
     group_summary,
     group_table,
 )
+from crossfeed.client.rest import CoordinatorClient
+from crossfeed.feeds import load_feed_file
 
 TIMEOUT_S = 900.0
 """Failover waits for sinks to drain and failback may copy data: minutes, not seconds."""
