@@ -7,6 +7,7 @@ a second signal exits immediately.
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import logging
 import os
@@ -47,8 +48,10 @@ def _exit_after_grace() -> None:
     them down each call waits out its own timeout, a minute or more. Past STOP_GRACE_S
     the process exits anyway: what it had not committed is aborted by the next owner."""
     time.sleep(STOP_GRACE_S)
-    log.warning("not stopped after %.0fs: exiting now", STOP_GRACE_S)
+    log.warning("not stopped after %.0fs: exiting now; where each thread was:", STOP_GRACE_S)
     logging.shutdown()
+    # Where it hung, for the operator (and the next bug report): every thread's stack.
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
     os._exit(EXIT_STOP_TIMEOUT)
 
 
