@@ -7,7 +7,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-NAMES = {"ceiling": "dc-b ceiling", "crossfeed": "crossfeed", "mm2": "MirrorMaker 2"}
+NAMES = {
+    "ceiling": "dc-b ceiling",
+    "crossfeed": "crossfeed",
+    "crossfeed-2p": "crossfeed (2 pullers)",
+    "mm2": "MirrorMaker 2",
+}
 
 
 def fmt(spread: Mapping[str, float] | None, digits: int = 0, unit: str = "") -> str:
@@ -126,7 +131,7 @@ def summary(path: Path) -> str:
 
 def _scale_lines(scale: Mapping[str, Any]) -> list[str]:
     lines = [f"how cost grows ({_num(scale.get('records'))} records of 100 B per partition count):"]
-    for name in ("crossfeed", "mm2"):
+    for name in ("crossfeed", "crossfeed-2p", "mm2"):
         side = scale.get(name) or {}
         label = NAMES.get(name, name)
         for row in side.get("partitions", []):

@@ -341,6 +341,7 @@ def _scale(
     out: dict[str, Any] = into.setdefault("scale", {"records": plan.scale_records})
     makers: dict[str, Any] = {
         "crossfeed": lambda tag: Crossfeed(janitor, tag, a, b),
+        "crossfeed-2p": lambda tag: Crossfeed(janitor, tag, a, b, pullers=2),
         "mm2": lambda tag: MirrorMaker2(janitor, tag, a, b),
     }
     for name, make in makers.items():

@@ -70,13 +70,19 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 
 class Crossfeed:
-    """One puller and one sink process on a feed file, as an operator runs them."""
-
-    name = "crossfeed"
+    """Puller and sink processes on a feed file, as an operator runs them: one puller by
+    default; with ``pullers`` > 1 the feed's tasks spread over them (their group)."""
 
     def __init__(
-        self, janitor: Janitor, run_id: str, source: dict[str, Any], target: dict[str, Any]
+        self,
+        janitor: Janitor,
+        run_id: str,
+        source: dict[str, Any],
+        target: dict[str, Any],
+        pullers: int = 1,
     ) -> None:
+        self.pullers = pullers
+        self.name = "crossfeed" if pullers == 1 else f"crossfeed-{pullers}p"
         self.janitor = janitor
         self.run_id = run_id
         self.source, self.target = source, target
@@ -98,11 +104,14 @@ class Crossfeed:
     def start(self, topics: list[str], groups: list[str] | None = None) -> dict[str, int]:
         self.feed_file.write_text(yaml.safe_dump(self.feed_spec(topics)))
         self.janitor.topics(self.target, [wire_topics.changes(self.feed)])
-        for role in ("puller", "sink"):
-            cmd = service_command(self.config, role, self.feed, self.feed_file)
-            log = self.workdir / f"{role}.log"
-            self.procs[role] = self.janitor.process(jvm.spawn(cmd, log))
-        return {role: p.pid for role, p in self.procs.items()}
+        labels = ["puller"] if self.pullers == 1 else [f"puller-{i}" for i in range(self.pullers)]
+        for label in [*labels, "sink"]:
+            role = label.split("-")[0]
+            extra = ("--instance", f"{self.feed}-{label}") if label != role else ()
+            cmd = service_command(self.config, role, self.feed, self.feed_file, *extra)
+            log = self.workdir / f"{label}.log"
+            self.procs[label] = self.janitor.process(jvm.spawn(cmd, log))
+        return {label: p.pid for label, p in self.procs.items()}
 
     def stop(self) -> None:
         for proc in self.procs.values():
@@ -114,7 +123,7 @@ class Crossfeed:
             delete_groups(conf, groups)
 
     def log_tail(self) -> str:
-        return "\n".join(_tail(self.workdir / f"{r}.log") for r in ("puller", "sink"))
+        return "\n".join(_tail(self.workdir / f"{label}.log") for label in self.procs)
 
 
 class MirrorMaker2:
