@@ -20,9 +20,7 @@ def resolve_feed(config: Settings, feed: str, feed_file: str | None) -> FeedSpec
         if spec.name != feed:
             fail(f"--feed {feed!r} does not match the name {spec.name!r} in {feed_file}")
         return spec
-    control = config.control_cluster or next(iter(config.clusters), None)
-    if control is None:
-        fail("no clusters configured: run 'crossfeed local up' or pass --config")
+    control = config.control_alias()
     stored = read_feed(config.cluster(control).client_config(), feed)
     if stored is None:
         fail(

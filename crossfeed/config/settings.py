@@ -210,7 +210,9 @@ class Settings(BaseSettings):
     )
     api_token: str | None = Field(None, description="bearer token required on mutating calls")
     control_cluster: str | None = Field(
-        None, description="alias of the cluster holding _crossfeed.state (default: the first)"
+        None,
+        description="alias of the cluster holding _crossfeed.state and the heartbeats, used "
+        "by every service (default: the first configured cluster)",
     )
     log_format: Literal["text", "json"] = Field("text", description="log line format")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from fastapi import Depends
 
-from crossfeed.config import ConfigError, Settings
+from crossfeed.config import Settings
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
@@ -58,9 +58,7 @@ class Coordinator:
     def __init__(self, settings: Settings, instance_id: str, host: str, port: int) -> None:
         self.settings = settings
         self.instance_id = instance_id
-        control = settings.control_cluster or next(iter(settings.clusters), None)
-        if control is None:
-            raise ConfigError("no clusters configured: run 'crossfeed local up' or pass --config")
+        control = settings.control_alias()
         self.control = control
         self.conf = settings.cluster(control).client_config()
         self.timeout_ms = int(settings.coordinator.failover_timeout_s * 1000)

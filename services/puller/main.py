@@ -21,7 +21,7 @@ def run(
     instance_id = service.instance_id("puller", instance)
     target_alias = settings.staging_alias(feed.sink.cluster)  # where it stages
     target_conf = settings.cluster(target_alias).client_config()
-    control_conf = settings.cluster(settings.control_cluster or target_alias).client_config()
+    control_conf = settings.cluster(settings.control_alias()).client_config()
 
     def make() -> PullerWorker:
         membership: GroupMembership | CoordinatorMembership

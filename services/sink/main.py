@@ -30,7 +30,7 @@ def run(
         )
     target_alias = sink.cluster
     assert target_alias is not None
-    control_conf = settings.cluster(settings.control_cluster or target_alias).client_config()
+    control_conf = settings.cluster(settings.control_alias()).client_config()
     if feed.mode == "ordered":
         from services.sink.ordered_kafka import OrderedKafkaSink
 

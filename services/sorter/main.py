@@ -38,7 +38,7 @@ def run(
             file=sys.stderr,
         )
         return 1
-    control_conf = settings.cluster(settings.control_cluster or alias).client_config()
+    control_conf = settings.cluster(settings.control_alias()).client_config()
     try:
         return service.run(
             settings,
