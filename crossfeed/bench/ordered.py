@@ -32,6 +32,7 @@ from crossfeed.bench.measure import PeakRss, TargetWatch, percentiles
 from crossfeed.bench.systems import bench_config, service_command
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
+from crossfeed.wire import ids
 from crossfeed.wire import topics as wire_topics
 from crossfeed.workload.run import run_bank
 
@@ -78,7 +79,7 @@ class Pipeline:
         for proc in self.procs.values():
             self.janitor.stop(proc)
         self.procs.clear()
-        groups = [f"crossfeed-puller.{self.feed}", f"crossfeed-sink.{self.feed}"]
+        groups = [ids.puller_group(self.feed), ids.sink_group(self.feed)]
         delete_groups(self.b, groups)
 
     def logs(self) -> str:

@@ -11,6 +11,7 @@ import yaml
 
 from crossfeed.bench import jvm, mm2
 from crossfeed.bench.cleanup import Janitor, delete_groups
+from crossfeed.wire import ids
 from crossfeed.wire import topics as wire_topics
 
 
@@ -118,7 +119,7 @@ class Crossfeed:
             self.janitor.stop(proc)
         self.procs.clear()
         self.janitor.drop_topics(self.target, [wire_topics.changes(self.feed)])
-        groups = [f"crossfeed-puller.{self.feed}", f"crossfeed-sink.{self.feed}"]
+        groups = [ids.puller_group(self.feed), ids.sink_group(self.feed)]
         for conf in (self.source, self.target):
             delete_groups(conf, groups)
 

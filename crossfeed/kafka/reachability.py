@@ -9,8 +9,16 @@ statistics callback instead.
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
 from typing import Any, Final
+
+from crossfeed.kafka import clients
+
+# Not under "crossfeed.kafka", which holds librdkafka's own chatter and is silenced: these
+# lines are for the operator.
+log = logging.getLogger("crossfeed.reachability")
 
 STATS_INTERVAL_MS: Final = 1000
 DOWN_AFTER_S: Final = 5.0
@@ -66,3 +74,21 @@ class Reachability:
             f"{self.role} cluster {self.alias} ({self.servers}) unreachable since "
             f"{self.down_since}: no broker connection"
         )
+
+
+def wait_for_cluster(alias: str, conf: dict[str, Any], stop: threading.Event) -> str:
+    """The cluster.id, waiting (with a log line) while the cluster does not answer."""
+    delay = 1.0
+    while not stop.is_set():
+        cluster_id = clients.cluster_id(conf)
+        if cluster_id:
+            return cluster_id
+        log.warning(
+            "cluster %s (%s) does not answer; retrying in %.0fs",
+            alias,
+            conf.get("bootstrap.servers"),
+            delay,
+        )
+        stop.wait(delay)
+        delay = min(delay * 2, 30.0)
+    raise InterruptedError

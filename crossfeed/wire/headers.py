@@ -31,6 +31,9 @@ RESOLVED_FROM_WATERMARKS: Final = "watermarks"
 TYPE_BEGIN: Final = "begin"
 TYPE_COMMIT: Final = "commit"
 
+MARK_HEADER: Final = (TYPE, TYPE_RESOLVED.encode())
+"""The header that makes a record a resolved mark (as a (name, value) pair)."""
+
 
 def is_crossfeed_header(name: str) -> bool:
     """True for headers crossfeed owns; consumers listing user headers skip these."""

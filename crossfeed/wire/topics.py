@@ -15,6 +15,15 @@ STAGING_HEADROOM_BYTES: Final = 64 << 10
 """Room on top of it for the provenance headers and the batch framing."""
 
 
+DLQ_MAX_MESSAGE_BYTES: Final = 64 << 20
+"""A dead letter carries the whole record it could not deliver, up to this size."""
+
+
+def dlq_config() -> dict[str, str]:
+    """Topic configs of ``_crossfeed.dlq`` (whoever creates it first)."""
+    return {"cleanup.policy": "delete", "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)}
+
+
 def staging_config() -> dict[str, str]:
     """Topic configs of ``_crossfeed.<feed>.changes`` (whoever creates it first)."""
     return {

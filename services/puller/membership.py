@@ -24,7 +24,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed.kafka import clients
 from crossfeed.membership import TopicTail
-from crossfeed.wire import codec, topics
+from crossfeed.wire import codec, ids, topics
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class GroupMembership:
         static: bool = False,
     ) -> None:
         conf: dict[str, Any] = {
-            "group.id": f"crossfeed-puller.{feed}",
+            "group.id": ids.puller_group(feed),
             "client.id": instance_id,
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": int(session_timeout_s * 1000),

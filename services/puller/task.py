@@ -7,7 +7,7 @@ previous one, so a paused or partitioned instance can never write again.
 
 Each transaction carries copied records, dead letters, and, last, one ResolvedMark per
 source partition of the task with its ``next_offset``: the source positions are stored
-on the target in the same transaction as the data (see positions.py), never on a source
+on the target in the same transaction as the data (see crossfeed/positions.py), never on a source
 cluster that may be gone.
 
 Mirror feeds pack the copies per source partition into ``CopiedRecords`` packs
@@ -45,13 +45,13 @@ from crossfeed.core.partitions import TopicPartition
 from crossfeed.core.timestamps import commit_ts_us, parse_commit_ts
 from crossfeed.dlq import DeadLetter, FeedStopped
 from crossfeed.feeds import FeedSpec
-from crossfeed.wire import codec, copied, headers, topics
+from crossfeed.wire import codec, copied, headers, ids, topics
 from crossfeed.wire.changes import parse_txn
 from services.puller import metrics
 
 log = logging.getLogger(__name__)
 
-MARK_HEADERS = [(headers.TYPE, headers.TYPE_RESOLVED.encode())]
+MARK_HEADERS = [headers.MARK_HEADER]
 RESOLVED = headers.TYPE_RESOLVED.encode()
 FROM_WATERMARKS = (headers.RESOLVED_FROM, headers.RESOLVED_FROM_WATERMARKS.encode())
 # Bytes a record costs in a batch of its own beyond key, value and header bytes (v2 batch
@@ -665,4 +665,4 @@ def _commit_ts(values: list[bytes | None], hdrs: list[Any], ts_ms: int) -> int:
 
 
 def transactional_id(feed: str, staging_partition: int) -> str:
-    return f"crossfeed-puller.{feed}.{staging_partition}"
+    return ids.puller_transactional_id(feed, staging_partition)

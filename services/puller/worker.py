@@ -17,16 +17,17 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
+from crossfeed import positions
 from crossfeed.config import Settings
 from crossfeed.core.partitions import TopicPartition, staging_partition
 from crossfeed.core.timestamps import commit_interval_ms
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
-from crossfeed.kafka.reachability import Reachability
+from crossfeed.kafka.reachability import Reachability, wait_for_cluster
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
-from crossfeed.wire import topics
-from services.puller import metrics, positions
+from crossfeed.wire import ids, topics
+from services.puller import metrics
 from services.puller.discovery import Discovery
 from services.puller.membership import CoordinatorMembership, GroupMembership
 from services.puller.task import (
@@ -46,25 +47,6 @@ RESTART_AFTER_FAILURES = 3  # transactions of a task failed in a row: a fresh pr
 STUCK_COMMIT_S = 5.0  # a commit under way this long: the target is not answering
 STAGING_MAX_MESSAGE_BYTES = topics.STAGING_MAX_MESSAGE_BYTES
 STAGING_HEADROOM_BYTES = topics.STAGING_HEADROOM_BYTES
-DLQ_MAX_MESSAGE_BYTES = 64 << 20
-
-
-def wait_for_cluster(alias: str, conf: dict[str, Any], stop: threading.Event) -> str:
-    """The cluster.id, waiting (with a log line) while the cluster does not answer."""
-    delay = 1.0
-    while not stop.is_set():
-        cluster_id = clients.cluster_id(conf)
-        if cluster_id:
-            return cluster_id
-        log.warning(
-            "cluster %s (%s) does not answer; retrying in %.0fs",
-            alias,
-            conf.get("bootstrap.servers"),
-            delay,
-        )
-        stop.wait(delay)
-        delay = min(delay * 2, 30.0)
-    raise InterruptedError
 
 
 class PullerWorker:
@@ -140,7 +122,7 @@ class PullerWorker:
             target_admin,
             topics.DLQ,
             1,
-            {"cleanup.policy": "delete", "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)},
+            topics.dlq_config(),
         )
         self.discovery = Discovery(self.feed, clients.admin(self.source_conf), target_admin)
         self.discovery.refresh()
@@ -148,7 +130,7 @@ class PullerWorker:
         self.reader = clients.consumer(
             self.source_conf,
             **{
-                "group.id": f"crossfeed-puller.{self.feed.name}",  # never joined: assign only
+                "group.id": ids.puller_group(self.feed.name),  # never joined: assign only
                 "queued.max.messages.kbytes": 32768,  # bounded prefetch
                 "fetch.wait.max.ms": 100,
                 # librdkafka's default (1 MiB per partition per fetch) held one reader to

@@ -38,15 +38,10 @@ from crossfeed.dlq import DeadLetter, FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
-from crossfeed.kafka.reachability import Reachability
+from crossfeed.kafka.reachability import Reachability, wait_for_cluster
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
-from crossfeed.wire import codec, copied, headers, topics
+from crossfeed.wire import codec, copied, headers, ids, topics
 from crossfeed.wire.codec import CodecError
-from services.puller.worker import (
-    DLQ_MAX_MESSAGE_BYTES,
-    STAGING_MAX_MESSAGE_BYTES,
-    wait_for_cluster,
-)
 from services.sink import metrics
 from services.sink.targets import TargetTopics, record_size
 
@@ -214,13 +209,13 @@ class MirrorSink:
             admin,
             topics.DLQ,
             1,
-            {"cleanup.policy": "delete", "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)},
+            topics.dlq_config(),
         )
         kafka_topics.ensure_topic(
             admin,
             self.changes_topic,
             self.feed.config.staging_partitions,
-            {"cleanup.policy": "delete", "max.message.bytes": str(STAGING_MAX_MESSAGE_BYTES)},
+            topics.staging_config(),
         )
         self.targets = TargetTopics(admin)
         self.producer = self._new_producer()
@@ -728,7 +723,7 @@ class MirrorSink:
     def _new_consumer(self) -> Any:
         """The staging reader, subscribed: the sinks of a feed share its partitions."""
         conf: dict[str, Any] = {
-            "group.id": f"crossfeed-sink.{self.feed.name}",
+            "group.id": ids.sink_group(self.feed.name),
             "client.id": self.instance_id,
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": int(self.settings.coordinator.failover_timeout_s * 1000),
@@ -779,12 +774,12 @@ class MirrorSink:
         producer = clients.producer(
             self.target_conf,
             **{
-                "transactional.id": f"crossfeed-sink.{self.feed.name}.{self.instance_id}",
+                "transactional.id": ids.sink_transactional_id(self.feed.name, self.instance_id),
                 # A zombie's open transaction holds back read_committed readers this long.
                 "transaction.timeout.ms": 15000,
                 "linger.ms": 10,
                 "batch.size": 1 << 20,
-                "message.max.bytes": STAGING_MAX_MESSAGE_BYTES + 1024,
+                "message.max.bytes": topics.STAGING_MAX_MESSAGE_BYTES + 1024,
                 "queue.buffering.max.kbytes": 262144,
             },
         )

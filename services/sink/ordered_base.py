@@ -18,9 +18,9 @@ from crossfeed.dlq import DeadLetter, FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
+from crossfeed.kafka.reachability import wait_for_cluster
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
-from crossfeed.wire import topics
-from services.puller.worker import DLQ_MAX_MESSAGE_BYTES, wait_for_cluster
+from crossfeed.wire import ids, topics
 from services.sink import metrics as shared_metrics
 from services.sink import ordered_metrics as metrics
 from services.sink.sorted_stream import Applied, Sequencer
@@ -68,14 +68,14 @@ class OrderedSink:
             admin,
             topics.DLQ,
             1,
-            {"cleanup.policy": "delete", "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)},
+            topics.dlq_config(),
         )
         kafka_topics.ensure_topic(admin, self.sorted_topic, 1, {"cleanup.policy": "delete"})
         return admin
 
     def _consumer_conf(self) -> dict[str, Any]:
         return {
-            "group.id": f"crossfeed-sink.{self.feed.name}",
+            "group.id": ids.sink_group(self.feed.name),
             "client.id": self.instance_id,
             "fetch.wait.max.ms": 50,
             "queued.max.messages.kbytes": 65536,

@@ -38,6 +38,7 @@ from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
 from crossfeed.membership import HeartbeatContent
+from crossfeed.wire import ids
 from crossfeed.wire.headers import TIMESTAMP
 from services.sink import metrics as shared_metrics
 from services.sink import ordered_metrics as metrics
@@ -363,7 +364,7 @@ class OrderedKafkaSink(OrderedSink):
         producer = clients.producer(
             self.target_conf,
             **{
-                "transactional.id": f"crossfeed-sink.{self.feed.name}.{self.instance_id}",
+                "transactional.id": ids.sink_transactional_id(self.feed.name, self.instance_id),
                 "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
                 "linger.ms": 5,
                 "batch.size": 1 << 20,

@@ -21,16 +21,14 @@ from crossfeed.config import Settings
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
+from crossfeed.kafka.reachability import wait_for_cluster
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
 from crossfeed.wire import topics
-from services.puller.worker import wait_for_cluster  # the same wait, with its log line
 from services.sorter import metrics, rules, sparkconf
 from services.sorter.rules import DriverState
 from services.sorter.store import Store
 
 log = logging.getLogger(__name__)
-
-DLQ_CONFIG = {"cleanup.policy": "delete", "max.message.bytes": str(64 << 20)}
 
 
 class SorterFailed(RuntimeError):
@@ -104,7 +102,7 @@ class SorterWorker:
             topics.staging_config(),
         )
         kafka_topics.ensure_topic(admin, sorted_topic, 1, sparkconf.SORTED_TOPIC_CONFIG)
-        kafka_topics.ensure_topic(admin, topics.DLQ, 1, DLQ_CONFIG)
+        kafka_topics.ensure_topic(admin, topics.DLQ, 1, topics.dlq_config())
         self.store.open()
         self.snapshot = self.store.latest()
         ensure_control_topics(self.control_conf)

@@ -14,7 +14,7 @@ from crossfeed.translation.kafka_io import Unreachable, shared_admin
 from crossfeed.translation.reader import RangeReader
 from crossfeed.translation.scan import Kind, Seen
 from crossfeed.translation.translator import PartitionTranslation
-from crossfeed.wire import copied, topics
+from crossfeed.wire import copied, ids, topics
 from crossfeed.wire.codec import CodecError
 from services.coordinator.failover.hooks import FailoverHooks
 from services.coordinator.failover.models import GroupOut, PartitionOut
@@ -49,7 +49,7 @@ def resolve_feed(
 
 
 def sink_group(feed: str) -> str:
-    return f"crossfeed-sink.{feed}"
+    return ids.sink_group(feed)
 
 
 def staged_backlog(settings: Settings, feed: FeedSpec) -> tuple[int, int]:

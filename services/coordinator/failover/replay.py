@@ -23,6 +23,7 @@ from typing import Any, Final
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
+from crossfeed import positions
 from crossfeed.config import Settings
 from crossfeed.core import provenance
 from crossfeed.core.offset_ranges import OffsetSyncWriter
@@ -31,12 +32,10 @@ from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.translation import kafka_io
 from crossfeed.translation.kafka_io import shared_admin
-from crossfeed.wire import codec, topics
+from crossfeed.wire import codec, headers, ids, topics
 from services.coordinator.failover.common import sink_group
-from services.puller import positions
-from services.puller.task import MARK_HEADERS, transactional_id
 
-_MARKS: Any = MARK_HEADERS  # confluent-kafka's stubs want str | bytes values
+_MARKS: Any = [headers.MARK_HEADER]  # confluent-kafka's stubs want str | bytes values
 CHUNK: Final = 5_000
 """Records per transaction."""
 READ_TIMEOUT_S: Final = 30.0
@@ -121,7 +120,7 @@ class _TaskCopier:
         self.producer = clients.producer(
             target_conf,
             **{
-                "transactional.id": transactional_id(feed.name, task),
+                "transactional.id": ids.puller_transactional_id(feed.name, task),
                 "transaction.timeout.ms": 60_000,
                 "linger.ms": 10,
             },

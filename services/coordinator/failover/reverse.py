@@ -18,6 +18,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from fastapi import HTTPException
 
+from crossfeed import positions
 from crossfeed.config import ConfigError, Settings
 from crossfeed.core.partitions import TopicPartition, staging_partition
 from crossfeed.core.topic_selection import DEFAULT_RENAME_FORMAT
@@ -25,14 +26,11 @@ from crossfeed.feeds import FEED_NAME_RE, FeedSpec, parse_feed
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
 from crossfeed.translation.kafka_io import shared_admin
-from crossfeed.wire import codec, topics
-from services.puller import positions
-from services.puller.task import MARK_HEADERS, transactional_id
-from services.puller.worker import STAGING_MAX_MESSAGE_BYTES
+from crossfeed.wire import codec, headers, ids, topics
 
 SUFFIX = "-reverse"
 _NOT_READY = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
-_MARKS: Any = MARK_HEADERS  # confluent-kafka's stubs want str | bytes values
+_MARKS: Any = [headers.MARK_HEADER]  # confluent-kafka's stubs want str | bytes values
 
 
 def reverse_name(feed: str) -> str:
@@ -95,7 +93,7 @@ def seed_positions(
         shared_admin(conf).client(),
         staging,
         n,
-        {"cleanup.policy": "delete", "max.message.bytes": str(STAGING_MAX_MESSAGE_BYTES)},
+        {"cleanup.policy": "delete", "max.message.bytes": str(topics.STAGING_MAX_MESSAGE_BYTES)},
     )
     if any(_positions(conf, staging, s) is not None for s in range(n)):
         return False
@@ -103,7 +101,9 @@ def seed_positions(
     for (topic, partition), offset in starts.items():
         tasks[staging_partition(topic, partition, n)][TopicPartition(topic, partition)] = offset
     for s, marks in sorted(tasks.items()):
-        producer = clients.producer(conf, **{"transactional.id": transactional_id(reverse.name, s)})
+        producer = clients.producer(
+            conf, **{"transactional.id": ids.puller_transactional_id(reverse.name, s)}
+        )
         producer.init_transactions(30)
         producer.begin_transaction()
         for tp, offset in sorted(marks.items()):

@@ -26,7 +26,6 @@ from crossfeed.wire import codec, headers
 log = logging.getLogger(__name__)
 
 FIRST_WINDOW = 256
-MARK_TYPE = (headers.TYPE, headers.TYPE_RESOLVED.encode())
 FROM_WATERMARKS = (headers.RESOLVED_FROM, headers.RESOLVED_FROM_WATERMARKS.encode())
 
 
@@ -62,7 +61,7 @@ def _read_range(
             # Packs have no headers and an ordered feed's staging records never carry
             # crossfeed-type (the puller consumes the producer's watermarks).
             hdrs = msg.headers() or []
-            out.append((MARK_TYPE in hdrs, FROM_WATERMARKS in hdrs, msg.value()))
+            out.append((headers.MARK_HEADER in hdrs, FROM_WATERMARKS in hdrs, msg.value()))
     consumer.unassign()
     return out
 
