@@ -33,10 +33,11 @@ demo: setup ## the main job: replicate dc-a -> dc-b, lose dc-a, fail consumers o
 	@$(BIN)/crossfeed demo && $(BIN)/crossfeed demo --ordered
 
 .PHONY: lint
-lint: setup ## ruff and mypy (strict for the crossfeed package)
+lint: setup ## ruff, mypy (strict for the crossfeed package) and the import layers (pyproject.toml)
 	@$(BIN)/ruff check .
 	@$(BIN)/ruff format --check .
 	@$(BIN)/mypy crossfeed services
+	@$(BIN)/lint-imports --no-cache
 
 .PHONY: test
 test: setup lint ## lint, then unit and integration tests against real brokers
