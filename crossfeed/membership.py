@@ -48,7 +48,9 @@ class HeartbeatContent:
     feeds: list[str] = field(default_factory=list)
     state: str = "running"
     address: str = ""
-    checkpoints: dict[str, int] = field(default_factory=dict)
+    checkpoints: dict[str, int] = field(default_factory=dict)  # sinks: checkpoint_ts
+    resolved: dict[str, int] = field(default_factory=dict)  # pullers, sorters: resolved_ts
+    laggards: dict[str, int] = field(default_factory=dict)  # sorters: since, µs
     last_error: str = ""
     checkpoint_ts_us: int = 0  # sinks of ordered feeds: the feed's checkpoint_ts
     syncpoint_ts_us: int = 0  # database sinks: the newest syncpoint
@@ -103,6 +105,8 @@ class HeartbeatSender:
                 "state": state or content.state,
                 "address": content.address,
                 "checkpoints": content.checkpoints,
+                "resolved": content.resolved,
+                "laggards": content.laggards,
                 "last_error": content.last_error,
                 "checkpoint_ts_us": content.checkpoint_ts_us,
                 "syncpoint_ts_us": content.syncpoint_ts_us,

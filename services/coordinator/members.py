@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from crossfeed.core.lease import LivenessTracker
@@ -38,8 +38,10 @@ class Member:
     feeds: tuple[str, ...]
     state: str
     address: str
-    checkpoints: Mapping[str, int]
+    checkpoints: Mapping[str, int]  # sinks: checkpoint_ts per source partition
     last_error: str
+    resolved: Mapping[str, int] = field(default_factory=dict)  # pullers, sorters
+    laggards: Mapping[str, int] = field(default_factory=dict)  # sorters: since, µs
     checkpoint_ts_us: int = 0  # sinks of ordered feeds: the feed's checkpoint_ts
     syncpoint_ts_us: int = 0  # database sinks: the newest syncpoint's consistency_ts
     syncpoint_at_ms: int = 0  # and its commit time in the target
@@ -58,12 +60,33 @@ class Member:
             feeds=tuple(record["feeds"]),
             state=record["state"],
             address=record.get("address", ""),
-            checkpoints=dict(record.get("checkpoints", {})),
             last_error=record.get("last_error", ""),
+            **_timestamp_maps(record),
             checkpoint_ts_us=record.get("checkpoint_ts_us", 0),
             syncpoint_ts_us=record.get("syncpoint_ts_us", 0),
             syncpoint_at_ms=record.get("syncpoint_at_ms", 0),
         )
+
+
+LAGGARD_PREFIX = "laggard:"
+
+
+def _timestamp_maps(record: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """``checkpoints``, ``resolved`` and ``laggards`` of a heartbeat. A heartbeat written
+    before ``resolved`` existed (0.1.0) carried a puller's or sorter's resolved_ts in
+    ``checkpoints``, and a sorter's laggards there as ``laggard:<partition>``: read as
+    the new fields, so a rolling upgrade shows the same status."""
+    checkpoints = dict(record.get("checkpoints", {}))
+    resolved = dict(record.get("resolved", {}))
+    laggards = dict(record.get("laggards", {}))
+    if record["role"] in ("puller", "sorter") and checkpoints and not resolved:
+        for key, ts in checkpoints.items():
+            if key.startswith(LAGGARD_PREFIX):
+                laggards[key[len(LAGGARD_PREFIX) :]] = ts
+            else:
+                resolved[key] = ts
+        checkpoints = {}
+    return {"checkpoints": checkpoints, "resolved": resolved, "laggards": laggards}
 
 
 @dataclass(frozen=True, slots=True)

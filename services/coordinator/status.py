@@ -9,8 +9,9 @@ operator command.
 
 Timestamps, all "≤ ts is complete", microseconds:
 
-* the feed's source partitions are the keys of its pullers' ``checkpoints`` (each
-  puller reports resolved_ts per source partition it reads);
+* the feed's source partitions are the keys of its pullers' ``resolved`` (each
+  puller reports resolved_ts per source partition it reads; sinks report their
+  checkpoint_ts per source partition in ``checkpoints``);
 * ``resolved_ts_us`` = min over those partitions of their resolved_ts (the global
   resolved_ts);
 * ``checkpoint_ts_us`` = min over those partitions of the sinks' checkpoint_ts, 0
@@ -41,11 +42,11 @@ from services.coordinator.members import Member
 from services.coordinator.records import RUNNING_STATES, FeedStatus
 
 
-def merged(members: Iterable[Member]) -> dict[str, int]:
-    """Per source partition, the highest timestamp any of ``members`` reports."""
+def merged(maps: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Per source partition, the highest timestamp any of ``maps`` holds."""
     out: dict[str, int] = {}
-    for member in members:
-        for partition, ts in member.checkpoints.items():
+    for timestamps in maps:
+        for partition, ts in timestamps.items():
             out[partition] = max(ts, out.get(partition, ts))
     return out
 
@@ -74,8 +75,8 @@ def next_status(
         else:
             state, last_error = "error", f"{errors[0][0]}: {errors[0][1]}"
 
-    resolved = merged(m for m in instances if m.role == "puller")
-    checkpoints = merged(m for m in instances if m.role == "sink")
+    resolved = merged(m.resolved for m in instances if m.role == "puller")
+    checkpoints = merged(m.checkpoints for m in instances if m.role == "sink")
     status = replace(
         previous, state=state, last_error=last_error, updated_at_ms=now_ms, leader_epoch=epoch
     )

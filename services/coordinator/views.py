@@ -163,19 +163,12 @@ def feed_status(view: StateView, members: MembersView, name: str, now_ms: int) -
     )
 
 
-LAGGARD_PREFIX = "laggard:"
-"""A sorter's heartbeat names a partition holding the feed back as
-``checkpoints["laggard:<topic>/<partition>"]`` = since when, µs (services/sorter/worker.py)."""
-
-
 def held_back(sorters: Iterable[Member]) -> list[HeldBack]:
     """The partitions the feed's sorters say hold it back, oldest first."""
     since: dict[str, int] = {}
     for member in sorters:
-        for key, us in member.checkpoints.items():
-            if key.startswith(LAGGARD_PREFIX):
-                partition = key[len(LAGGARD_PREFIX) :]
-                since[partition] = min(since.get(partition, us), us)
+        for partition, us in member.laggards.items():
+            since[partition] = min(since.get(partition, us), us)
     return [
         HeldBack(partition=p, since_ms=us // 1000)
         for p, us in sorted(since.items(), key=lambda kv: (kv[1], kv[0]))

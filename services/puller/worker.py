@@ -460,15 +460,15 @@ class PullerWorker:
 
     def _heartbeat(self) -> HeartbeatContent:
         tasks = list(self.tasks.items())
-        checkpoints: dict[str, int] = {}
+        resolved: dict[str, int] = {}
         for _, task in tasks:
             for tp, state in list(task.partitions.items()):
-                checkpoints[str(tp)] = state.resolved_ts_us
+                resolved[str(tp)] = state.resolved_ts_us
         return HeartbeatContent(
             tasks=[f"{self.feed.name}/puller/{s}" for s, _ in tasks],
             feeds=[self.feed.name],
             address=self.address,
-            checkpoints=checkpoints,
+            resolved=resolved,
             last_error=self._problem() or "",
         )
 

@@ -6,7 +6,7 @@ it, keeps the feed's expected source partitions fresh (source metadata, refreshe
 cluster does not lose them), and reports: per-partition resolved_ts, the global R, and
 the *laggards* — partitions holding R back whose resolved_ts has not moved for
 ``sorter.laggard_after_s`` — in /status, ``crossfeed_sorter_laggard_seconds`` and the
-heartbeat (``checkpoints["laggard:<topic>/<partition>"]`` = since, µs).
+heartbeat (``resolved`` per partition, ``laggards``: partition -> since, µs).
 """
 
 from __future__ import annotations
@@ -295,15 +295,16 @@ class SorterWorker:
     def _heartbeat(self) -> HeartbeatContent:
         with self._lock:
             state = self.snapshot
-        checkpoints = dict(state.resolved)
-        for lag in self._laggards(state, time.time()):
-            checkpoints[f"laggard:{lag.partition}"] = int(lag.since_s * 1e6)
+        laggards = {
+            lag.partition: int(lag.since_s * 1e6) for lag in self._laggards(state, time.time())
+        }
         return HeartbeatContent(
             tasks=[f"{self.feed.name}/sorter"],
             feeds=[self.feed.name],
             state="running" if self.state == "running" else self.state,
             address=self.address,
-            checkpoints=checkpoints,
+            resolved=dict(state.resolved),
+            laggards=laggards,
             last_error=self.last_error,
         )
 

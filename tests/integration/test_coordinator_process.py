@@ -210,7 +210,7 @@ class SimulatedPuller:
         self.instance_id = instance_id
         self.feed = feed
         self.silent = False
-        self.checkpoints: dict[str, int] = {}
+        self.checkpoints: dict[str, int] = {}  # resolved_ts (a puller), checkpoint_ts (a sink)
         self.last_error = ""
         self.role = "puller"
         self.sender = HeartbeatSender(
@@ -220,9 +220,12 @@ class SimulatedPuller:
     def _content(self) -> HeartbeatContent:
         if self.silent:
             raise RuntimeError("simulated silence")  # the sender skips this beat
-        return HeartbeatContent(
-            feeds=[self.feed], checkpoints=dict(self.checkpoints), last_error=self.last_error
-        )
+        timestamps = dict(self.checkpoints)
+        if self.role == "sink":
+            return HeartbeatContent(
+                feeds=[self.feed], checkpoints=timestamps, last_error=self.last_error
+            )
+        return HeartbeatContent(feeds=[self.feed], resolved=timestamps, last_error=self.last_error)
 
     def start(self) -> SimulatedPuller:
         self.sender.start()

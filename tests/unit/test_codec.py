@@ -137,6 +137,8 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "state": "running",
         "address": "127.0.0.1:18102",
         "checkpoints": {"orders/3": 1_700_000_000_000_000},
+        "resolved": {"orders/4": 1_700_000_000_000_100},
+        "laggards": {"orders/5": 1_700_000_000_000_200},
         "last_error": "",
         "checkpoint_ts_us": 1_700_000_000_000_500,
         "syncpoint_ts_us": 1_700_000_000_000_400,

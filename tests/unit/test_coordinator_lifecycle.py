@@ -36,6 +36,9 @@ def spec(**overrides: Any) -> FeedSpec:
 def member(
     instance: str, role: str, checkpoints: dict[str, int] | None = None, error: str = ""
 ) -> Member:
+    """``checkpoints``: per source partition, checkpoint_ts of a sink, resolved_ts of any
+    other role (each in its own heartbeat field)."""
+    timestamps = checkpoints or {}
     return Member(
         instance_id=instance,
         role=role,
@@ -48,7 +51,8 @@ def member(
         feeds=("orders",),
         state="running",
         address="",
-        checkpoints=checkpoints or {},
+        checkpoints=timestamps if role == "sink" else {},
+        resolved={} if role == "sink" else timestamps,
         last_error=error,
     )
 

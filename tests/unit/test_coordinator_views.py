@@ -10,7 +10,9 @@ from services.coordinator.views import held_back
 pytestmark = pytest.mark.unit
 
 
-def _sorter(instance: str, checkpoints: dict[str, int]) -> Member:
+def _sorter(
+    instance: str, laggards: dict[str, int], resolved: dict[str, int] | None = None
+) -> Member:
     return Member(
         instance_id=instance,
         role="sorter",
@@ -23,19 +25,46 @@ def _sorter(instance: str, checkpoints: dict[str, int]) -> Member:
         feeds=("f",),
         state="running",
         address="",
-        checkpoints=checkpoints,
+        checkpoints={},
         last_error="",
+        resolved=resolved or {},
+        laggards=laggards,
     )
 
 
 def test_partitions_holding_the_feed_back_come_from_the_sorters_heartbeats() -> None:
-    one = _sorter("s1", {"bank/0": 5, "laggard:bank/3": 7_000_000, "laggard:bank/1": 9_000_000})
+    one = _sorter("s1", {"bank/3": 7_000_000, "bank/1": 9_000_000}, {"bank/0": 5})
     # A second sorter (a restart overlapping the old heartbeat) saw bank/3 stop earlier.
-    two = _sorter("s2", {"laggard:bank/3": 6_000_000})
+    two = _sorter("s2", {"bank/3": 6_000_000})
     got = held_back([one, two])
     assert [(h.partition, h.since_ms) for h in got] == [("bank/3", 6_000), ("bank/1", 9_000)]
 
 
 def test_no_laggard_no_entry() -> None:
-    assert held_back([_sorter("s1", {"bank/0": 5, "bank/1": 6})]) == []
+    assert held_back([_sorter("s1", {}, {"bank/0": 5, "bank/1": 6})]) == []
+
+
+def test_a_heartbeat_from_before_the_resolved_field_is_read_as_the_new_fields() -> None:
+    """0.1.0 pullers and sorters put resolved_ts (and laggards as 'laggard:<p>') into
+    checkpoints; a coordinator reading them during a rolling upgrade sees the same."""
+    from services.coordinator.members import Member as M
+
+    base = {
+        "instance_id": "s",
+        "host": "h",
+        "pid": 1,
+        "version": "0.1.0",
+        "started_at_ms": 0,
+        "sent_at_ms": 0,
+        "tasks": [],
+        "feeds": ["f"],
+        "state": "running",
+    }
+    old = M.from_record(
+        {**base, "role": "sorter", "checkpoints": {"bank/0": 5, "laggard:bank/3": 7_000_000}}
+    )
+    assert old.resolved == {"bank/0": 5} and old.laggards == {"bank/3": 7_000_000}
+    assert old.checkpoints == {}
+    sink = M.from_record({**base, "role": "sink", "checkpoints": {"bank/0": 4}})
+    assert sink.checkpoints == {"bank/0": 4} and sink.resolved == {}
     assert held_back([]) == []
