@@ -291,7 +291,7 @@ class SorterJob:
         report.timings["segment"] = time.monotonic() - lap
         lap = time.monotonic()
 
-        # 3. resolved state and R
+        # 2. resolved state and R
         now = time.time()
         fresh = self.partitions.keys
         if fresh is not None:
@@ -317,7 +317,7 @@ class SorterJob:
         else:
             garbage.append(name)
 
-        # 4. release (and dead letters)
+        # 3. release (and dead letters)
         if not window.empty or bad_rows:
             self._step(batch_id, "release")
             released = segments if not window.empty else []
@@ -334,7 +334,7 @@ class SorterJob:
             state.released_ts = high
         report.resolved_ts = state.released_ts
 
-        # 5. segments no longer needed; compaction while R is held back
+        # 4. segments no longer needed; compaction while R is held back
         kept, dropped = rules.prune(segments, state.released_ts)
         garbage += [s.name for s in dropped]
         if rules.should_compact(kept, self.max_segments):
