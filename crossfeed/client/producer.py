@@ -55,6 +55,7 @@ from typing import Any, NamedTuple
 
 from confluent_kafka import KafkaError, Producer
 
+from crossfeed.kafka import clients
 from crossfeed.wire import codec, headers
 from crossfeed.wire.changes import ChangeEvent, check_txn_id, encode_change, txn_header
 
@@ -373,12 +374,7 @@ class ChangeProducer:
         }
         if record.partition is not None:
             kwargs["partition"] = record.partition
-        while True:
-            try:
-                self._producer.produce(record.topic, **kwargs)
-                break
-            except BufferError:
-                self._producer.poll(0.1)
+        clients.produce_waiting(self._producer, record.topic, **kwargs)
         self._written.add(record.topic)
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:

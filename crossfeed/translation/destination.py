@@ -100,14 +100,9 @@ class Destination:
         if self.written.get(key) == signature:
             return False
         value = codec.encode("GroupCheckpoint", record)
-        while True:
-            try:
-                self.producer.produce(
-                    topics.CHECKPOINTS, key=checkpoint_key(self.feed, *key), value=value
-                )
-                break
-            except BufferError:
-                self.producer.poll(0.1)
+        clients.produce_waiting(
+            self.producer, topics.CHECKPOINTS, key=checkpoint_key(self.feed, *key), value=value
+        )
         # Remembered before delivery: flush() raises if it fails, and the caller's next
         # round starts from a fresh signature check only for what was delivered.
         self.written[key] = signature

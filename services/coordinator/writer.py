@@ -30,13 +30,6 @@ log = logging.getLogger(__name__)
 TRANSACTIONAL_ID = "crossfeed-coordinator"
 """Shared by every coordinator of a control cluster: opening a writer fences the others."""
 
-_FENCING_CODES = {
-    KafkaError._FENCED,
-    KafkaError.PRODUCER_FENCED,
-    KafkaError.INVALID_PRODUCER_EPOCH,
-    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-}
-
 Record = tuple[str, bytes | None]
 """(key, value) for ``_crossfeed.state``; a None value is a tombstone."""
 
@@ -136,7 +129,7 @@ class StateWriter:
                 raise WriteFailed(f"write to {topics.STATE} not read back in {timeout_s:.0f}s")
 
     def _fail(self, producer: Producer, err: KafkaError) -> None:
-        if err.code() in _FENCING_CODES or err.fatal():
+        if clients.is_fenced(err):
             self.close()
             raise Fenced(f"fenced by another coordinator: {err.str()}") from None
         self._abort(producer)  # a failed commit leaves the transaction open or unknown

@@ -45,6 +45,7 @@ from crossfeed.core.partitions import TopicPartition
 from crossfeed.core.timestamps import commit_ts_us, parse_commit_ts
 from crossfeed.dlq import DeadLetter, FeedStopped
 from crossfeed.feeds import FeedSpec
+from crossfeed.kafka import clients
 from crossfeed.wire import codec, copied, headers, ids, topics
 from crossfeed.wire.changes import parse_txn
 from services.puller import metrics
@@ -473,19 +474,15 @@ class PullerTask:
         kwargs: dict[str, Any] = {}
         if timestamp_ms >= 0:
             kwargs["timestamp"] = timestamp_ms
-        while True:
-            try:
-                self.producer.produce(
-                    topic,
-                    value=value,
-                    key=key,
-                    partition=self.staging_partition,
-                    headers=hdrs,
-                    **kwargs,
-                )
-                return
-            except BufferError:
-                self.producer.poll(0.05)  # local queue full: let deliveries drain
+        clients.produce_waiting(
+            self.producer,
+            topic,
+            value=value,
+            key=key,
+            partition=self.staging_partition,
+            headers=hdrs,
+            **kwargs,
+        )
 
     def _begin(self) -> None:
         if not self.in_txn:
@@ -628,15 +625,7 @@ class PullerTask:
                 return
             except KafkaException as exc:
                 err: KafkaError = exc.args[0]
-                if (
-                    err.code()
-                    in (
-                        KafkaError._FENCED,
-                        KafkaError.PRODUCER_FENCED,
-                        KafkaError.INVALID_PRODUCER_EPOCH,
-                    )
-                    or err.fatal()
-                ):
+                if clients.is_fenced(err):
                     raise TaskFenced(
                         f"task {self.transactional_id} fenced: another instance owns it "
                         f"({err.str()})"

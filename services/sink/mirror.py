@@ -48,7 +48,6 @@ from services.sink.targets import TargetTopics, record_size
 log = logging.getLogger(__name__)
 
 RESOLVED = headers.TYPE_RESOLVED.encode()
-FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 SIZE_SLACK = 64 << 10  # below max.message.bytes by this much, no exact size check is needed
 CONSUME_BATCH = 32  # staging records (packs of up to puller.pack_bytes) per consume call
 READ_WAIT_S = 0.05  # longest a consume call waits for staging records
@@ -481,12 +480,7 @@ class MirrorSink:
 
     def _produce(self, topic: str, value: Any, key: Any, hdrs: Any = None) -> None:
         """A record of crossfeed's own (sync, dead letter) into the open transaction."""
-        while True:
-            try:
-                self.producer.produce(topic, value=value, key=key, headers=hdrs)
-                return
-            except BufferError:
-                self.producer.poll(0.05)
+        clients.produce_waiting(self.producer, topic, value=value, key=key, headers=hdrs)
 
     # -- dead letters ---------------------------------------------------------------
 
@@ -646,7 +640,7 @@ class MirrorSink:
 
     def _on_kafka_error(self, exc: KafkaException) -> None:
         err: KafkaError = exc.args[0]
-        if err.code() in FENCED or err.fatal():
+        if clients.is_fenced(err):
             # A newer generation owns our partitions (we were paused or cut off): drop
             # everything in flight and start over with a fresh producer.
             log.warning("sink %s fenced (%s): restarting its producer", self.instance_id, err.str())

@@ -204,17 +204,13 @@ class OrderedSink:
         if self.feed.config.errors_tolerance == "none":
             raise FeedStopped(letter)
         log.warning("dead letter: %s", letter.describe())
-        while True:
-            try:
-                producer.produce(
-                    topics.DLQ,
-                    value=msg.value(),
-                    key=msg.key(),
-                    headers=letter.headers(msg.headers() or []),
-                )
-                break
-            except BufferError:
-                producer.poll(0.05)
+        clients.produce_waiting(
+            producer,
+            topics.DLQ,
+            value=msg.value(),
+            key=msg.key(),
+            headers=letter.headers(msg.headers() or []),
+        )
         self.txn_dead += 1
 
     def _heartbeat_content(self, applying: bool, **extra: Any) -> HeartbeatContent:

@@ -48,7 +48,6 @@ from services.sink.targets import TargetTopics, record_size
 
 log = logging.getLogger(__name__)
 
-FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 TRANSACTION_TIMEOUT_MS = 300_000  # a long source transaction keeps one Kafka transaction open
 
 
@@ -313,7 +312,7 @@ class OrderedKafkaSink(OrderedSink):
 
     def _on_kafka_error(self, exc: KafkaException) -> None:
         err: KafkaError = exc.args[0]
-        if err.code() in FENCED or err.fatal():
+        if clients.is_fenced(err):
             log.warning("sink %s fenced (%s): restarting its producer", self.instance_id, err.str())
             self.producer = self._new_producer()
             self.in_txn = False
