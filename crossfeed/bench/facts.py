@@ -78,6 +78,6 @@ def tuning() -> dict[str, Any]:
         "steady_load": perf.STEADY_TUNING,
         "crossfeed": "services' defaults: puller reader max.partition.fetch.bytes 8 MiB; "
         "consumers fetch.queue.backoff.ms 10 (librdkafka's default: 1 s); "
-        "staging packs of 512 KiB, uncompressed (linger.ms 20); sink producer linger.ms 10, "
-        "batch.size 1 MiB, lz4; transactions (exactly-once)",
+        "copies straight into the target topics in 512 KiB sends per partition; producer "
+        "linger.ms 10, batch.size 1 MiB, lz4; transactions (exactly-once)",
     }

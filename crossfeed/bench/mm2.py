@@ -2,8 +2,8 @@
 
 * identity replication policy (topic names kept, as crossfeed keeps them);
 * one flow dc-a->dc-b, ``--clusters dc-b`` (the node sits by its target), 2 tasks for a
-  2-core machine (crossfeed runs one puller and one sink process);
-* the producer batches and compresses as crossfeed's sink does (batch.size 1 MiB,
+  2-core machine (crossfeed runs one or two puller processes);
+* the producer batches and compresses as crossfeed's puller does (batch.size 1 MiB,
   linger.ms 10, lz4, acks=all); the consumer reads read_committed, waits at most
   100 ms per fetch, fetches up to 8 MiB per partition (as crossfeed's puller does) and
   hands over up to 10,000 records per poll (crossfeed's batch);

@@ -22,7 +22,7 @@ HEAP = "-Xms128m -Xmx512m"
 PAYLOADS = 1024
 
 PRODUCER_TUNING: dict[str, str] = {
-    # The same batching and compression as crossfeed's sink producer (services/sink).
+    # The same batching and compression as crossfeed's puller producer (services/puller).
     "batch.size": str(1 << 20),
     "linger.ms": "10",
     "compression.type": "lz4",

@@ -71,8 +71,9 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 
 class Crossfeed:
-    """Puller and sink processes on a feed file, as an operator runs them: one puller by
-    default; with ``pullers`` > 1 the feed's tasks spread over them (their group)."""
+    """Puller processes on a feed file, as an operator runs them (a mirror feed's pullers
+    write the target topics): one by default; with ``pullers`` > 1 the feed's tasks spread
+    over them (their group)."""
 
     def __init__(
         self,
@@ -106,7 +107,7 @@ class Crossfeed:
         self.feed_file.write_text(yaml.safe_dump(self.feed_spec(topics)))
         self.janitor.topics(self.target, [wire_topics.changes(self.feed)])
         labels = ["puller"] if self.pullers == 1 else [f"puller-{i}" for i in range(self.pullers)]
-        for label in [*labels, "sink"]:
+        for label in labels:  # a mirror feed's pullers write the target topics: no sink
             role = label.split("-")[0]
             extra = ("--instance", f"{self.feed}-{label}") if label != role else ()
             cmd = service_command(self.config, role, self.feed, self.feed_file, *extra)
@@ -119,7 +120,7 @@ class Crossfeed:
             self.janitor.stop(proc)
         self.procs.clear()
         self.janitor.drop_topics(self.target, [wire_topics.changes(self.feed)])
-        groups = [ids.puller_group(self.feed), ids.sink_group(self.feed)]
+        groups = [ids.puller_group(self.feed)]
         for conf in (self.source, self.target):
             delete_groups(conf, groups)
 

@@ -55,16 +55,13 @@ _FeedFileOpt = typer.Option(
 def failover(
     feed: str = _FeedOpt,
     feed_file: Optional[str] = _FeedFileOpt,  # noqa: UP045
-    drain_timeout: float = typer.Option(
-        30.0, "--drain-timeout", help="seconds to let running sinks apply what is staged"
-    ),
     as_json: bool = admin.JsonOpt,
     server: Optional[str] = admin.ServerOpt,  # noqa: UP045
 ) -> None:
     """Stop a feed and move its consumer groups to the destination at their exact records."""
     from crossfeed.cli import translation as commands
 
-    commands.failover(feed, feed_file, drain_timeout, as_json, server)
+    commands.failover(feed, feed_file, as_json, server)
 
 
 @app.command()
@@ -124,8 +121,12 @@ def groups_translate(
 
 
 for _service, _what in (
-    ("puller", "Copy source partitions into the feed's changes topic on the target."),
-    ("sink", "Write staged changes into the target (Kafka topics or PostgreSQL)."),
+    (
+        "puller",
+        "Copy source partitions: mirror feeds into the target topics, ordered feeds "
+        "into their changes topic.",
+    ),
+    ("sink", "Apply an ordered feed's sorted changes to its target (a Kafka topic or PostgreSQL)."),
     ("sorter", "Put change events of ordered feeds into commit order (Spark)."),
     ("coordinator", "Run feeds, assign tasks, translate offsets, serve the REST API."),
 ):

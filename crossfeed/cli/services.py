@@ -54,7 +54,7 @@ def sink_run(
     instance: Optional[str] = InstanceOpt,  # noqa: UP045
     metrics_port: Optional[int] = PortOpt,  # noqa: UP045
 ) -> None:
-    """Run one sink instance: write the feed's staged changes into the target."""
+    """Run one sink instance of an ordered feed: apply its sorted changes to the target."""
     from services.sink.main import run
 
     raise typer.Exit(_run(run, feed, feed_file, instance, metrics_port))

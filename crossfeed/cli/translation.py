@@ -69,10 +69,8 @@ def translate(
     show(result, as_json, lambda data: [group_table(data), group_summary(data)])
 
 
-def failover(
-    feed: str, feed_file: str | None, drain_timeout_s: float, as_json: bool, server: str | None
-) -> None:
-    body = {**feed_ref(feed, feed_file), "drain_timeout_s": drain_timeout_s}
+def failover(feed: str, feed_file: str | None, as_json: bool, server: str | None) -> None:
+    body = feed_ref(feed, feed_file)
     show(call(server, "POST", "/v1/failover", body), as_json, failover_report)
 
 
@@ -106,6 +104,5 @@ def failback(
         name = report["reverse"]["name"]
         typer.echo(
             f"wrote {reverse_feed_file}; start the reverse feed with: crossfeed puller run "
-            f"--feed {name} --feed-file {reverse_feed_file}  and  crossfeed sink run --feed "
-            f"{name} --feed-file {reverse_feed_file}"
+            f"--feed {name} --feed-file {reverse_feed_file}"
         )

@@ -110,8 +110,6 @@ def failover_report(report: Mapping[str, Any]) -> Iterator[RenderableType]:
         f"RPO: {total} record(s)" + ("" if seconds is None else f", {seconds:.1f}s of data"),
         style="red" if total else "green",
     )
-    if report["staged_not_applied"] > 0:
-        yield Text(f"{report['staged_not_applied']} staged copies were never applied")
     yield from _groups(report["groups"], report["moved"], report["active"])
     for note in report["notes"]:
         yield Text(f"note: {note}", style="dim")

@@ -1,10 +1,11 @@
 """``crossfeed demo``: the main job end to end on the local stack.
 
-A coordinator, two pullers and a sink replicate an orders topic from dc-a to dc-b while a
-producer writes to dc-a and a consumer group (the client library's TimestampedConsumer)
-reads and commits there. Then dc-a is lost (its broker is killed), the feed is failed
-over, and the same group goes on reading on dc-b from its translated offsets. The summary
-counts what was produced, replicated, consumed before and after, re-read, skipped, lost.
+A coordinator and two pullers replicate an orders topic from dc-a to dc-b (the pullers
+write the target topic directly) while a producer writes to dc-a and a consumer group
+(the client library's TimestampedConsumer) reads and commits there. Then dc-a is lost
+(its broker is killed), the feed is failed over, and the same group goes on reading on
+dc-b from its translated offsets. The summary counts what was produced, replicated,
+consumed before and after, re-read, skipped, lost.
 
 Every process is stopped and dc-a restarted at the end, Ctrl-C included, so the demo
 can run again at once; each run uses its own topic, feed and group names.
@@ -229,7 +230,6 @@ class Demo:
         self.say(f"created mirror feed {self.names.feed}: dc-a/{self.names.topic} -> dc-b")
         for n in (1, 2):
             procs.start(f"puller-{n}", "puller", "run", "--feed", self.names.feed)
-        procs.start("sink-1", "sink", "run", "--feed", self.names.feed)
 
         producer = Producer(a, self.names.topic, self.records, self.rate)
         producer.start()

@@ -24,6 +24,17 @@ def dlq_config() -> dict[str, str]:
     return {"cleanup.policy": "delete", "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)}
 
 
+def offset_syncs_config() -> dict[str, str]:
+    """Topic configs of ``_crossfeed.offset-syncs``: compacted (the newest sync per source
+    partition survives) and deleted after a week (a translator keeps what it read in
+    memory and needs the history only since its feed started)."""
+    return {
+        "cleanup.policy": "compact,delete",
+        "retention.ms": str(7 * 86_400_000),
+        "segment.ms": str(3_600_000),
+    }
+
+
 def staging_config() -> dict[str, str]:
     """Topic configs of ``_crossfeed.<feed>.changes`` (whoever creates it first)."""
     return {
@@ -33,7 +44,8 @@ def staging_config() -> dict[str, str]:
 
 
 def changes(feed: str) -> str:
-    """Staging topic the puller writes for ``feed`` (on the target cluster)."""
+    """The feed's topic on the target cluster: its puller tasks' positions (ResolvedMarks,
+    one partition per task) and, for ordered feeds, the staged changes."""
     return f"_crossfeed.{feed}.changes"
 
 

@@ -76,7 +76,7 @@ def next_status(
             state, last_error = "error", f"{errors[0][0]}: {errors[0][1]}"
 
     resolved = merged(m.resolved for m in instances if m.role == "puller")
-    checkpoints = merged(m.checkpoints for m in instances if m.role == "sink")
+    checkpoints = merged(m.checkpoints for m in instances if m.role in ("sink", "puller"))
     status = replace(
         previous, state=state, last_error=last_error, updated_at_ms=now_ms, leader_epoch=epoch
     )

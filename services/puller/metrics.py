@@ -5,7 +5,9 @@ from prometheus_client import Counter, Gauge
 LABELS = ("feed", "topic", "partition")
 
 RECORDS = Counter(
-    "crossfeed_puller_records_total", "Source records copied into the changes topic", LABELS
+    "crossfeed_puller_records_total",
+    "Source records copied (into the target topics, or the changes topic of an ordered feed)",
+    LABELS,
 )
 BYTES = Counter("crossfeed_puller_bytes_total", "Key+value bytes of source records copied", LABELS)
 LAG_RECORDS = Gauge(
@@ -35,4 +37,19 @@ TRANSACTIONS = Counter(
 TASKS = Gauge("crossfeed_puller_tasks", "Tasks (staging partitions) this instance owns", ("feed",))
 FEED_ERROR = Gauge(
     "crossfeed_puller_feed_error", "1 while the feed is in the error state", ("feed",)
+)
+OFFSET_SYNCS = Counter(
+    "crossfeed_puller_offset_syncs_total",
+    "OffsetSync records written to _crossfeed.offset-syncs (mirror feeds)",
+    ("feed",),
+)
+CHECKPOINT_TS = Gauge(
+    "crossfeed_puller_checkpoint_ts_seconds",
+    "Mirror feeds: everything of the source partition up to this time is in the target",
+    LABELS,
+)
+FAILED_TRANSACTIONS = Counter(
+    "crossfeed_puller_failed_transactions_total",
+    "Transactions that failed (the task restarts from its marks on the target)",
+    ("feed",),
 )

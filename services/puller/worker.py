@@ -1,9 +1,10 @@
 """A puller instance: runs the tasks its membership gives it (see membership.py).
 
-Tasks are the staging partitions of ``_crossfeed.<feed>.changes``. One source
-consumer per instance reads every source partition of the instance's tasks; each
-record goes to its task's open transaction. The instance heartbeats to
-``_crossfeed.heartbeats`` with its tasks and each source partition's resolved_ts.
+Tasks are numbered like the partitions of ``_crossfeed.<feed>.changes`` (which hold their
+positions). One source consumer per instance reads every source partition of the
+instance's tasks; each record goes to its task's open transaction (task.py). The instance
+heartbeats to ``_crossfeed.heartbeats`` with its tasks, each source partition's
+resolved_ts and, for a mirror feed, its checkpoint_ts (what is committed in the target).
 """
 
 from __future__ import annotations
@@ -14,20 +15,23 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed import positions
 from crossfeed.config import Settings
 from crossfeed.core.partitions import TopicPartition, staging_partition
+from crossfeed.core.task_txn import Next
 from crossfeed.core.timestamps import commit_interval_ms
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
 from crossfeed.kafka.reachability import Reachability, wait_for_cluster
+from crossfeed.kafka.targets import TargetTopics
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
 from crossfeed.wire import ids, topics
 from services.puller import metrics
+from services.puller.copies import Route, TargetInterleaved
 from services.puller.discovery import Discovery
 from services.puller.membership import CoordinatorMembership, GroupMembership
 from services.puller.task import (
@@ -43,7 +47,6 @@ log = logging.getLogger(__name__)
 CONSUME_BATCH = 5000  # records per consume call
 READ_WAIT_S = 0.05  # longest a consume call waits for source records
 SOURCE_UP_WINDOW_S = 3.0  # statistics arrive every second; allow for two missing
-RESTART_AFTER_FAILURES = 3  # transactions of a task failed in a row: a fresh producer
 STUCK_COMMIT_S = 5.0  # a commit under way this long: the target is not answering
 STAGING_MAX_MESSAGE_BYTES = topics.STAGING_MAX_MESSAGE_BYTES
 STAGING_HEADROOM_BYTES = topics.STAGING_HEADROOM_BYTES
@@ -73,6 +76,12 @@ class PullerWorker:
         self.route: dict[tuple[str, int], tuple[PullerTask, PartitionState]] = {}
         self.ctx: FeedContext | None = None
         self.discovery: Discovery | None = None
+        self.targets: TargetTopics | None = None  # mirror feeds: facts of the target topics
+        # Mirror partitions whose target partition has another writer: a delivery report
+        # per copy from now on (copies.Block).
+        self.exact: set[TopicPartition] = set()
+        # Per task, its transactions failed in a row (the restarted task's backoff).
+        self.failures: dict[int, int] = {}
         self.reader: Any = None
         self.membership = membership
         self.control_conf = control_conf
@@ -118,12 +127,12 @@ class PullerWorker:
             resolved_interval_s=opts.resolved_interval_ms / 1000,
             staging_max_bytes=staging_max,
         )
-        kafka_topics.ensure_topic(
-            target_admin,
-            topics.DLQ,
-            1,
-            topics.dlq_config(),
-        )
+        kafka_topics.ensure_topic(target_admin, topics.DLQ, 1, topics.dlq_config())
+        if self.feed.mode == "mirror":
+            kafka_topics.ensure_topic(
+                target_admin, topics.OFFSET_SYNCS, 1, topics.offset_syncs_config()
+            )
+        self.targets = TargetTopics(target_admin)
         self.discovery = Discovery(self.feed, clients.admin(self.source_conf), target_admin)
         self.discovery.refresh()
         self.last_refresh = time.monotonic()
@@ -203,6 +212,7 @@ class PullerWorker:
             / 1000
         )
         route = self.route.get  # the hot loop: a record at a time
+        now = time.monotonic()
         for msg in batch:
             if msg.error():
                 if not msg.error().retriable():
@@ -210,7 +220,7 @@ class PullerWorker:
                 continue
             found = route((msg.topic(), msg.partition()))
             if found is not None:
-                found[0].add(msg, found[1])
+                found[0].add(msg, found[1], now)
         now = time.monotonic()
         due = [task for task in self.tasks.values() if task.due(now, interval_s)]
         if due:
@@ -252,27 +262,17 @@ class PullerWorker:
 
     def start_task(self, s: int) -> None:
         assert self.ctx is not None
-        producer = clients.producer(
-            self.target_conf,
-            **{
-                "transactional.id": transactional_id(self.feed.name, s),
-                # A zombie's open transaction holds back read_committed readers this long.
-                "transaction.timeout.ms": 15000,
-                "linger.ms": 20,
-                "compression.type": self.settings.puller.staging_compression,
-                "batch.size": 1 << 20,
-                "message.max.bytes": STAGING_MAX_MESSAGE_BYTES + 2 * STAGING_HEADROOM_BYTES,
-                "queue.buffering.max.kbytes": 65536,
-            },
-        )
+        producer = clients.producer(self.target_conf, **self._producer_conf(s))
         producer.init_transactions(60)  # fences any earlier owner of this task
         task = PullerTask(self.ctx, s, producer)
+        task.txn.failures = self.failures.get(s, 0)
         owned = self._task_partitions(s)
+        routes = {tp: self._route(tp) for tp in owned}
         recovered = positions.recover_marks(self.target_conf, self.changes_topic, s, owned)
         starts: list[KafkaTP] = []
         for tp in sorted(owned):
             offset = self._start_offset(tp, recovered)
-            state = task.add_partition(tp, max(offset, 0))
+            state = task.add_partition(tp, max(offset, 0), routes[tp])
             mark = recovered.get(tp) if recovered else None
             if mark is not None:
                 state.restore(mark.resolved_ts_us, mark.watermarked)
@@ -291,6 +291,50 @@ class PullerWorker:
             "resuming from committed marks" if recovered else "fresh start",
         )
 
+    def _producer_conf(self, s: int) -> dict[str, Any]:
+        """The task's transactional producer: copies into the target topics (mirror), or
+        staging records (ordered)."""
+        conf: dict[str, Any] = {
+            "transactional.id": transactional_id(self.feed.name, s),
+            # A zombie's open transaction holds back read_committed readers this long.
+            "transaction.timeout.ms": 15000,
+            "batch.size": 1 << 20,
+            "message.max.bytes": STAGING_MAX_MESSAGE_BYTES + 2 * STAGING_HEADROOM_BYTES,
+        }
+        if self.ctx is not None and self.ctx.ordered:
+            conf.update(
+                {
+                    "linger.ms": 20,
+                    "compression.type": self.settings.puller.staging_compression,
+                    "queue.buffering.max.kbytes": 65536,
+                }
+            )
+        else:
+            # Copies keep their size and compression as the target topic decides (like
+            # MirrorMaker 2); a short linger: a transaction commits ~100 ms after its first
+            # record when caught up, and the lag is what users see.
+            conf.update({"linger.ms": 10, "queue.buffering.max.kbytes": 262144})
+        return conf
+
+    def _route(self, tp: TopicPartition) -> Route | None:
+        """Where a mirror feed's source partition is copied to (None: an ordered feed);
+        KafkaException while the target topic is not there or too small (the task is
+        started again later; discovery creates and checks target topics)."""
+        if self.ctx is None or self.ctx.ordered:
+            return None
+        assert self.targets is not None
+        name = self.feed.target_topic(tp.topic)
+        target = self.targets.get(name)
+        if target is None or tp.partition >= target.partitions:
+            raise KafkaException(
+                KafkaError(
+                    KafkaError.UNKNOWN_TOPIC_OR_PART,
+                    f"target partition {name}/{tp.partition} for {tp} does not exist (yet) on "
+                    f"{self.target_alias}",
+                )
+            )
+        return Route(name, tp.partition, target.max_message_bytes, exact=tp in self.exact)
+
     def _start_offset(
         self, tp: TopicPartition, recovered: dict[TopicPartition, positions.Recovered] | None
     ) -> int:
@@ -301,6 +345,9 @@ class PullerWorker:
         return OFFSET_BEGINNING if mark is None else mark.next_offset
 
     def drop_task(self, s: int, *, commit: bool) -> None:
+        """Stop running task ``s`` here: its open transaction committed first if
+        ``commit`` (it moves to another instance, or this one stops), else left to the
+        next owner's ``init_transactions`` to abort."""
         task = self.tasks.pop(s, None)
         if task is None:
             return
@@ -310,18 +357,17 @@ class PullerWorker:
             if failed is None:
                 task.committed()
             else:
-                # The sealed transaction failed (fenced, when another owner took the task
-                # while this instance was paused): abort, nothing to add.
+                # Fenced, when another owner took the task while this instance was
+                # paused, or the target failed: nothing more to commit.
                 log.warning("task %d: its last transaction failed: %s", s, failed)
+                task.failed(failed)
                 commit = False
         if commit:
             try:
                 self._commit_or_raise(task)
-            except (TaskFenced, KafkaException) as err:
-                log.warning("task %d: final commit failed (%s); aborting", s, err)
-                task.abort()
-        else:
-            task.abort()
+            except (TaskFenced, TargetInterleaved, KafkaException) as err:
+                log.warning("task %d: final commit failed (%s); the next owner redoes it", s, err)
+                task.failed(err)
         owned = [key for key, (t, _) in self.route.items() if t is task]
         for key in owned:
             del self.route[key]
@@ -359,7 +405,7 @@ class PullerWorker:
         for task in due:
             try:
                 task.seal(*self._positions(task))
-            except (TaskFenced, KafkaException) as err:
+            except (TaskFenced, TargetInterleaved, KafkaException) as err:
                 self._commit_failed(task, err)
                 continue
             task.pending = self.committer.submit(task.finish)
@@ -378,41 +424,34 @@ class PullerWorker:
         if err is None:
             task.committed()
             self.commit_errors.pop(task.staging_partition, None)
-        elif isinstance(err, (TaskFenced, KafkaException)):
+            self.failures.pop(task.staging_partition, None)
+        elif isinstance(err, (TaskFenced, TargetInterleaved, KafkaException)):
             self._commit_failed(task, err)
         else:
             raise err
 
     def _commit_failed(self, task: PullerTask, err: Exception) -> None:
-        if isinstance(err, TaskFenced):
-            # Fenced by a new owner, or the producer failed for good (after an outage of
-            # the target, its open transaction timed out and its epoch was bumped): the
-            # task is dropped here and started again with a fresh producer if the newest
-            # assignment still gives it to this instance (membership.poll).
-            log.warning("%s", err)
-            self.drop_task(task.staging_partition, commit=False)
-            return
-        task.failures += 1
+        """A transaction of ``task`` failed: the task ends here (core/task_txn.py,
+        invariant C). Fenced — another owner runs it — it is just dropped; otherwise it
+        is started again (membership.poll) after the decision's backoff, with a new
+        producer, from its marks on the target."""
         s = task.staging_partition
-        self.commit_errors[s] = f"task {s}: transaction failed: {err}"
-        if task.failures >= RESTART_AFTER_FAILURES:
-            # Aborting did not help (seen after the target came back: OUT_OF_ORDER_SEQUENCE
-            # on every attempt): a fresh producer, positions recovered from the target.
-            log.warning(
-                "task %d: %d transactions failed in a row (%s); restarting the task",
-                task.staging_partition,
-                task.failures,
-                err,
-            )
-            self.drop_task(task.staging_partition, commit=False)
-            return
-        log.warning(
-            "task %d: transaction failed (%s); aborting and retrying",
-            task.staging_partition,
-            err,
-        )
-        for tp, offset in task.abort().items():
-            self.reader.seek(KafkaTP(tp.topic, tp.partition, offset))
+        decision = task.failed(err)
+        self.exact |= {
+            tp for tp, state in task.partitions.items() if state.route and state.route.exact
+        }
+        if decision.next is Next.DROP:
+            log.warning("%s", err)
+        else:
+            metrics.FAILED_TRANSACTIONS.labels(self.feed.name).inc()
+            self.failures[s] = task.txn.failures
+            self.commit_errors[s] = f"task {s}: {decision.reason}"
+            log.warning("task %d: %s", s, decision.reason)
+            if decision.backoff_s:
+                self.membership.retry_at = max(
+                    self.membership.retry_at, time.monotonic() + decision.backoff_s
+                )
+        self.drop_task(s, commit=False)
 
     def _refresh(self) -> None:
         assert self.discovery is not None
@@ -436,9 +475,16 @@ class PullerWorker:
             # an earlier owner may have copied it already — its marks say how far.
             recovered = positions.recover(self.target_conf, self.changes_topic, s, tps) or {}
             task = self.tasks[s]
+            try:
+                routes = {tp: self._route(tp) for tp in tps}
+            except KafkaException as err:
+                # Its next start (membership.poll) finds every partition of the task.
+                log.warning("task %d: %s; restarting the task", s, err.args[0].str())
+                self.drop_task(s, commit=True)
+                continue
             for tp in sorted(tps):
                 offset = recovered.get(tp, OFFSET_BEGINNING)  # else: copy from its start
-                state = task.add_partition(tp, max(offset, 0))
+                state = task.add_partition(tp, max(offset, 0), routes[tp])
                 self.route[(tp.topic, tp.partition)] = (task, state)
                 added.append(KafkaTP(tp.topic, tp.partition, offset))
         if added:
@@ -446,12 +492,13 @@ class PullerWorker:
 
     def _update_lag(self) -> None:
         now_us = time.time() * 1_000_000
-        for (topic, partition), (_, state) in self.route.items():
+        for (topic, partition), (task, state) in self.route.items():
             kp = KafkaTP(topic, partition)
             _, high = self.reader.get_watermark_offsets(kp, cached=True)
             if high < 0:
                 continue
-            lag = max(0, high - max(state.next_offset, self.reader.position([kp])[0].offset))
+            taken = task.position(state.tp)
+            lag = max(0, high - max(taken, self.reader.position([kp])[0].offset))
             metrics.LAG_RECORDS.labels(*state.labels).set(lag)
             age = (now_us - state.last_ts_us) / 1e6 if lag and state.last_ts_us else 0.0
             metrics.LAG_SECONDS.labels(*state.labels).set(max(age, 0.0))
@@ -469,6 +516,9 @@ class PullerWorker:
             feeds=[self.feed.name],
             address=self.address,
             resolved=resolved,
+            # A mirror feed's marks commit with its copies in the target: its resolved_ts
+            # as of the last commit is the partition's checkpoint_ts.
+            checkpoints={} if self.feed.mode == "ordered" else dict(resolved),
             last_error=self._problem() or "",
         )
 
@@ -508,10 +558,10 @@ class PullerWorker:
             "tasks": sorted(self.tasks),
             "partitions": {
                 str(state.tp): {
-                    "next_offset": state.next_offset,
+                    "next_offset": task.position(state.tp),
                     "resolved_ts_us": state.resolved_ts_us,
                     "watermarked": state.watermarked,
                 }
-                for _, state in sorted(self.route.values(), key=lambda found: found[1].tp)
+                for task, state in sorted(self.route.values(), key=lambda found: found[1].tp)
             },
         }

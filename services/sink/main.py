@@ -1,11 +1,14 @@
-"""``crossfeed sink run``: one sink instance for one feed."""
+"""``crossfeed sink run``: one sink instance for one ordered feed.
+
+Mirror feeds have no sink: their pullers write the target topics directly
+(services/puller/task.py).
+"""
 
 from __future__ import annotations
 
 from crossfeed import service
-from crossfeed.config import Settings
+from crossfeed.config import ConfigError, Settings
 from crossfeed.feeds import FeedSpec
-from services.sink.mirror import MirrorSink
 
 
 def run(
@@ -16,6 +19,11 @@ def run(
     *,
     coordinated: bool = False,  # sinks share staging partitions by consumer group either way
 ) -> int:
+    if feed.mode == "mirror":
+        raise MirrorFeedHasNoSink(
+            f"feed {feed.name!r} is a mirror feed: its pullers write the target topics "
+            f"directly, no sink runs for it (run 'crossfeed puller run --feed {feed.name}')"
+        )
     instance_id = service.instance_id("sink", instance)
     static = instance is not None
     sink = feed.sink
@@ -31,16 +39,14 @@ def run(
     target_alias = sink.cluster
     assert target_alias is not None
     control_conf = settings.cluster(settings.control_alias()).client_config()
-    if feed.mode == "ordered":
-        from services.sink.ordered_kafka import OrderedKafkaSink
+    from services.sink.ordered_kafka import OrderedKafkaSink
 
-        return service.run(
-            settings,
-            lambda: OrderedKafkaSink(settings, feed, instance_id, control_conf, static=static),
-            metrics_port,
-        )
     return service.run(
         settings,
-        lambda: MirrorSink(settings, feed, instance_id, control_conf, static=static),
+        lambda: OrderedKafkaSink(settings, feed, instance_id, control_conf, static=static),
         metrics_port,
     )
+
+
+class MirrorFeedHasNoSink(ConfigError):
+    """``crossfeed sink run`` for a mirror feed (the CLI prints it, exit code 1)."""

@@ -37,6 +37,7 @@ from crossfeed.dlq import FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
+from crossfeed.kafka.targets import TargetTopics, record_size
 from crossfeed.membership import HeartbeatContent
 from crossfeed.wire import ids
 from crossfeed.wire.headers import TIMESTAMP
@@ -44,7 +45,6 @@ from services.sink import metrics as shared_metrics
 from services.sink import ordered_metrics as metrics
 from services.sink.ordered_base import SORTED_PARTITION, OrderedSink
 from services.sink.sorted_stream import Applied, BadMarker, Kind, Step, classify
-from services.sink.targets import TargetTopics, record_size
 
 log = logging.getLogger(__name__)
 

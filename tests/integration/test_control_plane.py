@@ -1,6 +1,6 @@
 """Without ``control_cluster`` in the configuration, every service picks the same control
 cluster (``Settings.control_alias``: the first configured one), so the coordinator sees
-the pullers' and sinks' heartbeats, assigns tasks and the feed runs. (Before, the
+the pullers' heartbeats, assigns tasks and the feed runs. (Before, the
 coordinator took the first cluster and the workers their feed's target: they never met.)"""
 
 from __future__ import annotations
@@ -51,13 +51,12 @@ def test_services_without_control_cluster_meet_on_the_same_one(
                 {"name": name, "source": "dc-a", "sink-uri": "kafka://dc-b", "topics": [topic]}
             )
             puller = start_coordinated("puller", name, 0, config, tmp_path, procs)
-            start_coordinated("sink", name, 0, config, tmp_path, procs, failover_s=None)
             puller.wait_status(lambda s: len(s.get("tasks", [])) > 0, 60, "given its tasks")
             with ContinuousProducer(clusters.a.config, [topic], 200) as live:
                 wait_for(lambda: len(live.acked) >= 400, 30, "400 records written")
             produced = live.acked
             captures = {c["instance_id"] for c in api.captures()}
-            assert {puller.instance, f"sink-{name}-0"} <= captures, captures
+            assert puller.instance in captures, captures
             source = read_many(clusters.a.config, [topic])
             target = read_many(clusters.b.config, [topic], expect=len(produced), timeout_s=60)
             logs = "\n".join(f"  {p.describe()}" for p in procs)

@@ -108,7 +108,6 @@ def test_mirror_feed_survives_kill_9_of_the_leader_and_of_a_puller(
                 }
             )
         pullers = [start("puller", n) for n in range(3)]
-        start("sink", 0)
         ids = {p.instance for p in pullers}
         with (
             AssignmentReader(clusters, name) as reader,

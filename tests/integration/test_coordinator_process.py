@@ -210,22 +210,18 @@ class SimulatedPuller:
         self.instance_id = instance_id
         self.feed = feed
         self.silent = False
-        self.checkpoints: dict[str, int] = {}  # resolved_ts (a puller), checkpoint_ts (a sink)
+        self.checkpoints: dict[str, int] = {}  # resolved_ts per source partition
         self.last_error = ""
-        self.role = "puller"
         self.sender = HeartbeatSender(
-            clusters.b.config, instance_id, self.role, self._content, interval_s=0.5
+            clusters.b.config, instance_id, "puller", self._content, interval_s=0.5
         )
 
     def _content(self) -> HeartbeatContent:
         if self.silent:
             raise RuntimeError("simulated silence")  # the sender skips this beat
-        timestamps = dict(self.checkpoints)
-        if self.role == "sink":
-            return HeartbeatContent(
-                feeds=[self.feed], checkpoints=timestamps, last_error=self.last_error
-            )
-        return HeartbeatContent(feeds=[self.feed], resolved=timestamps, last_error=self.last_error)
+        return HeartbeatContent(
+            feeds=[self.feed], resolved=dict(self.checkpoints), last_error=self.last_error
+        )
 
     def start(self) -> SimulatedPuller:
         self.sender.start()
@@ -237,13 +233,6 @@ class SimulatedPuller:
     def leave(self) -> None:
         self.silent = False
         self.sender.leave()
-
-
-class SimulatedSink(SimulatedPuller):
-    def __init__(self, clusters: Clusters, instance_id: str, feed: str) -> None:
-        super().__init__(clusters, instance_id, feed)
-        self.role = "sink"
-        self.sender.role = "sink"
 
 
 class AssignmentReader:

@@ -459,7 +459,6 @@ def test_failback_returns_the_group_to_the_exact_record_and_copies_nothing_back(
             source="dc-b",
             target="dc-a",
             pullers=0,
-            sinks=0,
             settings=FAST,
         )
         body = {
@@ -473,7 +472,6 @@ def test_failback_returns_the_group_to_the_exact_record_and_copies_nothing_back(
         assert first["reverse"]["action"] == "start-it" and first["reverse"]["positions_seeded"]
         assert group in first["waiting"]  # what it read on dc-b is not on dc-a yet
         reverse.add_puller()
-        reverse.add_sink()
         second = api.request("POST", "/v1/failback", {**body, "wait_s": 60})
         assert second["extra_records"] == 0 and second["reverse"]["caught_up"], second
         assert second["moved"].get(group) == 2 and not second["waiting"], second

@@ -1,11 +1,11 @@
 """A first run's translation: a group translated by timestamp while its copies are still in
-the sink's first, open transaction must not be moved past them.
+the first, open transaction of a puller task must not be moved past them.
 
 On brand-new clusters the pullers start late (their transactional ids wait for the
 transaction coordinator to load), so a consumer group on the source commits before any
 OffsetSync exists and is translated by its consumer timestamp (rules.py, rule 5). The
-sink's first transaction then holds the whole backlog: a read_committed timestamp lookup
-does not see it, and the end offset asked for right after the commit landed lay past
+first transaction of a puller task then holds the whole backlog: a read_committed timestamp
+lookup does not see it, and the end offset asked for right after the commit landed lay past
 every copy — the group was moved to the end of the partition, and moving only forwards,
 never came back: the first ``make demo`` on a new machine skipped ~600 records.
 """
@@ -34,7 +34,7 @@ def test_timestamp_lookup_never_passes_copies_whose_transaction_commits_meanwhil
     )
     producer.init_transactions(30)
     producer.begin_transaction()
-    for n in range(RECORDS):  # the sink's first transaction: the whole backlog
+    for n in range(RECORDS):  # a puller task's first transaction: the whole backlog
         producer.produce(topic, value=b"copy-%d" % n, partition=0, timestamp=BASE_TS_MS + n)
     producer.flush(30)
 

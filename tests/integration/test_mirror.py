@@ -1,7 +1,8 @@
 """Mirror changefeeds against real brokers: exactly once, in order, byte for byte, no loops.
 
-Each test starts pullers and sinks as real processes (``crossfeed puller run`` /
-``crossfeed sink run`` with a feed file) and checks what lands on the target cluster.
+Each test starts pullers as real processes (``crossfeed puller run`` with a feed file):
+a mirror feed's pullers write the target topics directly, with their positions and
+OffsetSyncs in the same transactions; the tests check what lands on the target cluster.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _offset_syncs(config, feed):
 def test_200k_records_exactly_once_in_order_with_provenance(clusters, services, topic_factory):
     names = [topic_factory(clusters.a, partitions=6) for _ in range(3)]
     produced = produce_mixed(clusters.a.config, names, 6, 200_000, seed=7)
-    feed = services.start_feed("exact", clusters, names, pullers=2, sinks=2)
+    feed = services.start_feed("exact", clusters, names, pullers=2)
 
     source, target = _source_and_target(clusters, names, len(produced))
     verify_mirror(
@@ -79,19 +80,19 @@ def test_200k_records_exactly_once_in_order_with_provenance(clusters, services, 
         assert copies[src].offset == translation.target_offset, (tp, record.offset)
 
 
-def test_kill_9_puller_and_sink_repeatedly_still_exactly_once(clusters, services, topic_factory):
+def test_kill_9_pullers_repeatedly_still_exactly_once(clusters, services, topic_factory):
     names = [topic_factory(clusters.a, partitions=4) for _ in range(2)]
     backlog = produce_mixed(clusters.a.config, names, 4, 40_000, seed=11)
-    feed = services.start_feed("kill9", clusters, names, settings=FAST_FAILOVER)
+    feed = services.start_feed("kill9", clusters, names, pullers=2, settings=FAST_FAILOVER)
     rng = random.Random(5)
     with ContinuousProducer(clusters.a.config, names, 1500) as live:
         for round_ in range(6):
             time.sleep(rng.uniform(0.5, 3.0))
-            victim = feed.pullers[0] if round_ % 2 == 0 else feed.sinks[0]
+            victim = feed.pullers[round_ % 2]
             victim.kill()
             victim.restart()
             time.sleep(rng.uniform(0.2, 1.5))
-            other = feed.sinks[0] if round_ % 2 == 0 else feed.pullers[0]
+            other = feed.pullers[(round_ + 1) % 2]
             other.kill()
             other.restart()
         time.sleep(2)
@@ -137,8 +138,8 @@ def test_active_active_same_topic_names_no_loop(clusters, services, unique):
     )
     assert dropped >= expect_each - 10  # every copy came back to a puller and was dropped
 
-    # The sink's copies on dc-b were interleaved with on_b's records in the same
-    # partitions, yet the OffsetSync ranges still map every dc-a record exactly (the sink
+    # The puller's copies on dc-b were interleaved with on_b's records in the same
+    # partitions, yet the OffsetSync ranges still map every dc-a record exactly (the task
     # redoes such a transaction with a delivery report per record).
     index = _offset_syncs(clusters.b.config, ab.name)
     copies = {r.header(headers.SRC): r for r in flatten(b_records) if r.header(headers.SRC)}
@@ -154,24 +155,17 @@ def test_active_active_same_topic_names_no_loop(clusters, services, unique):
 def test_paused_instances_are_fenced_after_takeover(clusters, services, topic_factory):
     names = [topic_factory(clusters.a, partitions=4)]
     first = produce_mixed(clusters.a.config, names, 4, 5_000, seed=1, abort_every=None)
-    feed = services.start_feed(
-        "zombie", clusters, names, pullers=2, sinks=2, settings=FAST_FAILOVER
-    )
+    feed = services.start_feed("zombie", clusters, names, pullers=2, settings=FAST_FAILOVER)
     read_many(clusters.b.config, names, expect=len(first), timeout_s=60)
-    zombie_puller, zombie_sink = feed.pullers[0], feed.sinks[0]
+    zombie_puller = feed.pullers[0]
     zombie_puller.pause()
-    zombie_sink.pause()
     second = produce_mixed(clusters.a.config, names, 4, 5_000, seed=2, abort_every=None)
     staging = 8  # the default staging.partitions: one puller task each
     feed.pullers[1].wait_status(
         lambda s: len(s.get("tasks", [])) == staging, 60, "the live puller owns every task"
     )
-    feed.sinks[1].wait_status(
-        lambda s: len(s.get("tasks", [])) == staging, 60, "the live sink owns every partition"
-    )
     read_many(clusters.b.config, names, expect=len(first) + len(second), timeout_s=90)
     zombie_puller.resume()
-    zombie_sink.resume()
     third = produce_mixed(clusters.a.config, names, 4, 5_000, seed=3, abort_every=None)
     time.sleep(8)  # room for the zombies to try whatever they had in flight
     total = len(first) + len(second) + len(third)
@@ -220,7 +214,7 @@ def test_oversized_and_filtered_records_go_to_the_dlq_and_the_feed_goes_on(
     big, bad = by_key[b"big"], by_key[b"bad"]
     assert big.value == b"x" * 10_000
     assert big.header(ERROR_CLASS) == b"RecordTooLarge"
-    assert big.header(STAGE) == b"sink"
+    assert big.header(STAGE) == b"puller"
     assert (big.header(TOPIC), big.header(PARTITION), big.header(OFFSET)) == (
         name.encode(),
         b"0",
@@ -236,8 +230,7 @@ def test_oversized_and_filtered_records_go_to_the_dlq_and_the_feed_goes_on(
     producer.flush(10)
     target = read_many(clusters.b.config, [name], expect=4, timeout_s=60)
     assert b"ok-4" in {r.key for r in flatten(target)}
-    assert feed.sinks[0].metric("crossfeed_sink_dlq_records_total") == 1
-    assert feed.pullers[0].metric("crossfeed_puller_dlq_records_total") == 1
+    assert feed.pullers[0].metric("crossfeed_puller_dlq_records_total") == 2
 
 
 def test_errors_tolerance_none_stops_the_feed_with_a_clear_error(
@@ -253,7 +246,6 @@ def test_errors_tolerance_none_stops_the_feed_with_a_clear_error(
         clusters,
         [name],
         config={"filter.reject.header": "reject-me", "errors.tolerance": "none"},
-        sinks=0,
         wait=False,
     )
     puller = feed.pullers[0]

@@ -3,13 +3,14 @@
 :class:`ServiceProcess` runs one ``crossfeed <role> run`` instance as a subprocess with a
 generated configuration file and feed file, a free metrics port and a log file, and
 lets a test kill -9, SIGTERM, pause (SIGSTOP), resume and restart it and read its
-``/status``. :class:`ServiceFactory` starts whole feeds (pullers and sinks) and kills
-every process it started when the test ends, pass or fail: use the ``services`` fixture::
+``/status``. :class:`ServiceFactory` starts whole feeds (pullers; for ordered feeds also
+sorters and sinks) and kills every process it started when the test ends, pass or fail:
+use the ``services`` fixture::
 
     from tests.support.services import services  # noqa: F401  (or via conftest)
 
     def test_copy(clusters, services, topic_factory):
-        feed = services.start_feed("f1", clusters, [topic], pullers=2, sinks=2)
+        feed = services.start_feed("f1", clusters, [topic], pullers=2)
         ...
         feed.pullers[0].kill()
 
@@ -504,7 +505,7 @@ class ServiceFactory:
         target: str = "dc-b",
         config: Mapping[str, Any] | None = None,
         pullers: int = 1,
-        sinks: int = 1,
+        sinks: int | None = None,
         *,
         sorters: int = 0,
         sink_uri: str | None = None,
@@ -517,7 +518,9 @@ class ServiceFactory:
         wait: bool = True,
         timeout: float = 60.0,
     ) -> Feed:
-        """Write a feed file and a config file, start ``pullers`` + ``sinks`` processes.
+        """Write a feed file and a config file, start ``pullers`` + ``sorters`` + ``sinks``
+        processes (``sinks``: 1 for an ordered feed unless given; a mirror feed has none —
+        its pullers write the target topics).
 
         ``name`` is made a legal feed name (see :func:`feed_name`; ``feed.name`` holds it).
         ``clusters``: the ``clusters`` fixture (or a mapping alias -> client config).
@@ -528,6 +531,10 @@ class ServiceFactory:
         sorters (ordered feeds). With ``wait``, returns once every process answers
         /status (fails with the log of one that exits or does not answer).
         """
+        if sinks is None:
+            sinks = 0 if mode == "mirror" else 1
+        if mode == "mirror" and sinks:
+            raise ValueError("a mirror feed has no sink: its pullers write the target topics")
         # Feeds keep state on the clusters (staging topic, groups): a fresh suffix per
         # run keeps one run's leftovers out of the next.
         fname = feed_name(f"{name[:50]}-{uuid.uuid4().hex[:6]}")

@@ -15,7 +15,8 @@ from crossfeed.core.partitions import TopicPartition
 from crossfeed.dlq import FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.wire import codec, headers
-from services.puller.task import FeedContext, PullerTask, next_resolved, staged_size
+from services.puller.ordered import next_resolved, staged_size
+from services.puller.task import FeedContext, PullerTask
 
 pytestmark = pytest.mark.unit
 
@@ -98,8 +99,7 @@ def _task(tolerance: str = "all", lateness_ms: int = 0, max_bytes: int = 1 << 20
 def _commit(task: PullerTask, caught_up: bool = False) -> list[dict[str, Any]]:
     producer: _Producer = task.producer  # type: ignore[assignment]
     before = len(producer.sent)
-    state = task.partitions[TP]
-    task.commit({TP: state.next_offset}, {TP} if caught_up else set())
+    task.commit({TP: task.position(TP)}, {TP} if caught_up else set())
     return producer.sent[before:]
 
 
@@ -155,7 +155,7 @@ def test_late_and_malformed_changes_are_dead_letters_and_marks_never_lie() -> No
     assert classes == [b"LateChange", b"BadChangeHeaders", b"BadWatermark"]
     staged = [r for r in sent if r["topic"] != "_crossfeed.dlq"]
     assert [dict(r["headers"]).get(headers.COMMIT_TS) for r in staged] == [b"101", b"100"]
-    assert state.next_offset == 5
+    assert task.position(TP) == 5
     with pytest.raises(FeedStopped, match="LateChange"):
         strict = _task("none")
         strict.add(_Msg(0, watermark_headers(100)), strict.partitions[TP])
@@ -190,17 +190,23 @@ def test_a_new_owner_keeps_the_restored_resolved_ts_and_following_watermarks() -
     assert resolved == 9_000  # not back to the (unknown) newest commit_ts
 
 
-def test_abort_forgets_watermarks_read_since_the_last_commit() -> None:
+def test_a_failed_task_ends_and_its_next_owner_starts_from_the_committed_mark() -> None:
     task = _task()
     state = task.partitions[TP]
     task.add(_Msg(0, watermark_headers(100)), state)
     _commit(task)
     task.add(_Msg(1, watermark_headers(500)), state)
     task.add(_change(2, 600), state)
-    assert task.abort() == {TP: 1}
-    assert (state.watermark_us, state.staged, state.next_offset) == (100, [], 1)
-    task.add(_change(1, 200), state)  # read again after the rewind: not late
-    assert len(state.staged) == 1
+    decision = task.failed(RuntimeError("target gone"))
+    assert decision.next.value == "restart" and "target gone" in decision.reason
+    with pytest.raises(RuntimeError, match="start a new one"):
+        task.add(_change(3, 700), state)
+    # The next owner restores the committed mark (watermark 100, next offset 1): the
+    # watermark at 500 read by the failed task promised nothing.
+    again = _task()
+    again.partitions[TP].restore(100, watermarked=True)
+    again.add(_change(1, 200), again.partitions[TP])
+    assert len(again.partitions[TP].staged) == 1
 
 
 def test_a_record_that_would_not_fit_the_staging_topic_is_a_dead_letter() -> None:

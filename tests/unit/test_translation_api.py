@@ -163,7 +163,6 @@ def test_rendering() -> None:
         "target": "dc-b",
         "stopped_by": "coordinator",
         "source_reachable": False,
-        "staged_not_applied": 0,
         "groups": [group],
         "moved": {"billing": 1},
         "active": [],

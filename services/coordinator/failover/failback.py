@@ -32,7 +32,7 @@ from crossfeed.translation import kafka_io
 from crossfeed.translation.kafka_io import TP, Unreachable, shared_admin
 from crossfeed.translation.rpo import PartitionRpo
 from crossfeed.translation.translator import Translator
-from services.coordinator.failover.common import grouped, resolve_feed, sink_group
+from services.coordinator.failover.common import grouped, resolve_feed
 from services.coordinator.failover.hooks import FailoverHooks
 from services.coordinator.failover.models import (
     ExtraOut,
@@ -41,7 +41,7 @@ from services.coordinator.failover.models import (
     ReverseOut,
     RpoOut,
 )
-from services.coordinator.failover.replay import Copied, ExtraRange, replay, skip_staged
+from services.coordinator.failover.replay import Copied, ExtraRange, replay
 from services.coordinator.failover.reverse import reverse_name, reverse_spec, seed_positions
 
 log = logging.getLogger(__name__)
@@ -190,15 +190,6 @@ def _wait_for_partitions(alias: str, conf: dict[str, Any], tps: list[TP]) -> Non
 def _replay(
     hooks: FailoverHooks, feed: FeedSpec, rows: list[PartitionRpo], primary_id: str, standby_id: str
 ) -> dict[TP, Copied]:
-    conf = hooks.settings.cluster(str(feed.sink.cluster)).client_config()
-    group = sink_group(feed.name)
-    if kafka_io.active_members(shared_admin(conf), [group]).get(group, 0) > 0:
-        raise HTTPException(
-            409,
-            f"the sinks of feed {feed.name} still run on {feed.sink.cluster}: stop them before "
-            "replaying the extra data (or fail back without --replay-extra)",
-        )
-    skip_staged(hooks.settings, feed)
     ranges = [
         ExtraRange(r.topic, r.partition, r.replicated_to or 0, r.source_end)
         for r in rows

@@ -1,31 +1,27 @@
 """``crossfeed failover --feed F``: Replicator's failover procedure, automated.
 
 1. Stop F: a feed the coordinator runs is set to ``failed_over`` (its puller tasks stop);
-   a feed-file feed's processes are the operator's to stop (the report says so).
-2. Let running sinks apply what the pullers already staged (``drain_timeout_s``): every
-   copy that reaches the target is a record the groups need not lose.
-3. Translate every group one last time from what is known — the translator's memory
+   a feed-file feed's processes are the operator's to stop (the report says so). Nothing
+   waits in between: a mirror feed's pullers write the target topics directly, and what
+   they committed is all the target will ever have from them.
+2. Translate every group one last time from what is known — the translator's memory
    (last listed offsets, consumer timestamps already read), else the checkpoints written
    before — and move each group that has no members on the target forward to its
    translation (never backwards: running failover twice cannot rewind a group that has
    started consuming on the target).
-4. Report per partition what the source held that never reached the target (the RPO,
+3. Report per partition what the source held that never reached the target (the RPO,
    records and seconds), from the source's end offsets as last seen.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Literal
 
-from confluent_kafka import KafkaException
 from fastapi import HTTPException
 
-from crossfeed.feeds import FeedSpec
-from crossfeed.translation.kafka_io import Unreachable
 from crossfeed.translation.translator import Translator
-from services.coordinator.failover.common import grouped, resolve_feed, staged_backlog
+from services.coordinator.failover.common import grouped, resolve_feed
 from services.coordinator.failover.hooks import FailoverHooks
 from services.coordinator.failover.models import FailoverReport, FailoverRequest, RpoOut
 
@@ -45,11 +41,10 @@ def run_failover(hooks: FailoverHooks, request: FailoverRequest) -> FailoverRepo
             stopped_by = "coordinator"
         else:
             notes.append(
-                f"feed {feed.name} is not run by the coordinator: stop its puller and sink "
+                f"feed {feed.name} is not run by the coordinator: stop its puller "
                 "processes yourself if they still run"
             )
         log.info("failover of feed %s (%s -> %s) started", feed.name, feed.source, target)
-        staged = _drain(hooks, feed, request.drain_timeout_s, notes)
         if not translator.wait_ready(30):
             raise HTTPException(503, f"cannot read the offset syncs on {target} (waited 30s)")
         results, tick = translator.final()
@@ -76,7 +71,6 @@ def run_failover(hooks: FailoverHooks, request: FailoverRequest) -> FailoverRepo
         target=target,
         stopped_by=stopped_by,
         source_reachable=tick.source_reachable,
-        staged_not_applied=staged,
         groups=grouped(feed.name, results, tick.source_reachable),
         moved=tick.committed,
         active=tick.active,
@@ -96,24 +90,3 @@ def run_failover(hooks: FailoverHooks, request: FailoverRequest) -> FailoverRepo
         feed.source,
     )
     return report
-
-
-def _drain(hooks: FailoverHooks, feed: FeedSpec, timeout_s: float, notes: list[str]) -> int:
-    """Wait while live sinks apply staged copies; returns the copies left unapplied."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            backlog, sinks = staged_backlog(hooks.settings, feed)
-        except (Unreachable, KafkaException) as err:
-            notes.append(f"could not measure the staged backlog: {err}")
-            return -1
-        if backlog == 0:
-            return 0
-        if sinks == 0 or time.monotonic() >= deadline:
-            notes.append(
-                f"{backlog} staged cop{'y' if backlog == 1 else 'ies'} never applied "
-                + ("(no sink runs)" if sinks == 0 else f"(waited {timeout_s:.0f}s)")
-                + ": they count as not replicated"
-            )
-            return backlog
-        time.sleep(1.0)

@@ -98,9 +98,7 @@ class FeedRef(BaseModel):
 
 
 class FailoverRequest(FeedRef):
-    drain_timeout_s: float = Field(
-        30.0, ge=0, description="wait this long for running sinks to apply what is staged"
-    )
+    pass
 
 
 class FailoverReport(BaseModel):
@@ -109,7 +107,6 @@ class FailoverReport(BaseModel):
     target: str
     stopped_by: Literal["coordinator", "operator"]
     source_reachable: bool
-    staged_not_applied: int = Field(description="copies staged on the target, never applied")
     groups: list[GroupOut]
     moved: dict[str, int] = Field(description="group -> destination partitions moved")
     active: list[str] = Field(description="groups left alone: members on the destination")

@@ -3,14 +3,11 @@
 The extra data of a source partition is what lies between the forward feed's replicated
 frontier and the old primary's end. It is copied the way the feed itself would have —
 provenance stamped, read_committed, loops dropped — in transactions that also hold the
-copies' OffsetSyncs and the feed's new puller positions (ResolvedMarks in its staging
-partition, under the puller task's own transactional.id, which fences a puller of that
-task still running). So the copy is exactly once: a crash aborts it, a rerun finds the
+copies' OffsetSyncs and the feed's new puller positions (ResolvedMarks in the task's
+partition of ``_crossfeed.<feed>.changes``, under the puller task's own transactional.id,
+which fences a puller of that task still running) — just as the puller's own
+transactions do. So the copy is exactly once: a crash aborts it, a rerun finds the
 frontier moved, and the forward feed, if ever resumed, starts after the copied records.
-
-Before copying, the forward sink group is moved to the end of the staging topic: copies
-staged before the failover but never applied are part of the extra data and are copied
-here; a sink resumed later must not apply them again. The sinks must not run meanwhile.
 """
 
 from __future__ import annotations
@@ -30,10 +27,7 @@ from crossfeed.core.offset_ranges import OffsetSyncWriter
 from crossfeed.core.partitions import TopicPartition, staging_partition
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
-from crossfeed.translation import kafka_io
-from crossfeed.translation.kafka_io import shared_admin
 from crossfeed.wire import codec, headers, ids, topics
-from services.coordinator.failover.common import sink_group
 
 _MARKS: Any = [headers.MARK_HEADER]  # confluent-kafka's stubs want str | bytes values
 CHUNK: Final = 5_000
@@ -56,19 +50,6 @@ class Copied:
     records: int = 0
     target_next: int = -1
     """Target offset after the last copy (-1: nothing copied)."""
-
-
-def skip_staged(settings: Settings, feed: FeedSpec) -> None:
-    """Move the forward sink group to the end of the staging topic (see module doc)."""
-    conf = settings.cluster(str(feed.sink.cluster)).client_config()
-    admin = shared_admin(conf)
-    staging = topics.changes(feed.name)
-    info = admin.client().list_topics(staging, timeout=10).topics.get(staging)
-    if info is None or info.error is not None:
-        return
-    ends = kafka_io.end_offsets(admin, [(staging, p) for p in info.partitions])
-    if ends:
-        kafka_io.commit_group_offsets(admin, sink_group(feed.name), ends)
 
 
 def replay(

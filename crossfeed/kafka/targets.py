@@ -1,4 +1,4 @@
-"""What the sink must know of a target topic before writing to it: partition count
+"""What a writer must know of a target topic before writing to it: partition count
 and effective max.message.bytes, cached and refreshed on a miss."""
 
 from __future__ import annotations
