@@ -87,14 +87,16 @@ class _Section(BaseModel):
 
 
 class PullerSettings(_Section):
-    """Puller: copies source records into ``_crossfeed.<feed>.changes``."""
+    """Puller: copies source records into the target topics (mirror feeds) or
+    ``_crossfeed.<feed>.changes`` (ordered feeds)."""
 
     max_batch_records: int = Field(10_000, ge=1, description="records per transaction, at most")
     max_batch_bytes: int = Field(8 << 20, ge=1024, description="bytes per transaction, at most")
     pack_bytes: int = Field(
         512 << 10,
         ge=1024,
-        description="bytes of copied records packed into one staging record (CopiedRecords)",
+        description="bytes of records buffered per source partition before they are sent "
+        "(into the open transaction)",
     )
     staging_compression: Literal["none", "lz4", "zstd", "snappy", "gzip"] = Field(
         "none",

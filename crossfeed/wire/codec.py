@@ -55,11 +55,10 @@ SCHEMAS_DIR_ENV = "CROSSFEED_SCHEMAS_DIR"
 """Environment variable that points the default codec at another schemas directory."""
 
 _HEADER_LEN = len(MAGIC) + 8
-# Records written once per pack (or per partition and tick) skip fastavro's full
-# validation, which costs tens of µs (it tries every union branch) — several times the
-# encoding itself. The cheap top-level checks in encode() still run. ChangeEvent is not
+# Records written once per partition and transaction skip fastavro's full validation,
+# which costs tens of µs (it tries every union branch) — several times the encoding itself. The cheap top-level checks in encode() still run. ChangeEvent is not
 # among them: its values are unions whose branch decides a database column's type.
-_HOT_RECORDS = frozenset({"CopiedRecords", "ResolvedMark"})
+_HOT_RECORDS = frozenset({"ResolvedMark"})
 # Value ranges of Avro's numeric types; fastavro's writer would silently write a float
 # (truncated), a bool or an out-of-range int into an int/long field.
 _INT_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}

@@ -27,7 +27,7 @@ from crossfeed.core.offset_ranges import OffsetSyncWriter
 from crossfeed.core.partitions import TopicPartition, staging_partition
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
-from crossfeed.wire import codec, headers, ids, topics
+from crossfeed.wire import headers, ids, records, topics
 
 _MARKS: Any = [headers.MARK_HEADER]  # confluent-kafka's stubs want str | bytes values
 CHUNK: Final = 5_000
@@ -180,23 +180,33 @@ class _TaskCopier:
             for s, t in zip(sources, targets, strict=True):
                 writer.add(s, t)
             for run in writer.flush():
-                self.producer.produce(
-                    topics.OFFSET_SYNCS, key=self._sync_key(r), value=self._sync(r, run)
+                sync = records.offset_sync(
+                    feed=self.feed.name,
+                    source_cluster=self.source_id,
+                    topic=r.topic,
+                    partition=r.partition,
+                    target_topic=self.feed.target_topic(r.topic),
+                    target_partition=r.partition,
+                    source_start=run.source_start,
+                    source_end=run.source_end,
+                    target_start=run.target_start,
                 )
+                key = records.offset_sync_key(self.feed.name, r.topic, r.partition)
+                self.producer.produce(topics.OFFSET_SYNCS, key=key, value=sync)
             self.marks[TopicPartition(r.topic, r.partition)] = position
             now_us = int(time.time() * 1_000_000)
             for tp, next_offset in sorted(self.marks.items()):
-                mark = {
-                    "source_cluster": self.source_id,
-                    "topic": tp.topic,
-                    "partition": tp.partition,
-                    "resolved_ts_us": now_us,
-                    "next_offset": next_offset,
-                }
+                mark = records.resolved_mark(
+                    source_cluster=self.source_id,
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    resolved_ts_us=now_us,
+                    next_offset=next_offset,
+                )
                 self.producer.produce(
                     self.changes,
-                    value=codec.encode("ResolvedMark", mark),
-                    key=str(tp).encode(),
+                    value=mark,
+                    key=records.mark_key(tp.topic, tp.partition),
                     partition=self.task,
                     headers=_MARKS,
                 )
@@ -208,22 +218,3 @@ class _TaskCopier:
         if targets:
             done.target_next = targets[-1] + 1
         return position
-
-    def _sync_key(self, r: ExtraRange) -> bytes:
-        return f"{self.feed.name}/{r.topic}/{r.partition}".encode()
-
-    def _sync(self, r: ExtraRange, run: Any) -> bytes:
-        return codec.encode(
-            "OffsetSync",
-            {
-                "source_cluster": self.source_id,
-                "topic": r.topic,
-                "partition": r.partition,
-                "source_start": run.source_start,
-                "source_end": run.source_end,
-                "target_topic": self.feed.target_topic(r.topic),
-                "target_partition": r.partition,
-                "target_start": run.target_start,
-                "feed": self.feed.name,
-            },
-        )
