@@ -406,7 +406,7 @@ def test_failback_returns_the_group_to_the_exact_record_and_copies_nothing_back(
     read_many(b, [topic], expect=400, timeout_s=60)
     group = unique("g")
 
-    with failover_routes(clusters, [spec]) as (url, _loop):
+    with failover_routes(clusters, [spec]) as (url, loop):
         api = CoordinatorClient(url, timeout_s=300)
         consumer = wrapped(a, group)
         consumer.subscribe([topic])
@@ -427,14 +427,20 @@ def test_failback_returns_the_group_to_the_exact_record_and_copies_nothing_back(
         for i in range(10):
             on_a.produce(topic, value=f"extra-{i}".encode(), partition=0)
         on_a.flush(10)
-        time.sleep(1.5)  # the translator sees the new end offsets
+
+        def extras_seen() -> bool:  # the translator has listed the new end offsets
+            translator = loop.translator(spec.name)
+            rows = translator.rpo() if translator is not None else []
+            return sum(r.unreplicated for r in rows if r.unreplicated > 0) == 10
+
+        wait_for("the translator seeing the extra data", extras_seen)
         clusters.stop("dc-a")
         try:
             feed.stop_all(hard=True)
             failed = api.request(
                 "POST", "/v1/failover", {"feed": spec.name, "feed_spec": _spec_body(spec)}
             )
-            assert failed["unreplicated_records"] == 10
+            assert failed["unreplicated_records"] == 10, failed
             # On dc-b: the group reads the rest of the copies, dc-b takes new writes, the
             # group reads five of them per partition and stops.
             on_b = producer_factory(clusters.b)
