@@ -56,8 +56,9 @@ SCHEMAS_DIR_ENV = "CROSSFEED_SCHEMAS_DIR"
 
 _HEADER_LEN = len(MAGIC) + 8
 # Records written once per partition and transaction skip fastavro's full validation,
-# which costs tens of µs (it tries every union branch) — several times the encoding itself. The cheap top-level checks in encode() still run. ChangeEvent is not
-# among them: its values are unions whose branch decides a database column's type.
+# which costs tens of µs (it tries every union branch) — several times the encoding
+# itself. The cheap top-level checks in encode() still run. ChangeEvent is not among
+# them: its values are unions whose branch decides a database column's type.
 _HOT_RECORDS = frozenset({"ResolvedMark"})
 # Value ranges of Avro's numeric types; fastavro's writer would silently write a float
 # (truncated), a bool or an out-of-range int into an int/long field.
