@@ -210,7 +210,10 @@ class SimulatedPuller:
         self.instance_id = instance_id
         self.feed = feed
         self.silent = False
-        self.checkpoints: dict[str, int] = {}  # resolved_ts per source partition
+        self.resolved: dict[str, int] = {}  # resolved_ts per source partition
+        # checkpoint_ts per source partition: a mirror feed's puller commits its copies
+        # in the target, so what it committed is in the target.
+        self.checkpoints: dict[str, int] = {}
         self.last_error = ""
         self.sender = HeartbeatSender(
             clusters.b.config, instance_id, "puller", self._content, interval_s=0.5
@@ -220,7 +223,10 @@ class SimulatedPuller:
         if self.silent:
             raise RuntimeError("simulated silence")  # the sender skips this beat
         return HeartbeatContent(
-            feeds=[self.feed], resolved=dict(self.checkpoints), last_error=self.last_error
+            feeds=[self.feed],
+            resolved=dict(self.resolved),
+            checkpoints=dict(self.checkpoints),
+            last_error=self.last_error,
         )
 
     def start(self) -> SimulatedPuller:

@@ -21,7 +21,6 @@ from tests.integration.test_coordinator_process import (
     AssignmentReader,
     Coordinators,
     SimulatedPuller,
-    SimulatedSink,
     balanced,
     coordinator_group,
     create_feed,
@@ -124,13 +123,12 @@ def test_feed_status_follows_errors_and_consistency_ts(
 ) -> None:
     leader = group.leader()
     create_feed(leader.url, name, 2)
+    # A mirror feed's puller: resolved_ts read, checkpoint_ts committed in the target.
     puller = SimulatedPuller(clusters, f"{name}-p", name)
-    sink = SimulatedSink(clusters, f"{name}-s", name)
-    pullers.extend([puller, sink])
-    puller.checkpoints = {"t/0": 3_000_000, "t/1": 4_000_000}
-    sink.checkpoints = {"t/0": 1_000_000}
+    pullers.append(puller)
+    puller.resolved = {"t/0": 3_000_000, "t/1": 4_000_000}
+    puller.checkpoints = {"t/0": 1_000_000}
     puller.start()
-    sink.start()
 
     def status() -> dict[str, Any]:
         with CoordinatorClient(leader.url, TOKEN) as api:
@@ -141,9 +139,9 @@ def test_feed_status_follows_errors_and_consistency_ts(
     assert (first["resolved_ts_us"], first["checkpoint_ts_us"]) == (3_000_000, 0)
     assert first["consistency_ts_us"] == 0  # t/1 has no checkpoint yet
 
-    sink.checkpoints = {"t/0": 2_000_000, "t/1": 2_500_000}
+    puller.checkpoints = {"t/0": 2_000_000, "t/1": 2_500_000}
     wait_for(lambda: status()["consistency_ts_us"] == 2_000_000, 10, "consistency_ts 2 s")
-    sink.checkpoints = {"t/0": 1_500_000, "t/1": 2_500_000}  # a sink going back...
+    puller.checkpoints = {"t/0": 1_500_000, "t/1": 2_500_000}  # a puller going back...
     wait_for(lambda: status()["checkpoint_ts_us"] == 1_500_000, 10, "checkpoint_ts lower")
     assert status()["consistency_ts_us"] == 2_000_000  # ...never moves consistency_ts back
     wait_for(
