@@ -59,6 +59,9 @@ class Phase(enum.Enum):
     DEAD = "dead"
 
 
+_DEAD = Phase.DEAD
+
+
 class Outcome(enum.Enum):
     """How a commit ended, as far as the client can tell."""
 
@@ -117,11 +120,14 @@ class TaskTxn(Generic[P]):
 
     def take(self, partition: P, offset: int, size: int, now: float) -> bool:
         """A record read at ``offset``: True if it belongs to the open (or next)
-        transaction, False if it was taken already (a re-fetch after a rewind)."""
-        self._alive()
-        if offset < self.next[partition]:
+        transaction, False if it was taken already (a re-fetch after a rewind). Called
+        once per record: kept to a few dictionary and attribute operations."""
+        if self.phase is _DEAD:
+            self._alive()
+        positions = self.next
+        if offset < positions[partition]:
             return False
-        self.next[partition] = offset + 1
+        positions[partition] = offset + 1
         self.records += 1
         self.bytes += size
         if self.opened_at is None:

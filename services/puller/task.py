@@ -106,9 +106,10 @@ class FeedContext:
         return None
 
 
-@dataclass
+@dataclass(eq=False)
 class PartitionState:
-    """One source partition of a task: what waits to be sent, and its timestamps."""
+    """One source partition of a task: what waits to be sent, and its timestamps. Compared
+    and hashed by identity: it keys the task's positions (TaskTxn), looked up per record."""
 
     tp: TopicPartition
     route: Route | None = None  # mirror feeds: where the copies go
@@ -160,7 +161,7 @@ class PullerTask:
     staging_partition: int
     producer: Producer
     partitions: dict[TopicPartition, PartitionState] = field(default_factory=dict)
-    txn: TaskTxn[TopicPartition] = field(init=False)
+    txn: TaskTxn[PartitionState] = field(init=False)
     in_txn: bool = False  # the producer's transaction has begun
     pending: Future[None] | None = None  # the sealed transaction's commit, under way
     pending_since: float | None = None  # when that commit was handed to its thread
@@ -175,7 +176,6 @@ class PullerTask:
     def add_partition(
         self, tp: TopicPartition, next_offset: int, route: Route | None = None
     ) -> PartitionState:
-        self.txn.add_partition(tp, next_offset)
         state = PartitionState(
             tp,
             route,
@@ -189,12 +189,13 @@ class PullerTask:
             (headers.HOPS, source),
         ]
         state.src = b"%s/%s/%d/" % (source, tp.topic.encode(), tp.partition)
+        self.txn.add_partition(state, next_offset)
         self.partitions[tp] = state
         return state
 
     def position(self, tp: TopicPartition) -> int:
         """The next source offset to take in ``tp``."""
-        return self.txn.next[tp]
+        return self.txn.next[self.partitions[tp]]
 
     # -- the hot path ---------------------------------------------------------------
 
@@ -209,7 +210,7 @@ class PullerTask:
         offset = msg.offset()
         key, value = msg.key(), msg.value()
         size = (len(key) if key else 0) + (len(value) if value else 0)
-        if not self.txn.take(state.tp, offset, size, time.monotonic() if now is None else now):
+        if not self.txn.take(state, offset, size, time.monotonic() if now is None else now):
             return  # already taken (a re-fetch)
         if self.ctx.ordered:
             ordered.add(self, msg, state, offset)
@@ -247,6 +248,16 @@ class PullerTask:
             partition=state.tp.partition,
             offset=offset,
         )
+
+    def send(self) -> None:
+        """Send what the partitions hold into the open transaction now, unless a commit
+        is under way (the reader calls it after each read): copies go out as they are
+        read, so the commit finds them delivered instead of waiting for them."""
+        if self.pending is not None or not self.txn.may_send():
+            return
+        for state in self.partitions.values():
+            if state.copies or state.staged or state.letters:
+                self._ship(state)
 
     def overfull(self) -> bool:
         """Records held during a commit have grown past four times pack_bytes in one
@@ -416,7 +427,7 @@ class PullerTask:
             self._ship(state)  # the records first: a mark covers what precedes it
         for tp, offset in positions.items():
             if tp in self.partitions:
-                self.txn.skip_to(tp, offset)
+                self.txn.skip_to(self.partitions[tp], offset)
         sealed = self.txn.seal()
         now_us = int(time.time() * 1_000_000)
         lateness_us = self.ctx.feed.config.lateness_ms * 1000
@@ -445,7 +456,7 @@ class PullerTask:
                 topic=tp.topic,
                 partition=tp.partition,
                 resolved_ts_us=resolved,
-                next_offset=sealed[tp],
+                next_offset=sealed[state],
             )
             self._produce(self.ctx.changes_topic, mark, state.key, mark_headers)
             state.pending_resolved_us = resolved

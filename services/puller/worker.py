@@ -221,6 +221,8 @@ class PullerWorker:
             found = route((msg.topic(), msg.partition()))
             if found is not None:
                 found[0].add(msg, found[1], now)
+        for task in self.tasks.values():
+            task.send()
         now = time.monotonic()
         due = [task for task in self.tasks.values() if task.due(now, interval_s)]
         if due:
