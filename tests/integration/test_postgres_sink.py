@@ -109,7 +109,17 @@ def test_bank_atomic_totals_final_state_lww_and_syncpoint(clusters, services, po
     bank = Bank(200, seed=1)
     writer.txn(bank.opening())
     rng = random.Random(2)
-    _write_bank(writer, bank, 5000, rng)
+
+    def pause_halfway(i: int) -> None:
+        # Once the first half is applied, a pause longer than syncpoint.interval: the
+        # second half's commits are due another syncpoint however fast the sink applies.
+        if i == 2499:
+            writer.flush()
+            half = BASE_TS + bank.n * 100  # the resolved mark written after transfer 2499
+            sink.wait_status(lambda s: s["checkpoint_ts_us"] >= half, 120, "half applied")
+            time.sleep(1.2)
+
+    _write_bank(writer, bank, 5000, rng, on=pause_halfway)
     final_r = BASE_TS + (bank.n + 1) * 100
     writer.resolved(final_r)
     writer.flush()
