@@ -131,7 +131,6 @@ class PartitionState:
     staged_bytes: int = 0
     watermarked: bool = False  # the partition follows producer watermarks
     watermark_us: int = 0  # the newest producer watermark read (working)
-    sealed_watermark: tuple[bool, int] = (False, 0)  # as of the commit under way
     first_hop: list[ordered.Header] = field(default_factory=list)  # a first hop's provenance
     src: Bytes = b""  # crossfeed-src up to the offset: b"<cluster.id>/<topic>/<partition>/"
 
@@ -140,7 +139,6 @@ class PartitionState:
         self.resolved_ts_us = self.pending_resolved_us = resolved_ts_us
         self.watermarked = watermarked
         self.watermark_us = resolved_ts_us if watermarked else 0
-        self.sealed_watermark = (watermarked, self.watermark_us)
 
     def floor_us(self) -> int:
         """Ordered feeds: a change at or below this commit_ts is late (its partition's
@@ -443,7 +441,6 @@ class PullerTask:
                     lateness_us=lateness_us,
                 )
                 mark_headers = ordered.ordered_mark_headers(resolved, state.watermarked)
-                state.sealed_watermark = (state.watermarked, state.watermark_us)
             else:
                 resolved = max(
                     (now_us if tp in caught_up else state.last_ts_us) - lateness_us,

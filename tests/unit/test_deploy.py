@@ -355,6 +355,7 @@ def feed_of(text: str, where: str) -> FeedSpec:
 METRICS_MODULES = (
     "services.puller.metrics",
     "services.sink.metrics",
+    "services.sink.ordered_metrics",
     "services.coordinator.metrics",
 )
 SUFFIXES = {
@@ -676,7 +677,8 @@ def test_registry_lists_the_services_metrics():
     for name in (
         "crossfeed_puller_records_total",
         "crossfeed_puller_lag_seconds",
-        "crossfeed_sink_checkpoint_ts_seconds",
+        "crossfeed_puller_checkpoint_ts_seconds",
+        "crossfeed_sink_feed_checkpoint_ts_seconds",
         "crossfeed_coordinator_role",
         "crossfeed_coordinator_consistency_ts_seconds",
     ):
@@ -1125,6 +1127,8 @@ def test_alert_rules_are_complete_and_documented():
         "crossfeed_coordinator_role",  # no leader
         "crossfeed_puller_dlq_records_total",  # DLQ growing
         "crossfeed_sink_dlq_records_total",
+        "crossfeed_puller_checkpoint_ts_seconds",  # the target behind
+        "crossfeed_puller_failed_transactions_total",  # transactions failing
     ):
         assert needed in exprs
 
@@ -1141,13 +1145,14 @@ def test_dashboard_uses_only_registered_metrics(path):
     used = set(METRIC_NAME.findall(" ".join(exprs)))
     for needed in (
         "crossfeed_puller_records_total",
-        "crossfeed_sink_records_total",
+        "crossfeed_sink_events_total",
         "crossfeed_puller_lag_seconds",
         "crossfeed_puller_lag_records",
         "crossfeed_puller_dlq_records_total",
         "crossfeed_puller_loop_dropped_records_total",
         "crossfeed_coordinator_consistency_ts_seconds",
-        "crossfeed_sink_checkpoint_ts_seconds",
+        "crossfeed_puller_checkpoint_ts_seconds",
+        "crossfeed_puller_offset_syncs_total",
         "crossfeed_puller_resolved_ts_seconds",
         "crossfeed_coordinator_role",
         "crossfeed_coordinator_failovers_total",
