@@ -26,18 +26,12 @@ from crossfeed.wire import codec, topics
 
 log = logging.getLogger(__name__)
 
-COMPACTED = {
-    "cleanup.policy": "compact",
-    "segment.ms": "600000",
-    "min.cleanable.dirty.ratio": "0.1",
-}
-
 
 def ensure_control_topics(conf: dict[str, Any]) -> None:
     """``_crossfeed.state`` and ``_crossfeed.heartbeats``: one partition each (one order)."""
     admin = clients.admin(conf)
-    kafka_topics.ensure_topic(admin, topics.STATE, 1, COMPACTED)
-    kafka_topics.ensure_topic(admin, topics.HEARTBEATS, 1, COMPACTED)
+    kafka_topics.ensure_internal(admin, topics.STATE)
+    kafka_topics.ensure_internal(admin, topics.HEARTBEATS)
 
 
 @dataclass

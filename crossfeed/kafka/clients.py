@@ -35,6 +35,27 @@ def producer(cluster: Mapping[str, Any], **overrides: Any) -> Producer:
     return Producer(_merge(cluster, {**defaults, **overrides}, "producer"))
 
 
+def transactional_producer(
+    cluster: Mapping[str, Any],
+    transactional_id: str,
+    *,
+    init_timeout_s: float = 60.0,
+    **overrides: Any,
+) -> Producer:
+    """A producer for Kafka transactions under ``transactional_id``, ready to use: its
+    ``init_transactions`` has run, so any earlier producer with that id is fenced and the
+    transaction it left open settled. KafkaException if that does not complete in time.
+
+    ``transaction.timeout.ms`` defaults to 15 s: the open transaction of a producer that
+    stopped answering (paused, cut off) holds back every read_committed reader of the
+    partitions it wrote until the broker aborts it, or until a new producer with the same id
+    takes over."""
+    conf = {"transactional.id": transactional_id, "transaction.timeout.ms": 15000, **overrides}
+    made = producer(cluster, **conf)
+    made.init_transactions(init_timeout_s)
+    return made
+
+
 def consumer(cluster: Mapping[str, Any], **overrides: Any) -> Consumer:
     """A read_committed consumer that never auto-commits (crossfeed commits itself)."""
     defaults = {

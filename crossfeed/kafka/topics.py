@@ -9,6 +9,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
 
+from crossfeed.wire import topics as wire_topics
+
 log = logging.getLogger(__name__)
 
 # Topic-level configs a mirror copies to a topic it creates (only where the source
@@ -53,6 +55,12 @@ def ensure_topic(
         raise
     log.info("created topic %s (%d partitions, %s)", name, partitions, config or {})
     return True
+
+
+def ensure_internal(admin: AdminClient, name: str, partitions: int = 1) -> bool:
+    """Create one of crossfeed's internal topics unless it exists, with its configs from
+    the wire contract (crossfeed/wire/topics.py: internal_config); True if created."""
+    return ensure_topic(admin, name, partitions, wire_topics.internal_config(name))
 
 
 def partition_counts(admin: AdminClient, timeout_s: float = 10.0) -> dict[str, int]:

@@ -25,11 +25,6 @@ from crossfeed.wire import codec, topics
 
 FEED_ROW: Final = ""
 """The group name of a feed's own per-partition row."""
-TOPIC_CONFIG: Final = {
-    "cleanup.policy": "compact",
-    "segment.ms": "600000",
-    "min.cleanable.dirty.ratio": "0.1",
-}
 
 
 def checkpoint_key(feed: str, group: str, topic: str, partition: int) -> bytes:
@@ -37,7 +32,7 @@ def checkpoint_key(feed: str, group: str, topic: str, partition: int) -> bytes:
 
 
 def ensure_topic(conf: Mapping[str, Any]) -> None:
-    kafka_topics.ensure_topic(shared_admin(conf).client(), topics.CHECKPOINTS, 1, TOPIC_CONFIG)
+    kafka_topics.ensure_internal(shared_admin(conf).client(), topics.CHECKPOINTS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,35 @@ def staging_config() -> dict[str, str]:
     }
 
 
+_COMPACTED: Final = {
+    "cleanup.policy": "compact",
+    "segment.ms": "600000",
+    "min.cleanable.dirty.ratio": "0.1",
+}
+
+
+def sorted_config() -> dict[str, str]:
+    """Topic configs of ``_crossfeed.<feed>.sorted``: its records are the staged change
+    events (with the sorter's headers), as large as the staging topic allows."""
+    return staging_config()
+
+
+def internal_config(topic: str) -> dict[str, str]:
+    """The topic configs of one of crossfeed's internal topics: every service that may
+    create it first creates it the same way. ValueError for any other topic."""
+    if topic == DLQ:
+        return dlq_config()
+    if topic == OFFSET_SYNCS:
+        return offset_syncs_config()
+    if topic in (STATE, HEARTBEATS, CHECKPOINTS):
+        return dict(_COMPACTED)
+    if topic.startswith("_crossfeed.") and topic.endswith(".changes"):
+        return staging_config()
+    if topic.startswith("_crossfeed.") and topic.endswith(".sorted"):
+        return sorted_config()
+    raise ValueError(f"{topic!r} is not one of crossfeed's internal topics")
+
+
 def changes(feed: str) -> str:
     """The feed's topic on the target cluster: its puller tasks' positions (ResolvedMarks,
     one partition per task) and, for ordered feeds, the staged changes."""

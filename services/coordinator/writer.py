@@ -66,18 +66,18 @@ class StateWriter:
         """Take the writer: fences every other coordinator's, then reads the log to its end."""
         with self._lock:
             self.close()
-            producer = clients.producer(
-                self._conf,
-                **{
-                    "transactional.id": TRANSACTIONAL_ID,
-                    "transaction.timeout.ms": self._transaction_timeout_ms,
-                    "linger.ms": 0,
-                    # Being fenced is expected here (a new leader); we log it in our words.
-                    "logger": clients.QUIET,
-                },
-            )
             try:
-                producer.init_transactions(timeout_s)
+                producer = clients.transactional_producer(
+                    self._conf,
+                    TRANSACTIONAL_ID,
+                    init_timeout_s=timeout_s,
+                    **{
+                        "transaction.timeout.ms": self._transaction_timeout_ms,
+                        "linger.ms": 0,
+                        # Being fenced is expected here (a new leader): logged in our words.
+                        "logger": clients.QUIET,
+                    },
+                )
             except KafkaException as err:
                 raise WriteFailed(f"could not open the state writer: {err.args[0].str()}") from None
             if not self._store.sync(timeout_s):

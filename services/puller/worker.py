@@ -106,11 +106,8 @@ class PullerWorker:
         opts = self.settings.puller
         target_admin = clients.admin(self.target_conf)
         staging_max = STAGING_MAX_MESSAGE_BYTES + STAGING_HEADROOM_BYTES
-        created = kafka_topics.ensure_topic(
-            target_admin,
-            self.changes_topic,
-            self.feed.config.staging_partitions,
-            topics.staging_config(),
+        created = kafka_topics.ensure_internal(
+            target_admin, self.changes_topic, self.feed.config.staging_partitions
         )
         if not created:
             staging_max = self._staging_limit(target_admin, staging_max)
@@ -127,11 +124,9 @@ class PullerWorker:
             resolved_interval_s=opts.resolved_interval_ms / 1000,
             staging_max_bytes=staging_max,
         )
-        kafka_topics.ensure_topic(target_admin, topics.DLQ, 1, topics.dlq_config())
+        kafka_topics.ensure_internal(target_admin, topics.DLQ)
         if self.feed.mode == "mirror":
-            kafka_topics.ensure_topic(
-                target_admin, topics.OFFSET_SYNCS, 1, topics.offset_syncs_config()
-            )
+            kafka_topics.ensure_internal(target_admin, topics.OFFSET_SYNCS)
         self.targets = TargetTopics(target_admin)
         self.discovery = Discovery(self.feed, clients.admin(self.source_conf), target_admin)
         self.discovery.refresh()
@@ -264,8 +259,10 @@ class PullerWorker:
 
     def start_task(self, s: int) -> None:
         assert self.ctx is not None
-        producer = clients.producer(self.target_conf, **self._producer_conf(s))
-        producer.init_transactions(60)  # fences any earlier owner of this task
+        # Its init_transactions fences any earlier owner of this task.
+        producer = clients.transactional_producer(
+            self.target_conf, transactional_id(self.feed.name, s), **self._producer_conf()
+        )
         task = PullerTask(self.ctx, s, producer)
         task.txn.failures = self.failures.get(s, 0)
         owned = self._task_partitions(s)
@@ -293,13 +290,10 @@ class PullerWorker:
             "resuming from committed marks" if recovered else "fresh start",
         )
 
-    def _producer_conf(self, s: int) -> dict[str, Any]:
-        """The task's transactional producer: copies into the target topics (mirror), or
+    def _producer_conf(self) -> dict[str, Any]:
+        """A task's transactional producer: copies into the target topics (mirror), or
         staging records (ordered)."""
         conf: dict[str, Any] = {
-            "transactional.id": transactional_id(self.feed.name, s),
-            # A zombie's open transaction holds back read_committed readers this long.
-            "transaction.timeout.ms": 15000,
             "batch.size": 1 << 20,
             "message.max.bytes": STAGING_MAX_MESSAGE_BYTES + 2 * STAGING_HEADROOM_BYTES,
         }

@@ -64,13 +64,8 @@ class OrderedSink:
         returns an admin client."""
         wait_for_cluster(alias, conf, stop)
         admin = clients.admin(conf)
-        kafka_topics.ensure_topic(
-            admin,
-            topics.DLQ,
-            1,
-            topics.dlq_config(),
-        )
-        kafka_topics.ensure_topic(admin, self.sorted_topic, 1, {"cleanup.policy": "delete"})
+        kafka_topics.ensure_internal(admin, topics.DLQ)
+        kafka_topics.ensure_internal(admin, self.sorted_topic)
         return admin
 
     def _consumer_conf(self) -> dict[str, Any]:

@@ -360,18 +360,16 @@ class OrderedKafkaSink(OrderedSink):
     # -- helpers --------------------------------------------------------------------
 
     def _new_producer(self) -> Any:
-        producer = clients.producer(
+        return clients.transactional_producer(
             self.target_conf,
+            ids.sink_transactional_id(self.feed.name, self.instance_id),
             **{
-                "transactional.id": ids.sink_transactional_id(self.feed.name, self.instance_id),
                 "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
                 "linger.ms": 5,
                 "batch.size": 1 << 20,
                 "queue.buffering.max.kbytes": 131072,
             },
         )
-        producer.init_transactions(60)
-        return producer
 
     def _enter_error(self, message: str) -> None:
         if self.last_error != message:

@@ -19,7 +19,6 @@ from crossfeed.config.settings import SorterSettings
 from crossfeed.wire import topics
 
 STAGING_MAX_MESSAGE_BYTES = topics.STAGING_MAX_MESSAGE_BYTES
-SORTED_TOPIC_CONFIG = {"cleanup.policy": "delete", "max.message.bytes": str(64 << 20)}
 
 
 class SetupError(RuntimeError):

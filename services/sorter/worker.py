@@ -95,14 +95,11 @@ class SorterWorker:
         sorted_topic = topics.sorted_(self.feed.name)
         # The pullers may not have created .changes yet: Spark's source fails on a
         # missing topic, so create it as they would.
-        kafka_topics.ensure_topic(
-            admin,
-            topics.changes(self.feed.name),
-            self.feed.config.staging_partitions,
-            topics.staging_config(),
+        kafka_topics.ensure_internal(
+            admin, topics.changes(self.feed.name), self.feed.config.staging_partitions
         )
-        kafka_topics.ensure_topic(admin, sorted_topic, 1, sparkconf.SORTED_TOPIC_CONFIG)
-        kafka_topics.ensure_topic(admin, topics.DLQ, 1, topics.dlq_config())
+        kafka_topics.ensure_internal(admin, sorted_topic)
+        kafka_topics.ensure_internal(admin, topics.DLQ)
         self.store.open()
         self.snapshot = self.store.latest()
         ensure_control_topics(self.control_conf)

@@ -98,15 +98,13 @@ class _TaskCopier:
         self.source_id = source_cluster_id
         self.target_id = target_cluster_id
         self.changes = topics.changes(feed.name)
-        self.producer = clients.producer(
+        # Fences the task's puller, if one still runs.
+        self.producer = clients.transactional_producer(
             target_conf,
-            **{
-                "transactional.id": ids.puller_transactional_id(feed.name, task),
-                "transaction.timeout.ms": 60_000,
-                "linger.ms": 10,
-            },
+            ids.puller_transactional_id(feed.name, task),
+            init_timeout_s=30,
+            **{"transaction.timeout.ms": 60_000, "linger.ms": 10},
         )
-        self.producer.init_transactions(30)  # fences the task's puller, if one still runs
         recovered = positions.recover(target_conf, self.changes, task, set())
         self.marks: dict[TopicPartition, int] = dict(recovered or {})
 

@@ -26,7 +26,7 @@ from crossfeed.feeds import FEED_NAME_RE, FeedSpec, parse_feed
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
 from crossfeed.translation.kafka_io import shared_admin
-from crossfeed.wire import codec, headers, ids, topics
+from crossfeed.wire import headers, ids, records, topics
 
 SUFFIX = "-reverse"
 _NOT_READY = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
@@ -89,35 +89,29 @@ def seed_positions(
     conf = settings.cluster(str(reverse.sink.cluster)).client_config()
     staging = topics.changes(reverse.name)
     n = reverse.config.staging_partitions
-    kafka_topics.ensure_topic(
-        shared_admin(conf).client(),
-        staging,
-        n,
-        {"cleanup.policy": "delete", "max.message.bytes": str(topics.STAGING_MAX_MESSAGE_BYTES)},
-    )
+    kafka_topics.ensure_internal(shared_admin(conf).client(), staging, n)
     if any(_positions(conf, staging, s) is not None for s in range(n)):
         return False
     tasks: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
     for (topic, partition), offset in starts.items():
         tasks[staging_partition(topic, partition, n)][TopicPartition(topic, partition)] = offset
     for s, marks in sorted(tasks.items()):
-        producer = clients.producer(
-            conf, **{"transactional.id": ids.puller_transactional_id(reverse.name, s)}
+        producer = clients.transactional_producer(
+            conf, ids.puller_transactional_id(reverse.name, s), init_timeout_s=30
         )
-        producer.init_transactions(30)
         producer.begin_transaction()
         for tp, offset in sorted(marks.items()):
-            mark = {
-                "source_cluster": source_cluster_id,
-                "topic": tp.topic,
-                "partition": tp.partition,
-                "resolved_ts_us": 0,
-                "next_offset": offset,
-            }
+            mark = records.resolved_mark(
+                source_cluster=source_cluster_id,
+                topic=tp.topic,
+                partition=tp.partition,
+                resolved_ts_us=0,
+                next_offset=offset,
+            )
             producer.produce(
                 staging,
-                value=codec.encode("ResolvedMark", mark),
-                key=str(tp).encode(),
+                value=mark,
+                key=records.mark_key(tp.topic, tp.partition),
                 partition=s,
                 headers=_MARKS,
             )
