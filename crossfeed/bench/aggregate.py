@@ -112,15 +112,20 @@ def ratios(
 
 
 def throughput_section(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
-    """One record size: ``runs`` maps system (crossfeed, mm2, ceiling) -> repetitions."""
+    """One record size: ``runs`` maps system (crossfeed, crossfeed-2p, mm2, ceiling) ->
+    repetitions."""
     out: dict[str, Any] = {name: summarize(rs, THROUGHPUT_FIGURES) for name, rs in runs.items()}
     cf, mm, ceiling = runs.get("crossfeed", []), runs.get("mm2", []), runs.get("ceiling", [])
+    cf2 = runs.get("crossfeed-2p", [])
     out["ratios"] = {
         "crossfeed/mm2": ratios(cf, mm),
         "crossfeed/ceiling": ratios(cf, ceiling),
         "mm2/ceiling": ratios(mm, ceiling),
         "cpu crossfeed/mm2": ratios(cf, mm, "cpu_s_per_million"),
     }
+    if cf2:
+        out["ratios"]["crossfeed-2p/mm2"] = ratios(cf2, mm)
+        out["ratios"]["cpu crossfeed-2p/mm2"] = ratios(cf2, mm, "cpu_s_per_million")
     for name, rs in runs.items():
         out[name]["runs"] = list(rs)
     return out

@@ -18,6 +18,7 @@ from crossfeed.bench.aggregate import lookup
 SYSTEMS: tuple[tuple[str, str, str], ...] = (
     ("ceiling", "dc-b ceiling", "#999999"),
     ("crossfeed", "crossfeed", "#1f77b4"),
+    ("crossfeed-2p", "crossfeed, 2 pullers", "#17becf"),
     ("mm2", "MirrorMaker 2", "#ff7f0e"),
 )
 

@@ -106,8 +106,9 @@ def summary(path: Path) -> str:
             f"mirror throughput, {settings['records']:,} x {size} B over "
             f"{settings['partitions']} partitions, median [min–max] of {settings['repeat']}:"
         )
-        for name in ("ceiling", "crossfeed", "mm2"):
-            lines += _system_lines(name, section.get(name, {}))
+        for name in ("ceiling", "crossfeed", "crossfeed-2p", "mm2"):
+            if name in section or name != "crossfeed-2p":
+                lines += _system_lines(name, section.get(name, {}))
         r = section.get("ratios", {})
         lines.append(
             f"  crossfeed/MM2 {fmt(r.get('crossfeed/mm2'), 2)}, "
@@ -115,6 +116,11 @@ def summary(path: Path) -> str:
             f"MM2/ceiling {fmt(r.get('mm2/ceiling'), 2)}; CPU per record crossfeed/MM2 "
             f"{fmt(r.get('cpu crossfeed/mm2'), 2)}"
         )
+        if "crossfeed-2p/mm2" in r:
+            lines.append(
+                f"  2 pullers: crossfeed/MM2 {fmt(r.get('crossfeed-2p/mm2'), 2)}, CPU per "
+                f"record {fmt(r.get('cpu crossfeed-2p/mm2'), 2)}"
+            )
     if "failover" in data:
         lines.append("consumer failover (kill -9 dc-a → the group reading on dc-b):")
         for name in ("crossfeed", "mm2"):

@@ -119,6 +119,7 @@ def _throughput(
     startup: dict[str, Any] = into.setdefault("startup", {})
     starters: list[Replicator] = [
         Crossfeed(janitor, f"{run_id}-cf0", a, b),
+        Crossfeed(janitor, f"{run_id}-cf0p2", a, b, pullers=2),
         MirrorMaker2(janitor, f"{run_id}-mm0", a, b),
     ]
     for starter in starters:
@@ -162,12 +163,15 @@ def _throughput(
             )
             runs["ceiling"].append(_attempt(say, f"{size} B r{rep + 1} ceiling", ceiling))
             out[str(size)] = aggregate.throughput_section(runs)
+            # One puller, and two (a feed's tasks spread over processes: MM2 runs two
+            # tasks on these two cores).
             systems: list[Replicator] = [
                 Crossfeed(janitor, f"{tag}-cf", a, b),
                 MirrorMaker2(janitor, f"{tag}-mm2", a, b),
+                Crossfeed(janitor, f"{tag}-cf2", a, b, pullers=2),
             ]
-            if rep % 2:  # alternate who reads the backlog first (page cache, warm broker)
-                systems.reverse()
+            # Rotate who reads the backlog first (page cache, warm broker).
+            systems = systems[rep % 3 :] + systems[: rep % 3]
             for system in systems:
                 measure = partial(
                     mirror.run,

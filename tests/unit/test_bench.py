@@ -178,6 +178,14 @@ def test_throughput_section_has_every_system_ratio_and_raw_runs():
     assert s["crossfeed"]["runs"] == runs["crossfeed"]
 
 
+def test_throughput_section_compares_two_pullers_with_mm2_when_they_ran():
+    runs = {"crossfeed": [_run(200, 10)], "crossfeed-2p": [_run(300, 12)], "mm2": [_run(100, 20)]}
+    s = aggregate.throughput_section(runs)
+    assert s["ratios"]["crossfeed-2p/mm2"]["median"] == 3.0
+    assert s["ratios"]["cpu crossfeed-2p/mm2"]["median"] == 0.6
+    assert "crossfeed-2p/mm2" not in aggregate.throughput_section({"mm2": runs["mm2"]})["ratios"]
+
+
 def test_unavailable_failover_says_why_and_has_no_figures():
     s = aggregate.failover_section([], "crossfeed.translation is not importable")
     assert s == {"available": False, "reason": "crossfeed.translation is not importable"}
