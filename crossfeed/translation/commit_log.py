@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+TOPIC: Final = "__consumer_offsets"
 OFFSET_COMMIT_TYPES: Final = (0, 1)
 GROUP_METADATA_TYPE: Final = 2
 MAX_VALUE_VERSION: Final = 4

@@ -71,3 +71,5 @@ class TickReport:
     """Groups left alone: they have active members on the destination."""
     took_s: float = 0.0
     note: str = ""
+    commits: str = ""
+    """How group commits reached the translator: ``stream`` or ``poll (why)``."""

@@ -34,7 +34,10 @@ def run_failover(hooks: FailoverHooks, request: FailoverRequest) -> FailoverRepo
     notes: list[str] = []
     stopped_by: Literal["coordinator", "operator"] = "operator"
     # Take the running translator before stopping the feed: stopping it ends its ticks.
-    translator = hooks.take_translator(feed.name) or Translator(hooks.settings, feed)
+    # One made here reads the source once: no commit stream to wait for (see translator.py).
+    translator = hooks.take_translator(feed.name) or Translator(
+        hooks.settings, feed, stream_commits=False
+    )
     try:
         if managed and hooks.mark_failed_over is not None:
             hooks.mark_failed_over(feed.name)
