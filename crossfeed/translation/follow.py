@@ -86,6 +86,11 @@ class Follower(Generic[T]):
         the topic does not exist (there is nothing to read) unless it is ``required``."""
         self.problem: str | None = None
         """Why the topic cannot be read now (None while it is read)."""
+        self.read_at_ms = -1
+        """Wall-clock time of the last batch read without error (-1: none yet), an empty
+        one too: records written before then, up to a fetch round trip, were read. A
+        broker lost meanwhile is noticed only when librdkafka reports it, so this can be
+        a moment late."""
         self._apply: Callable[[Any, bytes | None], None] = book.apply
         self._next: dict[int, int] = {}
         self._stop = threading.Event()
@@ -189,6 +194,8 @@ class Follower(Generic[T]):
                         )
                     self._next[msg.partition()] = msg.offset() + 1
                 self.problem = trouble
+                if trouble is None:
+                    self.read_at_ms = int(time.time() * 1000)
             if not self.caught_up.is_set():
                 positions = consumer.position([TopicPartition(self.topic, p) for p in parts])
                 if all(

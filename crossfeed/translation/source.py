@@ -42,6 +42,11 @@ class Known:
 
     offset: int
     seen_at_ms: int
+    committed_at_ms: int = -1
+    """When the commit was made, where that is known (commit log, consumer timestamps)."""
+    via: str = "listed"
+    """listed, commit-log, consumer-timestamps or checkpoint (the failover report's
+    ``known_from``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +216,12 @@ class SourceView:
                 continue
             known = out.get((g, t, p))
             if known is None or stamp.committed_at_ms > known.seen_at_ms:
-                out[(g, t, p)] = Known(stamp.committed_offset, stamp.committed_at_ms)
+                out[(g, t, p)] = Known(
+                    stamp.committed_offset,
+                    stamp.committed_at_ms,
+                    stamp.committed_at_ms,
+                    "consumer-timestamps",
+                )
         return out
 
     def committed(self, group: str, tp: TP, known: Known | None) -> None:
@@ -227,7 +237,7 @@ class SourceView:
 
     def remember(self, group: str, tp: TP, offset: int, at_ms: int) -> None:
         """A position learnt elsewhere (a checkpoint written before); listing wins."""
-        self.positions.setdefault(group, {}).setdefault(tp, Known(offset, at_ms))
+        self.positions.setdefault(group, {}).setdefault(tp, Known(offset, at_ms, via="checkpoint"))
 
     def remember_end(self, tp: TP, end: int, at_ms: int) -> None:
         self.ends.setdefault(tp, SourceEnd(end, -1, at_ms))

@@ -39,6 +39,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 from crossfeed.config import Settings
@@ -54,7 +55,7 @@ from crossfeed.translation.follow import Follower, follow_commits, follow_stamps
 from crossfeed.translation.kafka_io import TP, Unreachable
 from crossfeed.translation.reader import RangeReader
 from crossfeed.translation.results import GroupTranslation, PartitionTranslation, TickReport
-from crossfeed.translation.rpo import PartitionRpo, partition_rpo
+from crossfeed.translation.rpo import PartitionRpo, partition_rpo, position_rpo
 from crossfeed.translation.rules import FRONTIER_SCAN_LIMIT, ConsumerStamp, Method, decide
 from crossfeed.translation.scan import RangeScan, Seen, classify
 from crossfeed.translation.source import Known, SourceView, Where, now_ms
@@ -223,10 +224,41 @@ class Translator:
         reachable = self.source.probe(FINAL_PROBE_S)  # before the lock: a tick may hold it
         with self._lock:
             self.source.probed(reachable, FINAL_PROBE_S)
-            report = self._round(recheck=True, exact_only=exact_only)
-            return sorted(self._results.values(), key=_order), report
+            # Listed even while the commit log is followed: a source that answers gives
+            # the groups' last commits now, and the report can say they are the last.
+            report = self._round(recheck=True, exact_only=exact_only, list_groups=True)
+            results = self._with_positions(self._results.values(), report.source_reachable)
+            return sorted(results, key=_order), report
 
-    def _round(self, *, recheck: bool, exact_only: bool) -> TickReport:
+    def _with_positions(
+        self, results: Iterable[PartitionTranslation], source_reachable: bool
+    ) -> list[PartitionTranslation]:
+        """The translations with their position RPO (``rpo.position_rpo``) as of now."""
+        now = now_ms()
+        frontiers = {(e.topic, e.partition): e.frontier() for e in self._feed_entries()}
+        # Commits read from the log are known up to the log's last read, however old.
+        read_at = self._commits.read_at_ms if self._commits is not None else -1
+        out = []
+        for r in results:
+            frontier = frontiers.get((r.topic, r.partition))
+            known_until = r.known_at_ms
+            if r.known_from == "commit-log":
+                known_until = max(known_until, read_at)
+            position = position_rpo(
+                source_reachable=source_reachable,
+                exact=r.exact,
+                method=r.method,
+                target_offset=r.target_offset,
+                target_frontier=frontier.target_next if frontier is not None else None,
+                known_from=r.known_from,
+                known_until_ms=known_until,
+                committed_at_ms=r.committed_at_ms,
+                now_ms=now,
+            )
+            out.append(replace(r, position=position))
+        return out
+
+    def _round(self, *, recheck: bool, exact_only: bool, list_groups: bool = False) -> TickReport:
         began = time.monotonic()
         self.start()
         report = TickReport(self.feed.name, ready=self.syncs.caught_up.is_set())
@@ -237,9 +269,9 @@ class Translator:
         streaming, report.commits = self._commit_mode()
         if streaming:
             self._positions_from_commits()
-        self.source.refresh(self._interesting_partitions, list_groups=not streaming)
+        self.source.refresh(self._interesting_partitions, list_groups=list_groups or not streaming)
         results = [
-            self._translate_one(g, t, p, known.offset)
+            self._translate_one(g, t, p, known)
             for (g, t, p), known in sorted(self._positions().items())
         ]
         self._results = {(r.group, r.topic, r.partition): r for r in results}
@@ -310,7 +342,7 @@ class Translator:
                 if commit is None:
                     self._results.pop((group, topic, partition), None)
                     continue
-                result = self._translate_one(group, topic, partition, commit.offset)
+                result = self._translate_one(group, topic, partition, _known(commit))
                 self._results[(group, topic, partition)] = result
                 fresh.append(result)
             if not fresh:
@@ -340,7 +372,7 @@ class Translator:
             self._ensure_ids()
             positions = self.source.group(group, self._stamp_items())
             results = [
-                self._translate_one(group, topic, partition, known.offset)
+                self._translate_one(group, topic, partition, known)
                 for (topic, partition), known in sorted(positions.items())
             ]
             members: int | None
@@ -418,8 +450,9 @@ class Translator:
     # -- translating -----------------------------------------------------------------------
 
     def _translate_one(
-        self, group: str, topic: str, partition: int, offset: int
+        self, group: str, topic: str, partition: int, known: Known
     ) -> PartitionTranslation:
+        offset = known.offset
         with self.syncs.locked() as book:
             entry = book.get(self.feed.name, topic, partition)
             if entry is not None and self.source.cluster_id not in (None, entry.source_cluster):
@@ -445,6 +478,9 @@ class Translator:
             gap=outcome.gap,
             consumer_timestamp_ms=stamp.timestamp_ms if stamp is not None else -1,
             translated_at_ms=now_ms(),
+            known_from=known.via,
+            known_at_ms=known.seen_at_ms,
+            committed_at_ms=known.committed_at_ms,
         )
 
     def scan(
@@ -620,7 +656,7 @@ def filter_of(feed: FeedSpec) -> TranslationFilter:
 def _known(commit: Commit) -> Known:
     """A commit read from the log is known as of its commit time (broker clock): the
     consumer-timestamp merge compares that with the commits the wrapper recorded."""
-    return Known(commit.offset, commit.committed_at_ms)
+    return Known(commit.offset, commit.committed_at_ms, commit.committed_at_ms, "commit-log")
 
 
 def _order(r: PartitionTranslation) -> Where:
