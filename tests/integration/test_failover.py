@@ -80,6 +80,15 @@ def crossfeed(*args: str) -> Any:
     return json.loads(result.stdout)
 
 
+def failover_cli(feed: Any, url: str) -> Any:
+    """``crossfeed failover`` of a feed-file feed (tests.support Feed) against the routes
+    at ``url``; its JSON report."""
+    return crossfeed(
+        *("--config", str(feed.config_file), "failover", "--feed", feed.name),
+        *("--feed-file", str(feed.feed_file), "--server", url, "--json"),
+    )
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
     deadline = time.monotonic() + timeout_s
     last: Any = None
@@ -291,17 +300,7 @@ def test_failover_moves_every_kind_of_group_to_its_exact_record(
         clusters.stop("dc-a")
         try:
             feed.stop_all(hard=True)  # a feed-file feed: the operator stops its processes
-            report = crossfeed(
-                *cli_args,
-                "failover",
-                "--feed",
-                spec.name,
-                "--feed-file",
-                str(feed.feed_file),
-                "--server",
-                url,
-                "--json",
-            )
+            report = failover_cli(feed, url)
             assert report["stopped_by"] == "operator" and not report["source_reachable"]
             rows = {(r["topic"], r["partition"]): r for r in report["partitions"]}
             assert rows[(plain, 0)]["unreplicated"] == 25, rows

@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 
 from crossfeed.feeds import load_feed_file
-from tests.integration.test_failover import crossfeed, failover_routes, wait_for
+from tests.integration.test_failover import failover_cli, failover_routes, wait_for
 from tests.support.verify import read_many
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -161,18 +161,7 @@ def test_a_plain_consumer_group_fails_over_mid_stream_with_nothing_skipped(
             # close() may wait for the lost group coordinator: not on the test's time.
             threading.Thread(target=app.consumer.close, daemon=True).start()
             feed.stop_all(hard=True)
-            report = crossfeed(
-                "--config",
-                str(feed.config_file),
-                "failover",
-                "--feed",
-                spec.name,
-                "--feed-file",
-                str(feed.feed_file),
-                "--server",
-                url,
-                "--json",
-            )
+            report = failover_cli(feed, url)
             assert not report["source_reachable"]
             mine = [g for g in report["groups"] if g["group"] == group]
             assert len(mine) == 1, report["groups"]
