@@ -4,19 +4,30 @@ The translator follows dc-a's ``__consumer_offsets`` (parsed by ``commit_log.py`
 on what a real broker writes) and moves the group on dc-b as soon as a commit is read.
 Translation rounds are 60 s apart in these tests, so a translation that appears within a
 second can only have come from the stream; the rounds counter proves no round ran.
-Where the commit log cannot be read, the translator lists group offsets (poll) and says
-why.
+Where the commit log cannot be read — not there, or not allowed by the source's ACLs (a
+third, secured cluster: ``tests/support/secured.py``) — the translator lists group
+offsets (poll) and says why.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
 
+from crossfeed.config import Settings
 from crossfeed.core.provenance import parse_src
 from crossfeed.feeds import FeedSpec, load_feed_file
 from crossfeed.kafka import clients
@@ -25,6 +36,7 @@ from crossfeed.translation.translator import Translator
 from crossfeed.wire import headers
 from services.coordinator.failover import TranslatorLoop
 from tests.integration.test_failover import committed, wait_for
+from tests.support.secured import ADMIN_USER, LIMITED_USER, Secured, secured_cluster
 from tests.support.verify import read_many
 
 pytestmark = pytest.mark.integration
@@ -149,3 +161,84 @@ def test_without_the_commit_log_the_translator_polls_and_says_why(
         assert positions == {(topic, 0): 7}
     finally:
         translator.close()
+
+
+# -- a source that does not let the translator read its commit log ----------------------------
+
+
+@pytest.fixture(scope="module")
+def secured() -> Iterator[Secured]:
+    with secured_cluster() as cluster:
+        yield cluster
+
+
+def test_without_the_right_to_read_the_commit_log_the_translator_polls_and_says_why(
+    clusters, secured, unique
+):
+    """On a cluster with ACLs: a user with no right on ``__consumer_offsets`` polls (and
+    says it is not authorized); a super user of the same cluster follows the stream."""
+    admin = clients.admin(secured.superuser)
+    topic = unique("acl")
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
+    producer = clients.producer(secured.superuser)
+    for i in range(10):
+        producer.produce(topic, value=f"v{i}".encode())
+    producer.flush(10)
+    group = unique("acl-group")
+    consumer = clients.consumer(secured.superuser, **{"group.id": group})
+    consumer.commit(offsets=[TopicPartition(topic, 0, 7)], asynchronous=False)
+    consumer.close()
+    limited = "User:" + LIMITED_USER[0]
+    rights = [
+        (ResourceType.TOPIC, topic, AclOperation.READ),
+        (ResourceType.TOPIC, topic, AclOperation.DESCRIBE),
+        (ResourceType.GROUP, "*", AclOperation.READ),
+        (ResourceType.GROUP, "*", AclOperation.DESCRIBE),
+        (ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE),  # BROKER: the cluster
+    ]
+    allow = AclPermissionType.ALLOW
+    bindings = [
+        AclBinding(kind, name, ResourcePatternType.LITERAL, limited, "*", op, allow)
+        for kind, name, op in rights
+    ]
+    for future in admin.create_acls(bindings).values():
+        future.result(30)
+
+    settings = Settings(
+        clusters={
+            clusters.a.alias: clusters.a.config,
+            clusters.b.alias: clusters.b.config,
+            "src-limited": secured.limited,
+            "src-admin": secured.user(*ADMIN_USER),
+        },
+        control_cluster=clusters.b.alias,
+        **SLOW_ROUNDS,
+    )
+
+    def feed(source: str) -> FeedSpec:
+        name = f"{source}-{uuid.uuid4().hex[:8]}"
+        return FeedSpec.model_validate(
+            {"name": name, "source": source, "sink_uri": "kafka://dc-b", "topics": [topic]}
+        )
+
+    for source, expected_mode, known_from in (
+        ("src-limited", "poll (__consumer_offsets: Broker: Topic authorization failed)", "listed"),
+        ("src-admin", "stream", "commit-log"),
+    ):
+        translator = Translator(settings, feed(source))
+        try:
+            assert translator.wait_ready(30)
+            wait_for(
+                f"{source}: {expected_mode}",
+                lambda t=translator, m=expected_mode: t.commit_mode == m,  # type: ignore[misc]
+                timeout_s=20,
+            )
+            assert translator.tick().commits == expected_mode
+            found = {
+                (r.topic, r.partition): (r.source_offset, r.known_from)
+                for r in translator.results()
+                if r.group == group
+            }
+            assert found == {(topic, 0): (7, known_from)}, source
+        finally:
+            translator.close()
