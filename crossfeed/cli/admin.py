@@ -20,6 +20,7 @@ from typing import Any, Optional, TypeVar
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from crossfeed.cli.common import clean_errors, fail, settings
@@ -267,6 +268,9 @@ def status(
             out.print(f"{feed['name']}: syncpoint {_syncpoint(feed)}")
         if feed.get("held_back_by"):
             out.print(f"[yellow]{feed['name']}[/]: resolved_ts held back by {_held_back(feed)}")
+        if feed.get("commits"):  # mirror feeds, from the leader: how groups are translated
+            name = feed["name"] if feed["commits"] == "stream" else f"[yellow]{feed['name']}[/]"
+            out.print(f"{name}: commits: {escape(feed['commits'])}")
     for feed in feeds:
         if feed["last_error"]:
             out.print(f"[red]{feed['name']}[/]: {feed['last_error']}")

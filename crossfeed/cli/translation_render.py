@@ -29,8 +29,22 @@ def _exact(row: Mapping[str, Any]) -> Text:
     return Text(f"no ({row['method']})", style="yellow")
 
 
+def _reread(position: Mapping[str, Any] | None) -> Text:
+    """The position RPO of one group partition (failover and failback reports)."""
+    if position is None:
+        return Text("-")
+    bound = position["reread_max"]
+    count = "?" if bound < 0 else ("0" if bound == 0 else f"<= {bound}")
+    if position["last_commit"]:
+        return Text(f"{count} (last commit)", style="green" if bound == 0 else "yellow")
+    age = position["commit_age_s"]
+    known = "commit time unknown" if age is None else f"last known commit {age:.1f}s old"
+    return Text(f"{count} ({known})", style="green" if bound == 0 else "yellow")
+
+
 def group_table(group: Mapping[str, Any]) -> Table:
-    """One group: per partition source offset, destination offset, exactness, gap."""
+    """One group: per partition source offset, destination offset, exactness, gap, and in
+    a failover or failback report the records it may read again."""
     table = Table(box=box.SIMPLE_HEAD, title=f"group {group['group']} (feed {group['feed']})")
     rows = group["partitions"]
     renamed = any(
@@ -44,6 +58,7 @@ def group_table(group: Mapping[str, Any]) -> Table:
         "TARGET OFFSET",
         "EXACT",
         "GAP",
+        *(["RE-READ"] if any(r.get("position") for r in rows) else []),
     ]
     for column in columns:
         table.add_column(
@@ -59,6 +74,7 @@ def group_table(group: Mapping[str, Any]) -> Table:
             _offset(row["target_offset"]),
             _exact(row),
             _gap(row["gap"]),
+            *([_reread(row.get("position"))] if "RE-READ" in columns else []),
         )
     return table
 
@@ -109,6 +125,13 @@ def failover_report(report: Mapping[str, Any]) -> Iterator[RenderableType]:
     yield Text(
         f"RPO: {total} record(s)" + ("" if seconds is None else f", {seconds:.1f}s of data"),
         style="red" if total else "green",
+    )
+    stale, bound = report["positions_stale"], report["reread_max_records"]
+    yield Text(
+        f"positions: {report['positions_at_last_commit']} group partition(s) at their last "
+        f"commit, {stale} possibly older"
+        + (f"; at most {bound} record(s) may be read again" if bound else "; nothing re-read"),
+        style="yellow" if bound else "green",
     )
     yield from _groups(report["groups"], report["moved"], report["active"])
     for note in report["notes"]:

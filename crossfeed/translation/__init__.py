@@ -12,7 +12,10 @@ Pure decisions (no I/O, unit- and property-tested):
 * :mod:`~crossfeed.translation.books` — the OffsetSync and consumer-timestamp tables folded
   from their compacted topics;
 * :mod:`~crossfeed.translation.filters` — which groups and topics are translated;
-* :mod:`~crossfeed.translation.rpo` — what a failover loses, per partition.
+* :mod:`~crossfeed.translation.rpo` — what a failover loses, per partition (records
+  never copied) and per group partition (records a group may read again);
+* :mod:`~crossfeed.translation.commit_log` — group commits as the source logs them in
+  ``__consumer_offsets`` (Kafka's binary formats) and the latest one per group partition.
 
 I/O: :mod:`~crossfeed.translation.kafka_io` (admin requests, with the librdkafka
 caveats they need), :mod:`~crossfeed.translation.reader` (bounded reads),

@@ -5,6 +5,13 @@ start; a translator must not: ``__consumer_timestamps`` lives on the source clus
 which is exactly the one that may be down (and may come back), and the topic may not
 exist yet. A :class:`Follower` keeps trying, resumes from where it was, and folds every
 record into a table under a lock the reader shares.
+
+``__consumer_offsets`` is followed the same way, with three differences its use needs:
+binary keys (``raw_keys``), a topic that must be readable before the follower counts as
+caught up (``required``: a missing or unauthorized topic is a :attr:`Follower.problem`
+the translator reports, and it lists group offsets meanwhile), and a callback after
+every batch (``on_batch``) with a short batch wait, so commits are translated as they
+arrive rather than at the next round.
 """
 
 from __future__ import annotations
@@ -18,10 +25,12 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Final, Generic, Protocol, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from crossfeed.kafka import clients
 from crossfeed.translation.books import StampBook, SyncBook
+from crossfeed.translation.commit_log import TOPIC as CONSUMER_OFFSETS
+from crossfeed.translation.commit_log import CommitBook
 from crossfeed.translation.kafka_io import QUIET_CONF
 from crossfeed.wire import topics
 
@@ -29,10 +38,20 @@ log = logging.getLogger(__name__)
 
 RETRY_S: Final = 2.0
 LOOK_S: Final = 10.0
+BATCH_WAIT_S: Final = 0.2
+COMMITS_BATCH_WAIT_S: Final = 0.05
+"""A batch of commits is handed on at most this long after its first record arrived."""
+_DENIED: Final = (
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+)
+_LOST: Final = (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT)
+"""librdkafka reports a lost cluster as message errors, not exceptions."""
 
 
 class Book(Protocol):
-    def apply(self, key: str, value: bytes | None) -> None: ...
+    def apply(self, key: Any, value: bytes | None) -> None: ...
 
 
 T = TypeVar("T", bound=Book)
@@ -41,16 +60,38 @@ T = TypeVar("T", bound=Book)
 class Follower(Generic[T]):
     """Reads every partition of ``topic`` from its start, forever, into ``book``."""
 
-    def __init__(self, conf: Mapping[str, Any], topic: str, book: T, name: str) -> None:
+    def __init__(
+        self,
+        conf: Mapping[str, Any],
+        topic: str,
+        book: T,
+        name: str,
+        *,
+        raw_keys: bool = False,
+        required: bool = False,
+        on_batch: Callable[[], None] | None = None,
+        batch_wait_s: float = BATCH_WAIT_S,
+    ) -> None:
         self.conf = dict(conf)
         self.topic = topic
         self.book = book
         self.name = name
+        self.raw_keys = raw_keys
+        self.required = required
+        self.on_batch = on_batch
+        self.batch_wait_s = batch_wait_s
         self.lock = threading.RLock()
         self.caught_up = threading.Event()
         """Set once everything that existed when the tail (re)started was read; also when
-        the topic does not exist (there is nothing to read)."""
-        self._apply: Callable[[str, bytes | None], None] = book.apply
+        the topic does not exist (there is nothing to read) unless it is ``required``."""
+        self.problem: str | None = None
+        """Why the topic cannot be read now (None while it is read)."""
+        self.read_at_ms = -1
+        """Wall-clock time of the last batch read without error (-1: none yet), an empty
+        one too: records written before then, up to a fetch round trip, were read. A
+        broker lost meanwhile is noticed only when librdkafka reports it, so this can be
+        a moment late."""
+        self._apply: Callable[[Any, bytes | None], None] = book.apply
         self._next: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -84,6 +125,7 @@ class Follower(Generic[T]):
                 self._follow(consumer)
                 complained = False
             except KafkaException as err:
+                self.problem = f"cannot read {self.topic}: {err}"
                 if not complained:
                     log.warning(
                         "%s: cannot read %s on %s (%s); retrying every %.0fs",
@@ -102,11 +144,19 @@ class Follower(Generic[T]):
         meta = consumer.list_topics(self.topic, timeout=5)
         info = meta.topics.get(self.topic)
         if info is None or info.error is not None or not info.partitions:
-            self.caught_up.set()  # nothing to read yet; look again later
+            if self.required:
+                # Not caught up: there is nothing to follow (the topic appears with the
+                # cluster's first group commit) or no right to read it; say which.
+                why = info.error.str() if info is not None and info.error else "no partitions"
+                self.problem = f"{self.topic}: {why}"
+            else:
+                self.caught_up.set()  # nothing to read yet; look again later
             return
         parts = sorted(info.partitions)
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=5)[1]
+        # (low, high) per partition: a partition whose records were all deleted or
+        # compacted away has nothing to read, and no record would ever move its position.
+        marks = {
+            p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=5)
             for p in parts
         }
         consumer.assign(
@@ -114,25 +164,48 @@ class Follower(Generic[T]):
         )
         next_look = time.monotonic() + LOOK_S
         while not self._stop.is_set():
-            batch: list[Any] = consumer.consume(1000, timeout=0.2)
+            batch: list[Any] = consumer.consume(1000, timeout=self.batch_wait_s)
+            applied = False
+            trouble: str | None = None
             with self.lock:
                 for msg in batch:
-                    if msg.error() is not None:
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() in _DENIED:
+                            self.problem = f"{self.topic}: {err.str()}"
+                            return  # looked at again every RETRY_S
+                        if err.code() in _LOST:
+                            trouble = f"cannot read {self.topic}: {err.str()}"
                         continue
-                    key = (msg.key() or b"").decode("utf-8", "replace")
+                    raw = msg.key() or b""
+                    key = raw if self.raw_keys else raw.decode("utf-8", "replace")
                     try:
                         self._apply(key, msg.value())
+                        applied = True
                     except ValueError as err:  # a value we cannot decode: skip it, say so
                         log.warning(
-                            "%s: skipping %s record %r: %s", self.name, self.topic, key, err
+                            "%s: skipping %s record %r at %d/%d: %s",
+                            self.name,
+                            self.topic,
+                            key,
+                            msg.partition(),
+                            msg.offset(),
+                            err,
                         )
                     self._next[msg.partition()] = msg.offset() + 1
+                self.problem = trouble
+                if trouble is None:
+                    self.read_at_ms = int(time.time() * 1000)
             if not self.caught_up.is_set():
                 positions = consumer.position([TopicPartition(self.topic, p) for p in parts])
                 if all(
-                    tp.offset >= ends[tp.partition] or ends[tp.partition] == 0 for tp in positions
+                    tp.offset >= marks[tp.partition][1]
+                    or marks[tp.partition][1] <= marks[tp.partition][0]
+                    for tp in positions
                 ):
                     self.caught_up.set()
+            if applied and self.on_batch is not None:
+                self.on_batch()
             if time.monotonic() >= next_look:
                 # Raises while the cluster is down (the caller reconnects); returns to assign
                 # again when partitions were added.
@@ -150,3 +223,23 @@ def follow_syncs(target_conf: Mapping[str, Any]) -> Follower[SyncBook]:
 def follow_stamps(source_conf: Mapping[str, Any]) -> Follower[StampBook]:
     """A started tail of ``__consumer_timestamps`` on one source cluster."""
     return Follower(source_conf, topics.CONSUMER_TIMESTAMPS, StampBook(), "consumer-ts").start()
+
+
+def follow_commits(
+    source_conf: Mapping[str, Any],
+    book: CommitBook,
+    on_batch: Callable[[], None] | None = None,
+    topic: str = CONSUMER_OFFSETS,
+) -> Follower[CommitBook]:
+    """A started tail of ``__consumer_offsets`` on one source cluster (``topic``: another
+    name only in tests of the fallback)."""
+    return Follower(
+        source_conf,
+        topic,
+        book,
+        "consumer-offsets",
+        raw_keys=True,
+        required=True,
+        on_batch=on_batch,
+        batch_wait_s=COMMITS_BATCH_WAIT_S,
+    ).start()

@@ -36,3 +36,14 @@ SOURCE_UP = Gauge(
     "1 while the feed's source cluster answers the translator, else 0",
     ("feed",),
 )
+ARRIVALS = Counter(
+    "crossfeed_coordinator_commits_translated_on_arrival_total",
+    "Group commits read from the source's __consumer_offsets and translated as they arrived",
+    ("feed",),
+)
+COMMITS_STREAMED = Gauge(
+    "crossfeed_coordinator_commits_streamed",
+    "1 while the feed's translator follows group commits in __consumer_offsets, "
+    "0 while it lists group offsets every round (see crossfeed status for why)",
+    ("feed",),
+)

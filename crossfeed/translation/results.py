@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from crossfeed.translation.rpo import PositionRpo
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionTranslation:
@@ -23,6 +25,14 @@ class PartitionTranslation:
     """Records the group consumed past the replicated frontier (-1 unknown)."""
     consumer_timestamp_ms: int
     translated_at_ms: int
+    known_from: str = "listed"
+    """Where the source offset was learnt (see source.Known.via)."""
+    known_at_ms: int = -1
+    """When it was learnt (listed, or read from the commit log)."""
+    committed_at_ms: int = -1
+    """When the group made that commit (-1 unknown)."""
+    position: PositionRpo | None = None
+    """Failover rounds only: what the failover may cost the group here."""
 
     def checkpoint(self, feed: str, source_cluster: str) -> dict[str, Any]:
         """Its GroupCheckpoint record (only for a translation with a target offset)."""
@@ -71,3 +81,5 @@ class TickReport:
     """Groups left alone: they have active members on the destination."""
     took_s: float = 0.0
     note: str = ""
+    commits: str = ""
+    """How group commits reached the translator: ``stream`` or ``poll (why)``."""

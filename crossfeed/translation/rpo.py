@@ -10,6 +10,23 @@ syncs, and — if the source could be read in time — a scan of the records bet
   was never seen.
 * ``rpo_seconds``: the newest source record's timestamp minus the newest replicated
   record's; 0 when nothing is missing; None when either is unknown.
+
+The same for consumer positions, per group partition (:func:`position_rpo`): a group
+resumes on the target at the translation of its *last known* commit. That is its last
+commit when the source answered at the failover. Otherwise commits made after the last
+one known are lost with the source, and the group reads those records again:
+
+* ``reread_max``: an upper bound of the records it may read again — the target offsets
+  between where it resumes and the end of the copies (a group cannot re-read what was
+  never copied; transaction markers take offsets too). 0 when the position is the last
+  commit and the translation exact, and when the group resumes at the replicated
+  frontier (it had read everything copied: any later commit lies past the frontier too);
+  -1 when unknown. Loose for a group far behind the head: it can only say "not past the
+  copies".
+* ``commit_age_s``: how old the last known commit was at the failover (None when its
+  time is unknown: a listed offset or a checkpoint carries none);
+* ``known_until_ms``: the group's commits are known up to this time — when the commit
+  log was last read, or the offset last listed (anything committed later is unknown).
 """
 
 from __future__ import annotations
@@ -79,3 +96,47 @@ def partition_rpo(
         seconds,
         known_at_ms,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PositionRpo:
+    """What a failover may cost one group on one partition (see the module docstring)."""
+
+    last_commit: bool
+    """The position translated is the group's last commit on the source."""
+    known_from: str
+    """Where it was learnt: listed, commit-log, consumer-timestamps or checkpoint."""
+    known_until_ms: int
+    commit_age_s: float | None
+    reread_max: int
+
+
+def position_rpo(
+    *,
+    source_reachable: bool,
+    exact: bool,
+    method: str,
+    target_offset: int | None,
+    target_frontier: int | None,
+    known_from: str,
+    known_until_ms: int,
+    committed_at_ms: int,
+    now_ms: int,
+) -> PositionRpo:
+    """One group partition's position RPO at a failover at ``now_ms``.
+
+    ``source_reachable``: the source answered in the failover's own round, which listed
+    the group's offsets then (so the position is its last commit). ``method``/``exact``:
+    the translation's (``rules.Method``); ``target_frontier``: the target offset right
+    after the partition's last copy (None without offset syncs); ``committed_at_ms``: when
+    the last known commit was made (-1 unknown)."""
+    age = max(0.0, (now_ms - committed_at_ms) / 1000) if committed_at_ms >= 0 else None
+    if target_offset is None:
+        reread = -1
+    elif method == "frontier" or (source_reachable and exact):
+        reread = 0
+    elif target_frontier is None:
+        reread = -1
+    else:
+        reread = max(0, target_frontier - target_offset)
+    return PositionRpo(source_reachable, known_from, known_until_ms, age, reread)

@@ -42,6 +42,11 @@ class Known:
 
     offset: int
     seen_at_ms: int
+    committed_at_ms: int = -1
+    """When the commit was made, where that is known (commit log, consumer timestamps)."""
+    via: str = "listed"
+    """listed, commit-log, consumer-timestamps or checkpoint (the failover report's
+    ``known_from``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,9 +133,10 @@ class SourceView:
 
     # -- what is asked ---------------------------------------------------------------------
 
-    def refresh(self, partitions: Callable[[], Iterable[TP]]) -> None:
-        """Every wanted group's offsets, then the ends of ``partitions()`` (which may
-        depend on the groups just listed)."""
+    def refresh(self, partitions: Callable[[], Iterable[TP]], *, list_groups: bool = True) -> None:
+        """Every wanted group's offsets (unless ``list_groups`` is False: the commits are
+        followed as a stream), then the ends of ``partitions()`` (which may depend on the
+        groups just listed)."""
         if not self.worth_asking():
             return
         stamp = now_ms()
@@ -139,14 +145,15 @@ class SourceView:
                 self.cluster_id = clients.cluster_id(self.conf, 3.0)
                 if self.cluster_id is None:
                     raise Unreachable("no cluster.id")
-            groups = [g for g in kafka_io.list_groups(self.admin, 3.0) if self.wanted_group(g)]
-            listed = kafka_io.group_offsets(self.admin, groups)
-            positions = {
-                g: {tp: Known(o, stamp) for tp, o in offsets.items() if self.wanted_topic(tp[0])}
-                for g, offsets in listed.items()
-            }
-            # A group that no longer has offsets on the source is forgotten.
-            self.positions = {g: p for g, p in positions.items() if p}
+            if list_groups:
+                wanted = [g for g in kafka_io.list_groups(self.admin, 3.0) if self.wanted_group(g)]
+                listed = kafka_io.group_offsets(self.admin, wanted)
+                positions = {
+                    g: {tp: Known(o, stamp) for tp, o in offs.items() if self.wanted_topic(tp[0])}
+                    for g, offs in listed.items()
+                }
+                # A group that no longer has offsets on the source is forgotten.
+                self.positions = {g: p for g, p in positions.items() if p}
             self.refresh_ends(partitions(), stamp)
         except Unreachable as err:
             self.lost(err)
@@ -209,12 +216,28 @@ class SourceView:
                 continue
             known = out.get((g, t, p))
             if known is None or stamp.committed_at_ms > known.seen_at_ms:
-                out[(g, t, p)] = Known(stamp.committed_offset, stamp.committed_at_ms)
+                out[(g, t, p)] = Known(
+                    stamp.committed_offset,
+                    stamp.committed_at_ms,
+                    stamp.committed_at_ms,
+                    "consumer-timestamps",
+                )
         return out
+
+    def committed(self, group: str, tp: TP, known: Known | None) -> None:
+        """A commit (or, None, a deletion) read from the source's commit log: it is what
+        the source holds now, so it replaces what was listed."""
+        if known is not None:
+            self.positions.setdefault(group, {})[tp] = known
+            return
+        offsets = self.positions.get(group, {})
+        offsets.pop(tp, None)
+        if not offsets:
+            self.positions.pop(group, None)
 
     def remember(self, group: str, tp: TP, offset: int, at_ms: int) -> None:
         """A position learnt elsewhere (a checkpoint written before); listing wins."""
-        self.positions.setdefault(group, {}).setdefault(tp, Known(offset, at_ms))
+        self.positions.setdefault(group, {}).setdefault(tp, Known(offset, at_ms, via="checkpoint"))
 
     def remember_end(self, tp: TP, end: int, at_ms: int) -> None:
         self.ends.setdefault(tp, SourceEnd(end, -1, at_ms))

@@ -1,13 +1,21 @@
 """The translator of one feed: source group offsets → destination offsets, every tick.
 
 The coordinator leader ticks one :class:`Translator` per running mirror feed (every
-``coordinator.translate_interval_s``, default 1 s). A tick:
+``coordinator.translate_interval_s``, default 1 s). Between ticks, group commits are
+followed as a stream: the translator tails the source's ``__consumer_offsets``
+(``commit_log.py``), keeps each wanted group's latest commit, and translates and writes
+a commit as soon as it is read — within ~100 ms of the commit, with no admin request
+per group. Where that topic cannot be read (no right to, or not there yet) the tick
+lists the groups' offsets instead (poll); :attr:`Translator.commit_mode` says which.
+
+A tick:
 
 1. reads the source (``source.py``): its consumer groups (filtered, ``filters.py``) and
-   their committed offsets on the feed's topics, each partition's end offset and newest
-   timestamp. When the source does not answer, the tick goes on with what it knows: the
-   offsets last listed, newer commits seen in ``__consumer_timestamps`` (followed all the
-   time), and — after a restart — the checkpoints it wrote before;
+   their committed offsets on the feed's topics — from the commit stream, or listed when
+   polling — and each partition's end offset and newest timestamp. When the source does
+   not answer, the tick goes on with what it knows: the last commits read or listed,
+   newer commits seen in ``__consumer_timestamps`` (followed all the time), and — after
+   a restart — the checkpoints it wrote before;
 2. translates every (group, partition) by the rules of ``rules.py`` through the feed's
    OffsetSync runs (followed from the start of ``_crossfeed.offset-syncs`` on the target,
    ``books.py``), reading the source only where the runs cannot tell (bounded, cached);
@@ -31,6 +39,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 from crossfeed.config import Settings
@@ -39,13 +48,14 @@ from crossfeed.kafka import clients
 from crossfeed.translation import kafka_io, metrics
 from crossfeed.translation.books import Frontier, StampBook, SyncBook, SyncEntry
 from crossfeed.translation.checkpoints import FEED_ROW, read_checkpoints
+from crossfeed.translation.commit_log import Commit, CommitBook, commit_mode
 from crossfeed.translation.destination import Destination
 from crossfeed.translation.filters import TranslationFilter
-from crossfeed.translation.follow import Follower, follow_stamps, follow_syncs
+from crossfeed.translation.follow import Follower, follow_commits, follow_stamps, follow_syncs
 from crossfeed.translation.kafka_io import TP, Unreachable
 from crossfeed.translation.reader import RangeReader
 from crossfeed.translation.results import GroupTranslation, PartitionTranslation, TickReport
-from crossfeed.translation.rpo import PartitionRpo, partition_rpo
+from crossfeed.translation.rpo import PartitionRpo, partition_rpo, position_rpo
 from crossfeed.translation.rules import FRONTIER_SCAN_LIMIT, ConsumerStamp, Method, decide
 from crossfeed.translation.scan import RangeScan, Seen, classify
 from crossfeed.translation.source import Known, SourceView, Where, now_ms
@@ -70,7 +80,11 @@ class Translator:
         syncs: Follower[SyncBook] | None = None,
         stamps: Follower[StampBook] | None = None,
         translation_filter: TranslationFilter | None = None,
+        stream_commits: bool = True,
+        commits_topic: str | None = None,
     ) -> None:
+        """``stream_commits``: follow ``__consumer_offsets`` (else always poll);
+        ``commits_topic``: follow another topic instead (tests of the fallback)."""
         target = feed.sink.cluster
         if feed.sink.scheme != "kafka" or target is None or feed.mode != "mirror":
             raise ValueError(
@@ -98,6 +112,11 @@ class Translator:
         self._truncated_at = 0.0
         self._destination: Destination | None = None
         self._target_reader: RangeReader | None = None
+        self._stream_commits = stream_commits
+        self._commits_topic = commits_topic
+        self._commits: Follower[CommitBook] | None = None
+        self._arrived = threading.Event()
+        self._arrivals: threading.Thread | None = None
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -113,6 +132,15 @@ class Translator:
                 self._syncs = follow_syncs(self.target_conf)
             if self._stamps is None:
                 self._stamps = follow_stamps(self.source_conf)
+            if self._stream_commits and self._commits is None:
+                # Per feed, not shared: the book keeps only this feed's groups and topics.
+                book = CommitBook(self.filter.group, self._wanted)
+                extra = {"topic": self._commits_topic} if self._commits_topic else {}
+                self._commits = follow_commits(self.source_conf, book, self._arrived.set, **extra)
+                self._arrivals = threading.Thread(
+                    target=self._follow_arrivals, name=f"commits-{self.feed.name}", daemon=True
+                )
+                self._arrivals.start()
             self.source.open()
             self._target_reader = RangeReader(self.target_conf, f"translator-{self.feed.name}")
             self._destination = Destination(self.feed.name, self.target_alias, self.target_conf)
@@ -134,6 +162,9 @@ class Translator:
                 self._syncs.stop()
             if self._own_stamps and self._stamps is not None:
                 self._stamps.stop()
+            if self._commits is not None:
+                self._commits.stop()
+            self._arrived.set()  # the arrivals thread sees _closed and ends
             self.source.close()
             if self._target_reader is not None:
                 self._target_reader.close()
@@ -168,6 +199,16 @@ class Translator:
     def source_up(self) -> bool:
         return self.source.up
 
+    @property
+    def commit_mode(self) -> str:
+        """How group commits reach this translator: ``stream`` or ``poll (why)``."""
+        return self._commit_mode()[1]
+
+    def _commit_mode(self) -> tuple[bool, str]:
+        if self._commits is None:
+            return False, "poll (stream off)" if not self._stream_commits else "poll (not started)"
+        return commit_mode(self._commits.caught_up.is_set(), self._commits.problem)
+
     # -- rounds ----------------------------------------------------------------------------
 
     def tick(self) -> TickReport:
@@ -183,10 +224,41 @@ class Translator:
         reachable = self.source.probe(FINAL_PROBE_S)  # before the lock: a tick may hold it
         with self._lock:
             self.source.probed(reachable, FINAL_PROBE_S)
-            report = self._round(recheck=True, exact_only=exact_only)
-            return sorted(self._results.values(), key=_order), report
+            # Listed even while the commit log is followed: a source that answers gives
+            # the groups' last commits now, and the report can say they are the last.
+            report = self._round(recheck=True, exact_only=exact_only, list_groups=True)
+            results = self._with_positions(self._results.values(), report.source_reachable)
+            return sorted(results, key=_order), report
 
-    def _round(self, *, recheck: bool, exact_only: bool) -> TickReport:
+    def _with_positions(
+        self, results: Iterable[PartitionTranslation], source_reachable: bool
+    ) -> list[PartitionTranslation]:
+        """The translations with their position RPO (``rpo.position_rpo``) as of now."""
+        now = now_ms()
+        frontiers = {(e.topic, e.partition): e.frontier() for e in self._feed_entries()}
+        # Commits read from the log are known up to the log's last read, however old.
+        read_at = self._commits.read_at_ms if self._commits is not None else -1
+        out = []
+        for r in results:
+            frontier = frontiers.get((r.topic, r.partition))
+            known_until = r.known_at_ms
+            if r.known_from == "commit-log":
+                known_until = max(known_until, read_at)
+            position = position_rpo(
+                source_reachable=source_reachable,
+                exact=r.exact,
+                method=r.method,
+                target_offset=r.target_offset,
+                target_frontier=frontier.target_next if frontier is not None else None,
+                known_from=r.known_from,
+                known_until_ms=known_until,
+                committed_at_ms=r.committed_at_ms,
+                now_ms=now,
+            )
+            out.append(replace(r, position=position))
+        return out
+
+    def _round(self, *, recheck: bool, exact_only: bool, list_groups: bool = False) -> TickReport:
         began = time.monotonic()
         self.start()
         report = TickReport(self.feed.name, ready=self.syncs.caught_up.is_set())
@@ -194,9 +266,12 @@ class Translator:
             report.note = f"reading {topics.OFFSET_SYNCS} on {self.target_alias}"
             return report
         self._ensure_ids()
-        self.source.refresh(self._interesting_partitions)
+        streaming, report.commits = self._commit_mode()
+        if streaming:
+            self._positions_from_commits()
+        self.source.refresh(self._interesting_partitions, list_groups=list_groups or not streaming)
         results = [
-            self._translate_one(g, t, p, known.offset)
+            self._translate_one(g, t, p, known)
             for (g, t, p), known in sorted(self._positions().items())
         ]
         self._results = {(r.group, r.topic, r.partition): r for r in results}
@@ -221,6 +296,70 @@ class Translator:
         self._publish(results, report)
         return report
 
+    # -- commits as they arrive -------------------------------------------------------------
+
+    def _positions_from_commits(self) -> None:
+        """Every wanted group's position, as the commit log has it now (a round
+        translates them all, so the changes pending for the arrivals thread are taken)."""
+        assert self._commits is not None
+        with self._commits.locked() as book:
+            book.take_changed()
+            latest = book.items()
+        positions: dict[str, dict[TP, Known]] = {}
+        for (group, topic, partition), commit in latest:
+            positions.setdefault(group, {})[(topic, partition)] = _known(commit)
+        self.source.positions = positions
+
+    def _follow_arrivals(self) -> None:
+        while not self._closed:
+            self._arrived.wait()
+            self._arrived.clear()
+            if self._closed:
+                return
+            try:
+                self.translate_arrivals()
+            except Exception:  # the next batch, or the next tick, tries again
+                log.exception("feed %s: translating new commits failed", self.feed.name)
+
+    def translate_arrivals(self) -> int:
+        """Translate and write the commits read since last time (the group partitions
+        they touch); returns how many were translated. Does nothing until the commit log
+        was read to its end (the first round translates everything anyway)."""
+        commits = self._commits
+        if commits is None or not self._commit_mode()[0]:
+            return 0
+        with commits.locked() as book:
+            changed = book.take_changed()
+        if not changed:
+            return 0
+        with self._lock:
+            if self._closed or not self._started or not self.syncs.caught_up.is_set():
+                return 0
+            self._ensure_ids()
+            fresh: list[PartitionTranslation] = []
+            for (group, topic, partition), commit in changed.items():
+                self.source.committed(group, (topic, partition), _known(commit) if commit else None)
+                if commit is None:
+                    self._results.pop((group, topic, partition), None)
+                    continue
+                result = self._translate_one(group, topic, partition, _known(commit))
+                self._results[(group, topic, partition)] = result
+                fresh.append(result)
+            if not fresh:
+                return 0
+            self.destination.ensure_topic()
+            report = TickReport(self.feed.name, ready=True, source_reachable=self.source.up)
+            touched = {r.group for r in fresh}
+            try:
+                self.destination.checkpoints(fresh, self.source_cluster_id or "")
+                # Every partition of a touched group, so a move never looks partial.
+                group_results = [r for r in self._results.values() if r.group in touched]
+                self.destination.move_groups(group_results, report, recheck=False)
+            except Unreachable as err:
+                log.warning("feed %s: new commits not written: %s", self.feed.name, err)
+            metrics.ARRIVALS.labels(self.feed.name).inc(len(fresh))
+            return len(fresh)
+
     def translate_group(self, group: str) -> GroupTranslation:
         """Translate one group now (fresh offsets if the source answers); writes nothing.
         The feed's group filters do not apply: an operator asked for this group."""
@@ -233,7 +372,7 @@ class Translator:
             self._ensure_ids()
             positions = self.source.group(group, self._stamp_items())
             results = [
-                self._translate_one(group, topic, partition, known.offset)
+                self._translate_one(group, topic, partition, known)
                 for (topic, partition), known in sorted(positions.items())
             ]
             members: int | None
@@ -311,8 +450,9 @@ class Translator:
     # -- translating -----------------------------------------------------------------------
 
     def _translate_one(
-        self, group: str, topic: str, partition: int, offset: int
+        self, group: str, topic: str, partition: int, known: Known
     ) -> PartitionTranslation:
+        offset = known.offset
         with self.syncs.locked() as book:
             entry = book.get(self.feed.name, topic, partition)
             if entry is not None and self.source.cluster_id not in (None, entry.source_cluster):
@@ -338,6 +478,9 @@ class Translator:
             gap=outcome.gap,
             consumer_timestamp_ms=stamp.timestamp_ms if stamp is not None else -1,
             translated_at_ms=now_ms(),
+            known_from=known.via,
+            known_at_ms=known.seen_at_ms,
+            committed_at_ms=known.committed_at_ms,
         )
 
     def scan(
@@ -476,6 +619,7 @@ class Translator:
         metrics.TICKS.labels(name).inc()
         metrics.TICK_SECONDS.labels(name).set(report.took_s)
         metrics.SOURCE_UP.labels(name).set(1 if self.source.up else 0)
+        metrics.COMMITS_STREAMED.labels(name).set(1 if report.commits == "stream" else 0)
         for method in Method:
             metrics.PARTITIONS.labels(name, method.value).set(
                 sum(1 for r in results if r.method == method.value)
@@ -509,6 +653,12 @@ def filter_of(feed: FeedSpec) -> TranslationFilter:
     )
 
 
+def _known(commit: Commit) -> Known:
+    """A commit read from the log is known as of its commit time (broker clock): the
+    consumer-timestamp merge compares that with the commits the wrapper recorded."""
+    return Known(commit.offset, commit.committed_at_ms, commit.committed_at_ms, "commit-log")
+
+
 def _order(r: PartitionTranslation) -> Where:
     return (r.group, r.topic, r.partition)
 
@@ -517,7 +667,7 @@ def translate_once(
     settings: Settings, feed: FeedSpec, group: str, timeout_s: float = 30.0
 ) -> GroupTranslation:
     """Translate one group without a running translator (reads the offset syncs first)."""
-    translator = Translator(settings, feed)
+    translator = Translator(settings, feed, stream_commits=False)  # one look: no stream
     try:
         if not translator.wait_ready(timeout_s):
             raise TimeoutError(

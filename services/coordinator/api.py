@@ -51,6 +51,11 @@ class Control(Protocol):
 
     def leader(self) -> LeaderInfo: ...
 
+    def commit_modes(self) -> dict[str, str]:
+        """Per mirror feed this coordinator translates (the leader's), how group commits
+        reach its translator: ``stream`` or ``poll (why)``; empty on a standby."""
+        ...
+
     def create(self, spec: FeedSpec) -> None:
         """Store a new feed (leader only); raises LifecycleError or NotLeaderNow."""
         ...
@@ -175,7 +180,8 @@ def make_app(control: Control, token: str | None) -> FastAPI:
     def get_feed(name: str) -> FeedDetail:
         view, members, now = control.views()
         found(view, name)
-        return FeedDetail(feed=feed_info(view, name), status=feed_status(view, members, name, now))
+        status = feed_status(view, members, name, now, control.commit_modes().get(name))
+        return FeedDetail(feed=feed_info(view, name), status=status)
 
     def act(name: str, action: Action, request: Request) -> Any:
         moved = route_to_leader(request)
@@ -221,8 +227,9 @@ def make_app(control: Control, token: str | None) -> FastAPI:
     def status() -> list[FeedStatusInfo]:
         """Per feed: state, tasks and owners, timestamps and lag."""
         view, members, now = control.views()
+        modes = control.commit_modes()
         return [
-            feed_status(view, members, name, now)
+            feed_status(view, members, name, now, modes.get(name))
             for name in sorted(view.feeds)
             if view.state(name) != "removed"
         ]

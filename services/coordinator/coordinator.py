@@ -146,6 +146,10 @@ class Coordinator:
         self.members.stop()
         log.info("coordinator %s stopped", self.instance_id)
 
+    def commit_modes(self) -> dict[str, str]:
+        """How each translated feed's translator gets group commits (the leader runs them)."""
+        return self.translators.commit_modes()
+
     def status(self) -> dict[str, Any]:
         info = self.leadership.info()
         return {

@@ -70,6 +70,13 @@ class FeedStatusInfo(BaseModel):
     syncpoint_at_ms: int = Field(
         0, description="database sinks: the target's time of that syncpoint, epoch ms; 0 if none"
     )
+    commits: str | None = Field(
+        None,
+        description="mirror feeds, as the leader answers: how consumer group commits reach "
+        "the offset translator — 'stream' (the source's __consumer_offsets, translated within "
+        "~100 ms) or 'poll (reason)' (group offsets listed every translate_interval_s); "
+        "null on a standby and for other feeds",
+    )
 
 
 class Capture(BaseModel):
@@ -127,7 +134,9 @@ def feed_info(view: StateView, name: str) -> FeedInfo:
     )
 
 
-def feed_status(view: StateView, members: MembersView, name: str, now_ms: int) -> FeedStatusInfo:
+def feed_status(
+    view: StateView, members: MembersView, name: str, now_ms: int, commits: str | None = None
+) -> FeedStatusInfo:
     spec = view.feeds[name].spec
     status = view.statuses.get(name)
     assignments = view.assignments.get(name, {})
@@ -160,6 +169,7 @@ def feed_status(view: StateView, members: MembersView, name: str, now_ms: int) -
         updated_at_ms=status.updated_at_ms if status else 0,
         syncpoint_ts_us=syncpoint[0],
         syncpoint_at_ms=syncpoint[1],
+        commits=commits,
     )
 
 

@@ -80,6 +80,15 @@ def crossfeed(*args: str) -> Any:
     return json.loads(result.stdout)
 
 
+def failover_cli(feed: Any, url: str) -> Any:
+    """``crossfeed failover`` of a feed-file feed (tests.support Feed) against the routes
+    at ``url``; its JSON report."""
+    return crossfeed(
+        *("--config", str(feed.config_file), "failover", "--feed", feed.name),
+        *("--feed-file", str(feed.feed_file), "--server", url, "--json"),
+    )
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
     deadline = time.monotonic() + timeout_s
     last: Any = None
@@ -291,17 +300,7 @@ def test_failover_moves_every_kind_of_group_to_its_exact_record(
         clusters.stop("dc-a")
         try:
             feed.stop_all(hard=True)  # a feed-file feed: the operator stops its processes
-            report = crossfeed(
-                *cli_args,
-                "failover",
-                "--feed",
-                spec.name,
-                "--feed-file",
-                str(feed.feed_file),
-                "--server",
-                url,
-                "--json",
-            )
+            report = failover_cli(feed, url)
             assert report["stopped_by"] == "operator" and not report["source_reachable"]
             rows = {(r["topic"], r["partition"]): r for r in report["partitions"]}
             assert rows[(plain, 0)]["unreplicated"] == 25, rows
@@ -314,6 +313,16 @@ def test_failover_moves_every_kind_of_group_to_its_exact_record(
                 moved | _already_there(report)
             )
             assert groups["nocommit"] not in {g["group"] for g in report["groups"]}
+            # Position RPO: dc-a is gone, so no position is known to be the last commit;
+            # each was read from dc-a's commit log (or the wrapper's timestamps) with its
+            # commit time, and these groups, which stopped committing before, read nothing
+            # again (checked below) — within every bound reported.
+            position_rpo = [p["position"] for g in report["groups"] for p in g["partitions"]]
+            assert position_rpo and all(p is not None for p in position_rpo), report["groups"]
+            assert not any(p["last_commit"] for p in position_rpo)
+            assert report["positions_stale"] == len(position_rpo)
+            assert {p["known_from"] for p in position_rpo} <= {"commit-log", "consumer-timestamps"}
+            assert all(p["commit_age_s"] is not None and p["reread_max"] >= 0 for p in position_rpo)
 
             # The same consumer code, pointed at dc-b.
             copies = by_tp(read_many(b, [plain, compacted]))

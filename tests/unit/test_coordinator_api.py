@@ -35,12 +35,16 @@ class FakeControl:
             {"c1": coordinator("c1", "leader.example:8300"), "c2": coordinator("c2", "b:8300")}
         )
         self.moved = False
+        self.modes: dict[str, str] = {}
 
     def views(self) -> tuple[StateView, MembersView, int]:
         return StateView(feeds=self.feeds, statuses=self.statuses), self.members, 1_000_000
 
     def leader(self) -> LeaderInfo:
         return self.info
+
+    def commit_modes(self) -> dict[str, str]:
+        return dict(self.modes)
 
     def create(self, spec: FeedSpec) -> None:
         if self.moved:
@@ -76,6 +80,17 @@ def test_lifecycle_on_the_leader() -> None:
     assert api.get("/v1/changefeeds").json() == []
     assert [f["name"] for f in api.get("/v1/changefeeds?all=true").json()] == ["orders"]
     assert api.get("/v1/status").json() == []
+
+
+def test_status_says_how_each_feed_gets_group_commits() -> None:
+    control = FakeControl()
+    api = client(control)
+    assert api.post("/v1/changefeeds", json=FEED, headers=auth()).status_code == 201
+    assert api.get("/v1/status").json()[0]["commits"] is None  # not translated here
+    control.modes = {"orders": "poll (__consumer_offsets: Broker: Topic authorization failed)"}
+    assert api.get("/v1/status").json()[0]["commits"] == control.modes["orders"]
+    control.modes = {"orders": "stream"}
+    assert api.get("/v1/changefeeds/orders").json()["status"]["commits"] == "stream"
 
 
 @pytest.mark.parametrize(
@@ -183,3 +198,25 @@ def test_an_oversized_body_is_413_before_anything_is_stored() -> None:
     assert chunked.status_code == 413, chunked.text
     assert control.feeds == {}  # nothing reached the state
     assert api.post("/v1/changefeeds", json=FEED, headers=auth()).status_code == 201
+
+
+def test_crossfeed_status_prints_the_commit_mode_of_each_feed() -> None:
+    from typer.testing import CliRunner
+
+    from crossfeed.cli.main import app as cli
+    from services.coordinator.rest_server import RestServer
+
+    control = FakeControl()
+    control.feeds["orders"] = StoredFeed(FeedSpec.model_validate(FEED), 1)
+    control.modes = {"orders": "poll (__consumer_offsets: [denied])"}
+    server = RestServer(make_app(control, TOKEN), "127.0.0.1", 0).start()
+    try:
+        url = f"http://127.0.0.1:{server.port}"
+        out = CliRunner().invoke(cli, ["status", "--server", url], catch_exceptions=False)
+        assert out.exit_code == 0, out.output
+        assert "orders: commits: poll (__consumer_offsets: [denied])" in out.output
+        control.modes = {"orders": "stream"}
+        out = CliRunner().invoke(cli, ["status", "--server", url], catch_exceptions=False)
+        assert "orders: commits: stream" in out.output
+    finally:
+        server.stop()

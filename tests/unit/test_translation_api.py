@@ -137,15 +137,30 @@ def test_rendering() -> None:
         "gap": 7,
         "consumer_timestamp_ms": -1,
     }
+    stale = {
+        **partition,
+        "partition": 2,
+        "exact": True,
+        "method": "offset-sync",
+        "gap": 0,
+        "position": {
+            "last_commit": False,
+            "known_from": "commit-log",
+            "known_until_ms": 1000,
+            "commit_age_s": 0.25,
+            "reread_max": 12,
+        },
+    }
     group = {
         "feed": "orders",
         "group": "billing",
         "source_reachable": False,
         "translated": True,
         "active_members": 0,
-        "partitions": [partition],
+        "partitions": [partition, stale],
     }
-    assert "no (frontier)" in _text([group_table(group)])
+    table = _text([group_table(group)])
+    assert "no (frontier)" in table and "<= 12 (last known commit 0.2s old)" in table
     row = {
         "topic": "orders",
         "partition": 1,
@@ -169,10 +184,15 @@ def test_rendering() -> None:
         "partitions": [row],
         "unreplicated_records": 17,
         "rpo_seconds": 2.5,
+        "positions_at_last_commit": 0,
+        "positions_stale": 1,
+        "reread_max_records": 12,
         "notes": ["dc-a does not answer"],
     }
     text = _text(failover_report(report))
     assert "RPO: 17 record(s), 2.5s" in text and "group billing: moved" in text
+    assert "0 group partition(s) at their last commit, 1 possibly older" in text
+    assert "at most 12 record(s) may be read again" in text
     back = {
         "feed": "orders",
         "old_primary": "dc-a",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,7 +18,7 @@ from crossfeed.translation.books import (
     stamp_key,
 )
 from crossfeed.translation.filters import TranslationFilter
-from crossfeed.translation.rpo import partition_rpo
+from crossfeed.translation.rpo import PositionRpo, partition_rpo, position_rpo
 from crossfeed.translation.rules import ConsumerStamp
 from crossfeed.translation.scan import Kind, RangeScan, Seen, classify, summarize
 from crossfeed.wire import codec
@@ -199,3 +201,75 @@ def test_rpo_rows() -> None:
     assert (by_offsets.unreplicated, by_offsets.counted) == (5, False)
     with pytest.raises(ValueError, match="frontier"):
         partition_rpo("t", 0, frontier=frontier, source_end=20, scan=RangeScan(0, 20, 20))
+
+
+# -- position RPO ---------------------------------------------------------------------------
+
+
+def _position(**given: Any) -> PositionRpo:
+    args: dict[str, Any] = {
+        "source_reachable": False,
+        "exact": True,
+        "method": "offset-sync",
+        "target_offset": 100,
+        "target_frontier": 130,
+        "known_from": "commit-log",
+        "known_until_ms": 9_990,
+        "committed_at_ms": 9_000,
+        "now_ms": 10_000,
+    }
+    args.update(given)
+    return position_rpo(**args)
+
+
+def test_position_at_the_last_commit_reads_nothing_again() -> None:
+    p = _position(source_reachable=True, known_from="listed", committed_at_ms=-1)
+    assert p == PositionRpo(True, "listed", 9_990, None, 0)
+
+
+def test_a_stale_position_may_read_again_up_to_the_end_of_the_copies() -> None:
+    p = _position()
+    assert (p.last_commit, p.commit_age_s, p.reread_max) == (False, 1.0, 30)
+    # The clock of the broker that stamped the commit may run ahead: never a negative age.
+    assert _position(committed_at_ms=10_500).commit_age_s == 0.0
+
+
+def test_a_group_at_the_frontier_reads_nothing_again_even_when_stale() -> None:
+    # It had read every copy: any later commit lies past the frontier too.
+    assert _position(method="frontier", exact=False, target_offset=130).reread_max == 0
+
+
+@pytest.mark.parametrize(
+    ("given", "bound"),
+    [
+        ({"target_offset": None, "method": "none", "exact": False}, -1),
+        ({"target_frontier": None}, -1),
+        ({"source_reachable": True, "exact": False, "method": "timestamp"}, 30),
+        ({"target_offset": 140}, 0),  # past the frontier: nothing there to read again
+    ],
+)
+def test_position_bounds(given: dict[str, Any], bound: int) -> None:
+    assert _position(**given).reread_max == bound
+
+
+@given(
+    st.booleans(),
+    st.sampled_from(["offset-sync", "header", "frontier", "timestamp", "before-first"]),
+    st.integers(0, 10**6),
+    st.integers(0, 10**6),
+)
+def test_position_bound_never_exceeds_the_copies_after_the_resume_point(
+    reachable: bool, method: str, target: int, frontier: int
+) -> None:
+    exact = method in ("offset-sync", "header")
+    p = _position(
+        source_reachable=reachable,
+        exact=exact,
+        method=method,
+        target_offset=target,
+        target_frontier=frontier,
+    )
+    assert 0 <= p.reread_max <= max(0, frontier - target)
+    assert p.last_commit is reachable
+    if reachable and exact:
+        assert p.reread_max == 0

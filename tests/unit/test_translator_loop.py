@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from crossfeed.translation.results import TickReport
 from services.coordinator.failover.loop import _Runner
 
 pytestmark = pytest.mark.unit
@@ -19,10 +20,12 @@ class _CountingTranslator:
         self.feed: Any = type("Feed", (), {"name": "f"})()
         self.rounds = 0
         self.first = threading.Event()
+        self.ready = True
 
-    def tick(self) -> None:
+    def tick(self) -> TickReport:
         self.rounds += 1
         self.first.set()
+        return TickReport("f", ready=self.ready)
 
 
 def test_a_staggered_runner_waits_its_delay_before_the_first_round() -> None:
@@ -54,3 +57,14 @@ def test_an_unstaggered_runner_starts_at_once() -> None:
     assert translator.first.wait(1)
     runner.stop_event.set()
     runner.thread.join(5)
+
+
+def test_a_round_that_was_not_ready_is_tried_again_soon_not_an_interval_later() -> None:
+    translator = _CountingTranslator()
+    translator.ready = False  # the offset syncs are still being read
+    runner = _Runner(translator, interval_s=60.0, delay_s=0.0)  # type: ignore[arg-type]
+    runner.thread.start()
+    time.sleep(1.3)
+    runner.stop_event.set()
+    runner.thread.join(5)
+    assert 2 <= translator.rounds <= 4

@@ -70,7 +70,7 @@ def run_failback(hooks: FailoverHooks, request: FailbackRequest) -> FailbackRepo
 
     primary_tps = _selected(primary_conf, feed)
     _wait_for_partitions(primary, primary_conf, primary_tps)
-    forward = Translator(settings, feed)
+    forward = Translator(settings, feed, stream_commits=False)
     try:
         if not forward.wait_ready(30):
             raise HTTPException(503, f"cannot read the offset syncs on {standby} (waited 30s)")
@@ -103,7 +103,7 @@ def run_failback(hooks: FailoverHooks, request: FailbackRequest) -> FailbackRepo
                 "the groups still waiting"
             )
 
-    back = Translator(settings, reverse)
+    back = Translator(settings, reverse, stream_commits=False)
     try:
         if not back.wait_ready(30):
             raise HTTPException(503, f"cannot read the offset syncs on {primary} (waited 30s)")

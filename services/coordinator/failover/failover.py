@@ -10,7 +10,9 @@
    translation (never backwards: running failover twice cannot rewind a group that has
    started consuming on the target).
 3. Report per partition what the source held that never reached the target (the RPO,
-   records and seconds), from the source's end offsets as last seen.
+   records and seconds), from the source's end offsets as last seen; and per group
+   partition whether it resumes at its last commit, or how old its last known commit is
+   and how many records it may read again (``rpo.position_rpo``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,10 @@ def run_failover(hooks: FailoverHooks, request: FailoverRequest) -> FailoverRepo
     notes: list[str] = []
     stopped_by: Literal["coordinator", "operator"] = "operator"
     # Take the running translator before stopping the feed: stopping it ends its ticks.
-    translator = hooks.take_translator(feed.name) or Translator(hooks.settings, feed)
+    # One made here reads the source once: no commit stream to wait for (see translator.py).
+    translator = hooks.take_translator(feed.name) or Translator(
+        hooks.settings, feed, stream_commits=False
+    )
     try:
         if managed and hooks.mark_failed_over is not None:
             hooks.mark_failed_over(feed.name)
@@ -64,6 +69,7 @@ def run_failover(hooks: FailoverHooks, request: FailoverRequest) -> FailoverRepo
     if tick.note:
         notes.append(tick.note)
     known = [r.unreplicated for r in rows if r.unreplicated >= 0]
+    positions = [r.position for r in results if r.position is not None]
     seconds = [r.rpo_seconds for r in rows if r.rpo_seconds is not None]
     report = FailoverReport(
         feed=feed.name,
@@ -77,6 +83,9 @@ def run_failover(hooks: FailoverHooks, request: FailoverRequest) -> FailoverRepo
         partitions=rows,
         unreplicated_records=sum(known),
         rpo_seconds=max(seconds) if seconds else None,
+        positions_at_last_commit=sum(1 for p in positions if p.last_commit),
+        positions_stale=sum(1 for p in positions if not p.last_commit),
+        reread_max_records=sum(p.reread_max for p in positions if p.reread_max > 0),
         notes=notes,
     )
     log.info(

@@ -4,8 +4,12 @@ The leader calls :meth:`TranslatorLoop.sync` from its tick with the feeds that s
 translated (its running mirror feeds); the call only records them, so the lease tick
 never waits for Kafka. Each feed's translator ticks on its own thread every
 ``coordinator.translate_interval_s``: a feed whose source is down (each try costs a
-timeout) does not slow the others. The offset-sync tail of a target cluster and the
-consumer-timestamp tail of a source cluster are shared by the feeds that use them.
+timeout) does not slow the others. A round that could not start yet (the offset syncs
+are still being read) is tried again after ``NOT_READY_RETRY_S``. Between rounds each
+translator also translates group commits as it reads them (``translator.py``). The
+offset-sync tail of a target cluster and the consumer-timestamp tail of a source cluster
+are shared by the feeds that use them; each translator has its own tail of the source's
+``__consumer_offsets``, holding only its feed's groups and topics.
 
 Translators started together (a new leader takes over every feed at once) begin their
 rounds STAGGER_S apart: a first round opens several Kafka clients, and forty of them at
@@ -30,6 +34,7 @@ from crossfeed.translation.translator import Translator
 log = logging.getLogger(__name__)
 
 STAGGER_S = 0.2  # between the first rounds of translators started by one sync()
+NOT_READY_RETRY_S = 0.5
 
 
 def translatable(feed: FeedSpec) -> bool:
@@ -53,11 +58,15 @@ class _Runner:
         if self.stop_event.wait(self.delay_s):
             return
         while not self.stop_event.is_set():
+            wait_s = self.interval_s
             try:
-                self.translator.tick()
+                if not self.translator.tick().ready:
+                    # Still reading the offset syncs: try again soon rather than a whole
+                    # interval later (commits arriving meanwhile are translated anyway).
+                    wait_s = min(wait_s, NOT_READY_RETRY_S)
             except Exception:  # a bad tick must not end translation for good
                 log.exception("feed %s: translation round failed", self.translator.feed.name)
-            self.stop_event.wait(self.interval_s)
+            self.stop_event.wait(wait_s)
 
 
 class TranslatorLoop:
@@ -88,6 +97,12 @@ class TranslatorLoop:
         with self._lock:
             runner = self._runners.get(name)
             return runner.translator if runner is not None else None
+
+    def commit_modes(self) -> dict[str, str]:
+        """Per translated feed, how group commits reach its translator (``stream`` or
+        ``poll (why)``; see Translator.commit_mode)."""
+        with self._lock:
+            return {name: r.translator.commit_mode for name, r in sorted(self._runners.items())}
 
     def take(self, name: str) -> Translator | None:
         """Stop ticking a feed and hand its translator — with everything it knows — to the

@@ -6,8 +6,38 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from crossfeed.translation.rpo import PartitionRpo
+from crossfeed.translation.rpo import PartitionRpo, PositionRpo
 from crossfeed.translation.translator import GroupTranslation, PartitionTranslation
+
+
+class PositionOut(BaseModel):
+    """What a failover may cost a group on one partition: records read again."""
+
+    last_commit: bool = Field(
+        description="the translated position is the group's last commit on the source "
+        "(the source answered at the failover); false: commits made after the last one "
+        "known were lost with the source"
+    )
+    known_from: str = Field(
+        description="where the position was learnt: listed (admin request), commit-log "
+        "(the source's __consumer_offsets), consumer-timestamps, checkpoint"
+    )
+    known_until_ms: int = Field(
+        description="the group's commits are known up to this time (epoch ms): the last "
+        "read of the commit log, or the last listing"
+    )
+    commit_age_s: float | None = Field(
+        description="how old the last known commit was at the failover; null: its time is "
+        "unknown (listed offsets and checkpoints carry none)"
+    )
+    reread_max: int = Field(
+        description="upper bound of records the group may read again on the target (0: "
+        "none; -1: unknown): the copies between where it resumes and the end of the copies"
+    )
+
+    @classmethod
+    def of(cls, p: PositionRpo) -> PositionOut:
+        return cls.model_validate(p, from_attributes=True)  # the same fields, by name
 
 
 class PartitionOut(BaseModel):
@@ -25,6 +55,9 @@ class PartitionOut(BaseModel):
     )
     gap: int = Field(description="records consumed on the source past the replicated frontier")
     consumer_timestamp_ms: int
+    position: PositionOut | None = Field(
+        None, description="failover and failback reports only: the position RPO"
+    )
 
     @classmethod
     def of(cls, r: PartitionTranslation) -> PartitionOut:
@@ -39,6 +72,7 @@ class PartitionOut(BaseModel):
             method=r.method,
             gap=r.gap,
             consumer_timestamp_ms=r.consumer_timestamp_ms,
+            position=PositionOut.of(r.position) if r.position is not None else None,
         )
 
 
@@ -113,6 +147,15 @@ class FailoverReport(BaseModel):
     partitions: list[RpoOut]
     unreplicated_records: int
     rpo_seconds: float | None
+    positions_at_last_commit: int = Field(
+        description="group partitions whose translated position is their last commit"
+    )
+    positions_stale: int = Field(
+        description="group partitions that may have committed after their last known commit"
+    )
+    reread_max_records: int = Field(
+        description="sum over group partitions of reread_max (those with a known bound)"
+    )
     notes: list[str]
 
 

@@ -1,0 +1,99 @@
+"""A third local cluster with an authorizer, for what only ACLs can show.
+
+One KRaft node like the local stack's (``crossfeed.local.kafka``), plus a SASL/PLAIN
+listener and Kafka's StandardAuthorizer. The PLAINTEXT listener's ANONYMOUS principal is
+a super user (the controller and the test's own set-up use it); on the SASL listener,
+``admin`` is a super user and ``limited`` has only the rights a test grants it.
+
+Its ports follow the local stack's offset (``CROSSFEED_LOCAL_PORT_OFFSET``), its data
+lives in ``$CROSSFEED_HOME/dc-secured``; :func:`secured_cluster` starts it and stops it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from crossfeed import paths
+from crossfeed.kafka import clients
+from crossfeed.local.kafka import KafkaNode
+
+ALIAS = "dc-secured"
+LIMITED_USER = ("limited", "limited-secret")
+ADMIN_USER = ("admin", "admin-secret")
+
+
+@dataclass(frozen=True)
+class SecuredNode(KafkaNode):
+    sasl_port: int = 0
+
+    def server_properties(self) -> str:
+        replaced = ("listeners=", "advertised.listeners=", "listener.security.protocol.map=")
+        base = super().server_properties().splitlines()
+        lines = [line for line in base if not line.startswith(replaced)]
+        users = " ".join(f'user_{name}="{secret}"' for name, secret in (ADMIN_USER, LIMITED_USER))
+        lines += [
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+            f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port},"
+            f"CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port},"
+            f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}",
+            "listener.security.protocol.map="
+            "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms=PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            f"super.users=User:ANONYMOUS;User:{ADMIN_USER[0]}",
+            "",
+        ]
+        return "\n".join(lines)
+
+
+@dataclass
+class Secured:
+    node: SecuredNode
+
+    @property
+    def superuser(self) -> dict[str, Any]:
+        """The PLAINTEXT listener (ANONYMOUS, a super user)."""
+        return {"bootstrap.servers": self.node.bootstrap}
+
+    def user(self, name: str, secret: str) -> dict[str, Any]:
+        return {
+            "bootstrap.servers": f"127.0.0.1:{self.node.sasl_port}",
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": name,
+            "sasl.password": secret,
+        }
+
+    @property
+    def limited(self) -> dict[str, Any]:
+        return self.user(*LIMITED_USER)
+
+
+def node() -> SecuredNode:
+    offset = paths.port_offset()
+    return SecuredNode(ALIAS, 39092 + offset, 39093 + offset, sasl_port=39094 + offset)
+
+
+@contextmanager
+def secured_cluster(timeout_s: float = 90.0) -> Iterator[Secured]:
+    """Start the secured node (unless it runs), wait until it answers, stop it after."""
+    kafka = node()
+    started = kafka.pid() is None
+    kafka.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while clients.cluster_id({"bootstrap.servers": kafka.bootstrap}, 2.0) is None:
+            if kafka.pid() is None or time.monotonic() > deadline:
+                raise RuntimeError(f"the secured cluster did not come up; see {kafka.log_file}")
+            time.sleep(0.5)
+        yield Secured(kafka)
+    finally:
+        if started:
+            kafka.stop()
