@@ -25,6 +25,7 @@ from rich.table import Table
 
 from crossfeed.cli.common import clean_errors, fail, settings
 from crossfeed.client.rest import ApiError, CoordinatorClient
+from crossfeed.extras import require
 from crossfeed.feeds import load_feed_file
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -293,6 +294,7 @@ def coordinator_run(
     ),
 ) -> None:
     """Run one coordinator instance (leader or standby) with its REST API."""
+    require("coordinator", "the coordinator")
     from services.coordinator.main import run
 
     config = settings()

@@ -9,6 +9,7 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from crossfeed.config import ConfigError, Settings, load_settings
 
@@ -33,7 +34,8 @@ def settings(**overrides: Any) -> Settings:
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    # escape: messages quote user input and pip extras ("crossfeed[sorter]"), not markup.
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

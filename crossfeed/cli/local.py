@@ -6,6 +6,7 @@ import typer
 
 from crossfeed import paths
 from crossfeed.cli.common import clean_errors, fail, out_console
+from crossfeed.extras import require
 from crossfeed.local import stack
 from crossfeed.local.kafka import SetupMissing
 from crossfeed.local.postgres import PORT as POSTGRES_PORT
@@ -19,6 +20,8 @@ def up(
     no_postgres: bool = typer.Option(False, "--no-postgres", help="Kafka clusters only"),
 ) -> None:
     """Start dc-a (127.0.0.1:19092), dc-b (127.0.0.1:29092) and PostgreSQL (127.0.0.1:25432)."""
+    if not no_postgres:
+        require("postgres", "the local stack's PostgreSQL (or: crossfeed local up --no-postgres)")
     try:
         ids = stack.up(postgres=not no_postgres)
     except (stack.StackError, SetupMissing) as err:

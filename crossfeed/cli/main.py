@@ -8,7 +8,8 @@ import typer
 
 from crossfeed import __version__
 from crossfeed.cli import admin, local, services
-from crossfeed.cli.common import State
+from crossfeed.cli.common import State, clean_errors
+from crossfeed.extras import require
 
 app = typer.Typer(
     help="crossfeed: exactly-once Kafka replication across data centers, consumer "
@@ -261,6 +262,9 @@ def demo(
     from crossfeed.local.kafka import SetupMissing
     from crossfeed.local.stack import StackError
 
+    # The demo runs coordinators and the local stack's PostgreSQL; --ordered the sorter too.
+    for extra in ("coordinator", "postgres", *(("sorter",) if ordered else ())):
+        clean_errors(require)(extra, "crossfeed demo")
     logsetup.setup("WARNING")  # the demo tells its own story; keep library chatter out
 
     def on_term(_signum: int, _frame: object) -> None:

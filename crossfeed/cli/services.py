@@ -8,6 +8,7 @@ import typer
 
 from crossfeed.cli.common import clean_errors, fail, settings
 from crossfeed.config import Settings
+from crossfeed.extras import require
 from crossfeed.feeds import FeedSpec, load_feed_file
 from crossfeed.state import read_feed
 from crossfeed.wire import topics
@@ -67,6 +68,7 @@ def sorter_run(
     metrics_port: Optional[int] = PortOpt,  # noqa: UP045
 ) -> None:
     """Run the sorter of an ordered feed: commit order across partitions (Spark)."""
+    clean_errors(require)("sorter", "the sorter")
     from services.sorter.main import run
 
     raise typer.Exit(_run(run, feed, feed_file, instance, metrics_port))

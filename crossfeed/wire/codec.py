@@ -6,7 +6,10 @@ Each value is written in the Avro *single-object encoding*::
 
 so a reader always knows which writer schema produced the bytes, and an old and a new
 crossfeed can share a topic during a rolling upgrade. The schemas are the ``schemas/*.avsc``
-files of the repository (one record per file); older writer versions can be registered at
+files of the repository (one record per file), shipped inside the package as
+``crossfeed/schemas`` (a symlink in the checkout, real files in a wheel) and read with
+``importlib.resources``, so an installed crossfeed needs no checkout; ``$CROSSFEED_SCHEMAS_DIR``
+points the default codec elsewhere. Older writer versions can be registered at
 run time with :func:`register_writer_schema`. Decoding resolves the writer schema into the
 current reader schema (Avro schema resolution: defaults fill fields the writer did not
 have, fields the reader does not know are skipped).
@@ -25,6 +28,8 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -42,6 +47,7 @@ __all__ = [
     "decode",
     "decode_any",
     "default_codec",
+    "default_schemas_dir",
     "encode",
     "fingerprint",
     "record_names",
@@ -155,34 +161,41 @@ class Codec:
     """Encoder/decoder over one schemas directory. Most code uses the module functions,
     which share one default instance; tests build their own to use other schema sets."""
 
-    def __init__(self, schemas_dir: Path | str) -> None:
-        self.schemas_dir = Path(schemas_dir)
+    def __init__(self, schemas_dir: Traversable | str) -> None:
+        # A Traversable, not only a Path: package resources need not be plain files.
+        self.schemas_dir = Path(schemas_dir) if isinstance(schemas_dir, str) else schemas_dir
         self._records: dict[str, _Record] = {}
         # Every known writer version of every record, by fingerprint.
         self._writers: dict[bytes, _Version] = {}
-        files = sorted(self.schemas_dir.glob("*.avsc"))
-        if not files:
-            raise CodecError(
-                f"no Avro schemas (*.avsc) in {self.schemas_dir}; "
-                f"set {SCHEMAS_DIR_ENV} to the crossfeed schemas directory"
-            )
-        for path in files:
-            self._load(path)
-
-    def _load(self, path: Path) -> None:
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
+            found = [e for e in self.schemas_dir.iterdir() if e.name.endswith(".avsc")]
+        except OSError:
+            found = []  # a missing directory says the same as an empty one
+        if not found:
+            raise CodecError(
+                f"no Avro schemas (*.avsc) in {self.schemas_dir}; unset {SCHEMAS_DIR_ENV} "
+                "to use the schemas shipped with crossfeed, or point it at a directory "
+                "holding them"
+            )
+        for entry in sorted(found, key=lambda e: e.name):
+            self._load(entry)
+
+    def _load(self, entry: Traversable) -> None:
+        where = f"{self.schemas_dir}/{entry.name}"
+        record_name = entry.name.removesuffix(".avsc")
+        try:
+            raw = json.loads(entry.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise CodecError(f"cannot read schema {path}: {exc}") from exc
+            raise CodecError(f"cannot read schema {where}: {exc}") from exc
         if not isinstance(raw, dict):
-            raise CodecError(f"{path}: expected a JSON object holding one Avro record")
-        version = _parse(path.stem, raw, str(path))
-        self._records[path.stem] = _Record(
+            raise CodecError(f"{where}: expected a JSON object holding one Avro record")
+        version = _parse(record_name, raw, where)
+        self._records[record_name] = _Record(
             version=version,
             raw=raw,
             header=MAGIC + version.fingerprint,
             scalars=_scalar_checks(raw),
-            full_validation=path.stem not in _HOT_RECORDS,
+            full_validation=record_name not in _HOT_RECORDS,
             required=tuple(f["name"] for f in raw["fields"] if "default" not in f),
         )
         self._writers[version.fingerprint] = version
@@ -359,18 +372,19 @@ class Codec:
         return writer.record, value
 
 
-def _default_schemas_dir() -> Path:
+def default_schemas_dir() -> Traversable:
+    """``$CROSSFEED_SCHEMAS_DIR`` when set, else the schemas shipped in the package."""
     override = os.environ.get(SCHEMAS_DIR_ENV)
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[2] / "schemas"
+    return files("crossfeed") / "schemas"
 
 
 @functools.cache
 def default_codec() -> Codec:
-    """The shared codec over the repository's schemas (or ``$CROSSFEED_SCHEMAS_DIR``),
+    """The shared codec over the shipped schemas (or ``$CROSSFEED_SCHEMAS_DIR``),
     loaded once on first use. ``default_codec.cache_clear()`` reloads it."""
-    return Codec(_default_schemas_dir())
+    return Codec(default_schemas_dir())
 
 
 def encode(record_name: str, value: Mapping[str, Any], *, checked: bool = False) -> bytes:

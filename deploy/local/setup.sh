@@ -35,7 +35,8 @@ if [ ! -f .venv/.stamp ] || [ "$(cat .venv/.stamp)" != "$py_stamp" ]; then
   say "installing Python dependencies into .venv (pinned by constraints.txt)"
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
-  .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]"
+  # every extra (sorter, postgres, coordinator): the tests run every service
+  .venv/bin/python -m pip install -q -c constraints.txt -e ".[all,dev]"
   echo "$py_stamp" > .venv/.stamp
 fi
 

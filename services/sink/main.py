@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from crossfeed import service
 from crossfeed.config import ConfigError, Settings
+from crossfeed.extras import require
 from crossfeed.feeds import FeedSpec
 
 
@@ -28,6 +29,7 @@ def run(
     static = instance is not None
     sink = feed.sink
     if sink.scheme == "postgresql":
+        require("postgres", "the PostgreSQL sink")
         from services.sink.postgres.sink import PostgresSink
 
         control_conf = settings.cluster(settings.control_alias()).client_config()

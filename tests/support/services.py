@@ -99,8 +99,12 @@ class ServiceProcess:
         instance: str | None = None,
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        python: str | None = None,
     ) -> None:
         self.role = role
+        # Another interpreter (an installed crossfeed, tests/support/wheel.py) runs the
+        # crossfeed it has installed; None: this one, with the checkout on PYTHONPATH.
+        self.python = python
         self.feed = feed
         self.feed_file = Path(feed_file)
         self.config_file = Path(config_file)
@@ -121,7 +125,7 @@ class ServiceProcess:
     def command(self) -> list[str]:
         """The service command line (what the launcher execs)."""
         return [
-            sys.executable,
+            self.python or sys.executable,
             "-m",
             "crossfeed.cli.main",
             "--config",
@@ -155,9 +159,12 @@ class ServiceProcess:
             ),
             **self.env,
         }
+        if self.python:
+            env.pop("PYTHONPATH")
         command = self.command
         if threading.current_thread() is threading.main_thread():
-            command = [sys.executable, "-c", _LAUNCHER, str(os.getpid()), *command[1:]]
+            # The launcher runs in the service's interpreter and execs that same one.
+            command = [command[0], "-c", _LAUNCHER, str(os.getpid()), *command[1:]]
         self.workdir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             stamp = time.strftime("%H:%M:%S")
@@ -402,7 +409,12 @@ class Feed:
         return [*self.pullers, *self.sorters, *self.sinks]
 
     def add(
-        self, role: str, *, start: bool = True, extra_args: Sequence[str] = ()
+        self,
+        role: str,
+        *,
+        start: bool = True,
+        extra_args: Sequence[str] = (),
+        python: str | None = None,
     ) -> ServiceProcess:
         """One more instance of ``role`` ("puller", "sorter" or "sink") for this feed."""
         groups = {"puller": self.pullers, "sorter": self.sorters, "sink": self.sinks}
@@ -418,6 +430,7 @@ class Feed:
             instance=f"{role}-{self.name}-{len(group)}",
             extra_args=extra_args,
             env=self.env,
+            python=python,
         )
         group.append(proc)
         self.factory.track(proc)

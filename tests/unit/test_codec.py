@@ -512,3 +512,20 @@ def test_bad_schemas_dir(tmp_path: Path) -> None:
     (tmp_path / "Lease.avsc").write_text(json.dumps(_raw_schemas()["Heartbeat"]))
     with pytest.raises(CodecError, match="expected an Avro record named 'Lease'"):
         Codec(tmp_path)
+
+
+def test_missing_schemas_dir_says_how_to_fix_it(tmp_path: Path) -> None:
+    with pytest.raises(CodecError, match=f"no Avro schemas .*unset {codec.SCHEMAS_DIR_ENV}"):
+        Codec(tmp_path / "nowhere")
+
+
+def test_default_schemas_are_the_packaged_copy_of_schemas_dir(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The wheel ships crossfeed/schemas; in the checkout it must be the top-level schemas/
+    # itself (a symlink), so the two can never drift apart.
+    monkeypatch.delenv(codec.SCHEMAS_DIR_ENV, raising=False)
+    packaged = codec.default_schemas_dir()
+    assert isinstance(packaged, Path)
+    assert packaged.resolve() == SCHEMAS_DIR
+    assert Codec(packaged).record_names() == sorted(_raw_schemas())

@@ -741,7 +741,7 @@ def test_dockerfile_base_images_are_pinned_and_python_311():
 def test_dockerfile_installs_with_the_constraints_and_copies_what_exists():
     stages = dockerfile()
     runs = " ".join(run for stage in stages.values() for run in stage.runs)
-    assert "--constraint /tmp/build/constraints.txt" in runs
+    assert "--constraint /opt/crossfeed/build/constraints.txt" in runs
     ignore = (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
     allowed = [line[1:].rstrip("/") for line in ignore if line.startswith("!")]
     for stage in stages.values():
@@ -754,9 +754,33 @@ def test_dockerfile_installs_with_the_constraints_and_copies_what_exists():
                 assert any(source == a or source.startswith(a + "/") for a in allowed), (
                     f"COPY {source} is excluded by Dockerfile.dockerignore"
                 )
-    # The wheel has no schemas/: the image points the codec at its copy.
-    base = image_of("base")
-    assert base.env[codec.SCHEMAS_DIR_ENV] in {dest for _, dest, _ in stages["base"].copies}
+    # The wheel ships the Avro schemas (crossfeed/schemas -> schemas/, copied with it):
+    # no image points the codec elsewhere.
+    assert "schemas" in stages["wheel"].copies[-1][0]
+    assert all(codec.SCHEMAS_DIR_ENV not in image_of(t).env for t in SERVICES)
+
+
+@pytest.mark.parametrize(
+    "target, extra",
+    [("puller", None), ("sink", "postgres"), ("coordinator", "coordinator"), ("sorter", "sorter")],
+)
+def test_each_image_installs_only_its_services_extra(target, extra):
+    # `requirements.py EXTRA | pip install`: the build must fail when the script does.
+    assert '["/bin/bash", "-o", "pipefail", "-c"]' in DOCKERFILE.read_text()
+    stages = dockerfile()
+    installs = [" ".join(run.split()) for run in stages["base"].runs if "requirements.py" in run]
+    assert installs == [
+        "python /opt/crossfeed/build/requirements.py "
+        "| pip install --constraint /opt/crossfeed/build/constraints.txt --requirement /dev/stdin"
+    ]
+    extras = [
+        run.split("requirements.py ", 1)[1].split()[0]
+        for run in stages[target].runs
+        if "requirements.py" in run
+    ]
+    assert extras == ([extra] if extra else [])
+    # Installed as root, run as the unprivileged user.
+    assert image_of(target).user == "10001:10001"
 
 
 def test_sorter_image_spark_matches_the_project():
