@@ -14,6 +14,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
+from crossfeed.kafka import protocols
+
 QUIET = logging.getLogger("crossfeed.kafka.quiet")
 QUIET.setLevel(logging.CRITICAL)
 QUIET.propagate = False
@@ -105,7 +107,9 @@ def is_fenced(err: KafkaError) -> bool:
     return err.code() in FENCING_CODES or err.fatal()
 
 
-def produce_waiting(producer: Producer, topic: str, poll_s: float = 0.05, **kwargs: Any) -> None:
+def produce_waiting(
+    producer: protocols.Producer, topic: str, poll_s: float = 0.05, **kwargs: Any
+) -> None:
     """``producer.produce``, waiting while the local queue is full (bounded memory: the
     queue drains as deliveries complete). Per-record hot loops inline this instead, with
     positional arguments (keywords cost ~2 µs per call in confluent-kafka)."""

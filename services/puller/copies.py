@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
 from crossfeed.core.offset_ranges import OffsetRun, OffsetSyncWriter
+from crossfeed.kafka.protocols import Message, Producer
 
 Header = tuple[str, bytes | None]
 Copy = tuple[int, int, bytes | None, bytes | None, list[Header]]
@@ -44,19 +44,19 @@ class Block:
         self.last_target = -1
         self.error: KafkaError | None = None
 
-    def first(self, err: KafkaError | None, out: Any) -> None:
+    def first(self, err: KafkaError | None, out: Message) -> None:
         if err is not None:
             self.error = err
         else:
             self.first_target = out.offset()
 
-    def last(self, err: KafkaError | None, out: Any) -> None:
+    def last(self, err: KafkaError | None, out: Message) -> None:
         if err is not None:
             self.error = err
         else:
             self.last_target = out.offset()
 
-    def only(self, err: KafkaError | None, out: Any) -> None:
+    def only(self, err: KafkaError | None, out: Message) -> None:
         self.first(err, out)
         self.last(err, out)
 
@@ -87,7 +87,7 @@ class Route:
     blocks: list[Block] = field(default_factory=list)
     syncs: OffsetSyncWriter = field(default_factory=OffsetSyncWriter)
 
-    def write(self, producer: Any, copies: list[Copy]) -> None:
+    def write(self, producer: Producer, copies: list[Copy]) -> None:
         """The copies into the target partition as one block (the hot path)."""
         produce = producer.produce
         topic, partition = self.target_topic, self.partition
@@ -111,7 +111,7 @@ class Route:
                     producer.poll(0.05)  # local queue full: let deliveries drain
         self.blocks.append(block)
 
-    def write_one(self, producer: Any, copy: Copy) -> None:
+    def write_one(self, producer: Producer, copy: Copy) -> None:
         """One copy in a block of its own (exact reports)."""
         offset, ts_ms, key, value, hdrs = copy
         block = Block([offset])

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from crossfeed.core import provenance
 from crossfeed.core.timestamps import commit_ts_us, parse_commit_ts
+from crossfeed.kafka.protocols import Message
 from crossfeed.wire import codec, headers
 from crossfeed.wire.changes import parse_txn
 
@@ -93,7 +94,7 @@ def watermark_ts(hdrs: list[Any], value: bytes | None) -> int:
         raise ValueError(f"watermark value is not a ResolvedMark: {err}") from None
 
 
-def add(task: PullerTask, msg: Any, state: PartitionState, offset: int) -> None:
+def add(task: PullerTask, msg: Message, state: PartitionState, offset: int) -> None:
     """An ordered feed's record: a producer watermark moves the partition's resolved_ts;
     a change becomes one staging record."""
     hdrs = msg.headers() or []

@@ -28,11 +28,12 @@ import functools
 import logging
 import re
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
 
 from crossfeed.core import provenance
 from crossfeed.core.partitions import TopicPartition
@@ -40,6 +41,7 @@ from crossfeed.core.task_txn import Decision, Limits, Outcome, Phase, TaskTxn
 from crossfeed.dlq import DeadLetter, FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
+from crossfeed.kafka.protocols import Message, TransactionalProducer
 from crossfeed.kafka.targets import record_size
 from crossfeed.wire import headers, ids, records, topics
 from services.puller import metrics, ordered
@@ -90,7 +92,7 @@ class FeedContext:
     def limits(self) -> Limits:
         return Limits(self.max_batch_records, self.max_batch_bytes, self.resolved_interval_s)
 
-    def reject_reason(self, msg: Any) -> str | None:
+    def reject_reason(self, msg: Message) -> str | None:
         """Why a configured filter rejects this record, or None."""
         opts = self.feed.config
         if opts.filter_reject_header and any(
@@ -157,7 +159,7 @@ class PullerTask:
 
     ctx: FeedContext
     staging_partition: int
-    producer: Producer
+    producer: TransactionalProducer
     partitions: dict[TopicPartition, PartitionState] = field(default_factory=dict)
     txn: TaskTxn[PartitionState] = field(init=False)
     in_txn: bool = False  # the producer's transaction has begun
@@ -197,7 +199,7 @@ class PullerTask:
 
     # -- the hot path ---------------------------------------------------------------
 
-    def add(self, msg: Any, state: PartitionState, now: float | None = None) -> None:
+    def add(self, msg: Message, state: PartitionState, now: float | None = None) -> None:
         """Take one source record into the open transaction (or drop/dead-letter it).
 
         A mirror copy keeps key, value, headers and timestamp as on the source, with the
@@ -339,7 +341,9 @@ class PullerTask:
             state.loop_dropped += 1
         return not copy
 
-    def dead_letter(self, msg: Any, error_class: str, reason: str, state: PartitionState) -> None:
+    def dead_letter(
+        self, msg: Message, error_class: str, reason: str, state: PartitionState
+    ) -> None:
         """A source record that is not copied, kept in ``_crossfeed.dlq`` with why."""
         self._letter(
             msg.key(), msg.value(), msg.headers() or [], msg.offset(), error_class, reason, state
@@ -517,7 +521,7 @@ class PullerTask:
             return self.txn.finished(outcome, time.monotonic(), detail)
         return self.txn.fail(outcome, detail)
 
-    def _txn(self, call: Any, *args: Any) -> None:
+    def _txn(self, call: Callable[..., None], *args: float) -> None:
         """Run a transactional call; retriable errors are retried, fencing is raised."""
         for _attempt in range(5):
             try:

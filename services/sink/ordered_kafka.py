@@ -37,6 +37,7 @@ from crossfeed.dlq import FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
+from crossfeed.kafka.protocols import GroupConsumer, Message, TransactionalProducer
 from crossfeed.kafka.targets import TargetTopics, record_size
 from crossfeed.membership import HeartbeatContent
 from crossfeed.wire import ids
@@ -71,8 +72,10 @@ class OrderedKafkaSink(OrderedSink):
         self.target_alias = sink.cluster
         self.target_topic = sink.topic
         self.target_conf = settings.cluster(sink.cluster).client_config()
-        self.consumer: Any = None
-        self.producer: Any = None
+        # Typed by what the transaction code asks of them (crossfeed/kafka/protocols.py),
+        # so it runs against fakes in unit tests; start() makes the real ones.
+        self.consumer: GroupConsumer | None = None
+        self.producer: TransactionalProducer | None = None
         self.max_message_bytes = 0
         self.owner = False  # this instance holds the sorted partition
         self._reset_txn()
@@ -112,8 +115,8 @@ class OrderedKafkaSink(OrderedSink):
         }
         if self.static:
             conf["group.instance.id"] = self.instance_id
-        self.consumer = clients.consumer(self.target_conf, **conf)
-        self.consumer.subscribe(
+        consumer = self.consumer = clients.consumer(self.target_conf, **conf)
+        consumer.subscribe(
             [self.sorted_topic],
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
@@ -173,7 +176,7 @@ class OrderedKafkaSink(OrderedSink):
             self._abort()
             time.sleep(1.0)
 
-    def _handle(self, msg: Any) -> bool:
+    def _handle(self, msg: Message) -> bool:
         """One sorted record; False when the input was rewound (stop reading the batch)."""
         offset = msg.offset()
         if msg.partition() != SORTED_PARTITION:
@@ -222,7 +225,7 @@ class OrderedKafkaSink(OrderedSink):
             self._commit()  # the next record begins the next Kafka transaction
         return True
 
-    def _produce_copy(self, msg: Any) -> None:
+    def _produce_copy(self, msg: Message) -> None:
         key, value, hdrs = msg.key(), msg.value(), msg.headers()
         if record_size(key, value, hdrs) > self.max_message_bytes:
             self._dead_letter_here(
@@ -233,16 +236,16 @@ class OrderedKafkaSink(OrderedSink):
             )
             return
         ts_ms, hdrs = source_timestamp(msg.timestamp()[1], hdrs)
+        producer = self.producer
+        assert producer is not None  # records are only read once start() made it
         while True:
             try:
                 # By position: topic, value, key, partition, on_delivery, its alias,
                 # timestamp, headers (see mirror.py: keywords cost per call).
-                self.producer.produce(
-                    self.target_topic, value, key, 0, None, None, max(ts_ms, 0), hdrs
-                )
+                producer.produce(self.target_topic, value, key, 0, None, None, max(ts_ms, 0), hdrs)
                 break
             except BufferError:
-                self.producer.poll(0.05)  # local queue full: bounded memory
+                producer.poll(0.05)  # local queue full: bounded memory
         self.open_produced += 1
         self.txn_events += 1
         self.txn_bytes += (len(key) if key else 0) + (len(value) if value else 0)
@@ -250,19 +253,26 @@ class OrderedKafkaSink(OrderedSink):
 
     # -- dead letters ---------------------------------------------------------------
 
-    def _dead_letter_here(self, msg: Any, error_class: str, reason: str) -> None:
+    def _dead_letter_here(self, msg: Message, error_class: str, reason: str) -> None:
         """Into the open Kafka transaction (with the records it stands among)."""
         self._dead_letter(msg, error_class, reason, self.producer, self.target_alias)
 
     # -- transactions ---------------------------------------------------------------
 
+    def _clients(self) -> tuple[TransactionalProducer, GroupConsumer]:
+        """The producer and consumer start() made (transactions need both)."""
+        if self.producer is None or self.consumer is None:
+            raise RuntimeError(f"sink {self.instance_id} is not started")
+        return self.producer, self.consumer
+
     def _begin(self) -> None:
-        self.producer.begin_transaction()
+        self._clients()[0].begin_transaction()
         self._open_txn()
 
     def _commit(self) -> None:
         """Everything read so far, with the position, in one Kafka transaction."""
         assert self.sequencer.open is None
+        producer, consumer = self._clients()
         applied = self._next_applied()
         if self.next_offset >= 0:
             offsets = [
@@ -270,10 +280,8 @@ class OrderedKafkaSink(OrderedSink):
                     self.sorted_topic, SORTED_PARTITION, self.next_offset, metadata=applied.encode()
                 )
             ]
-            self.producer.send_offsets_to_transaction(
-                offsets, self.consumer.consumer_group_metadata(), 30
-            )
-        self.producer.commit_transaction(60)
+            producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(60)
         self.committed = applied
         if self.next_offset >= 0:
             self.committed_offset = self.next_offset
@@ -290,8 +298,9 @@ class OrderedKafkaSink(OrderedSink):
                 # after an earlier commit failed now and then with a fatal
                 # INVALID_TXN_STATE (Kafka 4.3 broker, librdkafka 2.16; 1 in ~100
                 # commit/abort cycles here, none in 900 with the flush).
-                self.producer.flush(30)
-                self.producer.abort_transaction(30)
+                producer = self._clients()[0]
+                producer.flush(30)
+                producer.abort_transaction(30)
             except KafkaException as err:
                 log.warning("abort failed: %s", err)
             shared_metrics.ABORTS.labels(*self.labels).inc()
@@ -304,11 +313,11 @@ class OrderedKafkaSink(OrderedSink):
     def _seek_committed(self) -> None:
         offset = self.committed_offset
         if offset < 0:
-            low, _ = self.consumer.get_watermark_offsets(
+            low, _ = self._clients()[1].get_watermark_offsets(
                 KafkaTP(self.sorted_topic, SORTED_PARTITION), timeout=10
             )
             offset = low
-        self.consumer.seek(KafkaTP(self.sorted_topic, SORTED_PARTITION, offset))
+        self._clients()[1].seek(KafkaTP(self.sorted_topic, SORTED_PARTITION, offset))
 
     def _on_kafka_error(self, exc: KafkaException) -> None:
         err: KafkaError = exc.args[0]
@@ -325,7 +334,7 @@ class OrderedKafkaSink(OrderedSink):
     def _reload_position(self) -> None:
         """The committed offset and position, as the group coordinator has them."""
         tp = KafkaTP(self.sorted_topic, SORTED_PARTITION)
-        committed = self.consumer.committed([tp], timeout=10)[0]
+        committed = self._clients()[1].committed([tp], timeout=10)[0]
         try:
             self.committed = Applied.decode(committed.metadata)
         except ValueError as err:
@@ -359,7 +368,7 @@ class OrderedKafkaSink(OrderedSink):
 
     # -- helpers --------------------------------------------------------------------
 
-    def _new_producer(self) -> Any:
+    def _new_producer(self) -> TransactionalProducer:
         return clients.transactional_producer(
             self.target_conf,
             ids.sink_transactional_id(self.feed.name, self.instance_id),
