@@ -96,6 +96,27 @@ def test_a_part_started_without_its_extra_names_the_extra(
     assert "Traceback" not in done.stderr
 
 
+def test_a_postgres_sink_without_its_extra_names_the_extra(installed: Installed, tmp_path: Path):
+    # Refused before any connection: the clusters named here do not exist.
+    (tmp_path / "crossfeed.yaml").write_text(
+        "clusters:\n"
+        "  dc-a: {bootstrap.servers: 127.0.0.1:9}\n"
+        "  dc-b: {bootstrap.servers: 127.0.0.1:9}\n"
+    )
+    (tmp_path / "ledger.yaml").write_text(
+        "name: ledger\nsource: dc-a\nsink-uri: postgresql://me@127.0.0.1:9/db\n"
+        "topics: [bank]\nmode: ordered\n"
+    )
+    argv = ["--config", "crossfeed.yaml", "sink", "run", "--feed", "ledger"]
+    done = subprocess.run(
+        [installed.crossfeed, *argv, "--feed-file", "ledger.yaml"], cwd=tmp_path,
+        env=clean_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "the PostgreSQL sink needs psycopg" in done.stderr
+    assert "pip install 'crossfeed[postgres]'" in done.stderr
+
+
 def test_a_mirror_feed_runs_from_the_installed_wheel(
     installed: Installed, clusters, services, topic_factory
 ):
