@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError
 
 from crossfeed.core.offset_ranges import OffsetRun, OffsetSyncWriter
+from crossfeed.kafka import clients
 from crossfeed.kafka.protocols import Message, Producer
 
 Header = tuple[str, bytes | None]
@@ -23,9 +24,14 @@ Copy = tuple[int, int, bytes | None, bytes | None, list[Header]]
 """One copy as written: source offset, timestamp (ms, -1 none), key, value, headers."""
 
 
-class TargetInterleaved(RuntimeError):
-    """Another producer wrote between the copies of a block: the task is redone with a
-    delivery report per copy (:attr:`Route.exact`)."""
+@dataclass(frozen=True)
+class CopyProblem:
+    """Why a block's target offsets are not known: a delivery failed (``error``), or
+    another producer wrote between its copies (``error`` None; the task is redone with
+    a delivery report per copy, :attr:`Route.exact`)."""
+
+    detail: str
+    error: KafkaError | None = None
 
 
 class Block:
@@ -60,15 +66,16 @@ class Block:
         self.first(err, out)
         self.last(err, out)
 
-    def target_start(self) -> int:
-        """The first copy's target offset; TargetInterleaved if the copies are not
-        contiguous in the target partition, KafkaException if a delivery failed."""
+    def target_start(self) -> int | CopyProblem:
+        """The first copy's target offset, or why it is not known: a failed delivery, or
+        copies not contiguous in the target partition (another writer interleaved)."""
         if self.error is not None:
-            raise KafkaException(self.error)
+            return CopyProblem(self.error.str(), self.error)
         if self.first_target < 0 or self.last_target < 0:
-            raise KafkaException(KafkaError(KafkaError._FAIL, "delivery reports missing"))
+            missing = KafkaError(KafkaError._FAIL, "delivery reports missing")
+            return CopyProblem(missing.str(), missing)
         if self.last_target - self.first_target != len(self.source_offsets) - 1:
-            raise TargetInterleaved(
+            return CopyProblem(
                 f"{len(self.source_offsets)} copies landed at target offsets "
                 f"{self.first_target}..{self.last_target}: another writer interleaved"
             )
@@ -115,33 +122,27 @@ class Route:
         """One copy in a block of its own (exact reports)."""
         offset, ts_ms, key, value, hdrs = copy
         block = Block([offset])
-        while True:
-            try:
-                producer.produce(
-                    self.target_topic,
-                    value,
-                    key,
-                    self.partition,
-                    block.only,
-                    None,
-                    max(ts_ms, 0),
-                    hdrs,
-                )
-                break
-            except BufferError:
-                producer.poll(0.05)
+        clients.produce_waiting(
+            producer,
+            self.target_topic,
+            value=value,
+            key=key,
+            partition=self.partition,
+            on_delivery=block.only,
+            timestamp=max(ts_ms, 0),
+            headers=hdrs,
+        )
         self.blocks.append(block)
 
-    def runs(self) -> list[OffsetRun]:
+    def runs(self) -> list[OffsetRun] | CopyProblem:
         """The OffsetSync runs of the open transaction's blocks, once every delivery
-        report is in (after the producer's flush); raises TargetInterleaved or
-        KafkaException as :meth:`Block.target_start` does."""
-        try:
-            for block in self.blocks:
-                self.syncs.add_block(block.source_offsets, block.target_start())
-        except TargetInterleaved:
-            self.exact = True
-            raise
-        finally:
-            self.blocks = []
+        report is in (after the producer's flush), or the first block's problem; after
+        an interleaving the route switches to exact reports."""
+        blocks, self.blocks = self.blocks, []
+        for block in blocks:
+            start = block.target_start()
+            if isinstance(start, CopyProblem):
+                self.exact = self.exact or start.error is None
+                return start
+            self.syncs.add_block(block.source_offsets, start)
         return self.syncs.flush()

@@ -45,7 +45,7 @@ from crossfeed.kafka.protocols import Message, TransactionalProducer
 from crossfeed.kafka.targets import record_size
 from crossfeed.wire import headers, ids, records, topics
 from services.puller import metrics, ordered
-from services.puller.copies import Copy, Route
+from services.puller.copies import Copy, CopyProblem, Route
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,24 @@ SIZE_SLACK = 64 << 10  # below max.message.bytes by this much, no exact size che
 Bytes = bytes  # PartitionState counts bytes in a field called bytes
 
 
-class TaskFenced(RuntimeError):
-    """Another instance owns this task now; this one must stop writing for it."""
+@dataclass(frozen=True)
+class TxnFailure:
+    """Why the task's transaction did not commit. The commit path (:meth:`PullerTask.seal`,
+    :meth:`PullerTask.finish`) returns it rather than raising: librdkafka's exceptions
+    are turned into this value where they are caught, and the worker decides what
+    next from it (:meth:`PullerTask.failed`)."""
+
+    outcome: Outcome  # FENCED (another instance owns the task) or FAILED
+    detail: str
+
+    @classmethod
+    def of(cls, err: BaseException) -> TxnFailure:
+        """An exception from outside the commit path (a send that failed)."""
+        if isinstance(err, KafkaException):
+            kafka_err: KafkaError = err.args[0]
+            fenced = clients.is_fenced(kafka_err)
+            return cls(Outcome.FENCED if fenced else Outcome.FAILED, kafka_err.str())
+        return cls(Outcome.FAILED, str(err))
 
 
 @dataclass(frozen=True)
@@ -163,7 +179,7 @@ class PullerTask:
     partitions: dict[TopicPartition, PartitionState] = field(default_factory=dict)
     txn: TaskTxn[PartitionState] = field(init=False)
     in_txn: bool = False  # the producer's transaction has begun
-    pending: Future[None] | None = None  # the sealed transaction's commit, under way
+    pending: Future[TxnFailure | None] | None = None  # the sealed transaction's commit, under way
     pending_since: float | None = None  # when that commit was handed to its thread
 
     def __post_init__(self) -> None:
@@ -214,8 +230,6 @@ class PullerTask:
             return  # already taken (a re-fetch)
         if self.ctx.ordered:
             ordered.add(self, msg, state, offset)
-            if state.staged_bytes >= self.ctx.pack_bytes and self.txn.may_send():
-                self._ship(state)
             return
         hdrs = msg.headers()
         if hdrs is None:  # the usual first hop: no parsing at all
@@ -236,8 +250,6 @@ class PullerTask:
         state.copies_bytes += size + COPY_OVERHEAD
         if size > state.max_copy:
             state.max_copy = size
-        if state.copies_bytes >= self.ctx.pack_bytes and self.txn.may_send():
-            self._ship(state)
 
     def stamp(self, hdrs: list[Any], state: PartitionState, offset: int) -> list[Any]:
         """The record's headers with the provenance headers stamped (crossfeed-src last)."""
@@ -249,15 +261,19 @@ class PullerTask:
             offset=offset,
         )
 
-    def send(self) -> None:
+    def send(self) -> TxnFailure | None:
         """Send what the partitions hold into the open transaction now, unless a commit
-        is under way (the reader calls it after each read): copies go out as they are
-        read, so the commit finds them delivered instead of waiting for them."""
+        is under way (the reader calls it after each read, so :meth:`add` only buffers):
+        copies go out as they are read, and the commit finds them delivered instead of
+        waiting for them. A failure is returned; the task must then end."""
         if self.pending is not None or not self.txn.may_send():
-            return
+            return None
         for state in self.partitions.values():
             if state.copies or state.staged or state.letters:
-                self._ship(state)
+                failure = self._ship(state)
+                if failure is not None:
+                    return failure
+        return None
 
     def overfull(self) -> bool:
         """Records held during a commit have grown past four times pack_bytes in one
@@ -268,28 +284,32 @@ class PullerTask:
             for state in self.partitions.values()
         )
 
-    def _ship(self, state: PartitionState) -> None:
+    def _ship(self, state: PartitionState) -> TxnFailure | None:
         """Send the partition's dead letters and records (inside the transaction); the
         counters are kept per send, not per record. Never while a commit is under way:
         the producer's next transaction waits for it."""
         assert self.pending is None and self.txn.may_send()
-        if state.letters:
-            self._begin()
-            for key, value, hdrs in state.letters:
-                self._produce(topics.DLQ, value, key, hdrs, partition=-1)
-                state.dead_letters += 1
-            state.letters.clear()
-        if state.staged:
-            self._begin()
-            for key, value, hdrs, ts_ms in state.staged:
-                self._produce(self.ctx.changes_topic, value, key, hdrs, ts_ms)
-            state.records += len(state.staged)
-            state.bytes += state.staged_bytes
-            state.staged = []
-            state.staged_bytes = 0
-        if state.copies:
-            self._begin()
-            self._write_copies(state)
+        failure = self._begin()
+        if failure is not None:
+            return failure
+        try:
+            if state.letters:
+                for key, value, hdrs in state.letters:
+                    self._produce(topics.DLQ, value, key, hdrs, partition=-1)
+                    state.dead_letters += 1
+                state.letters.clear()
+            if state.staged:
+                for key, value, hdrs, ts_ms in state.staged:
+                    self._produce(self.ctx.changes_topic, value, key, hdrs, ts_ms)
+                state.records += len(state.staged)
+                state.bytes += state.staged_bytes
+                state.staged = []
+                state.staged_bytes = 0
+            if state.copies:
+                self._write_copies(state)
+        except KafkaException as err:  # librdkafka refused a record (a fenced producer)
+            return TxnFailure.of(err)
+        return None
 
     def _write_copies(self, state: PartitionState) -> None:
         """A mirror partition's buffered copies into its target partition."""
@@ -392,10 +412,12 @@ class PullerTask:
             kwargs["partition"] = self.staging_partition if partition is None else partition
         clients.produce_waiting(self.producer, topic, value=value, key=key, headers=hdrs, **kwargs)
 
-    def _begin(self) -> None:
-        if not self.in_txn:
-            self._txn(self.producer.begin_transaction)
-            self.in_txn = True
+    def _begin(self) -> TxnFailure | None:
+        if self.in_txn:
+            return None
+        failure = self._txn(self.producer.begin_transaction)
+        self.in_txn = failure is None
+        return failure
 
     # -- transactions ---------------------------------------------------------------
 
@@ -409,24 +431,33 @@ class PullerTask:
         is still under way)."""
         return None if self.pending is not None else self.txn.due_in(now, interval_s)
 
-    def commit(self, positions: dict[TopicPartition, int], caught_up: set[TopicPartition]) -> None:
-        """Seal and commit now, on this thread; raises TaskFenced if fenced."""
-        self.seal(positions, caught_up)
-        self.finish()
-        self.committed()
+    def commit(
+        self, positions: dict[TopicPartition, int], caught_up: set[TopicPartition]
+    ) -> TxnFailure | None:
+        """Seal and commit now, on this thread; the failure if it did not commit."""
+        failure = self.seal(positions, caught_up) or self.finish()
+        if failure is None:
+            self.committed()
+        return failure
 
-    def seal(self, positions: dict[TopicPartition, int], caught_up: set[TopicPartition]) -> None:
+    def seal(
+        self, positions: dict[TopicPartition, int], caught_up: set[TopicPartition]
+    ) -> TxnFailure | None:
         """End the open transaction: what waits is sent, then a mark per partition.
-        Records taken from now on belong to the next one.
+        Records taken from now on belong to the next one. Returns the failure, if any
+        (the task must then end: :meth:`failed`).
 
         ``positions`` are the reader's fetch positions (past skipped aborted records and
         transaction markers); ``caught_up`` the partitions with no backlog, whose
         resolved_ts may advance to now.
         """
         assert self.pending is None
-        self._begin()
+        failure = self._begin()
         for state in self.partitions.values():
-            self._ship(state)  # the records first: a mark covers what precedes it
+            # the records first: a mark covers what precedes it
+            failure = failure or self._ship(state)
+        if failure is not None:
+            return failure
         for tp, offset in positions.items():
             if tp in self.partitions:
                 self.txn.skip_to(self.partitions[tp], offset)
@@ -459,25 +490,30 @@ class PullerTask:
                 resolved_ts_us=resolved,
                 next_offset=sealed[state],
             )
-            self._produce(self.ctx.changes_topic, mark, state.key, mark_headers)
+            try:
+                self._produce(self.ctx.changes_topic, mark, state.key, mark_headers)
+            except KafkaException as err:
+                return TxnFailure.of(err)
             state.pending_resolved_us = resolved
             metrics.RESOLVED_TS.labels(*state.labels).set(resolved / 1e6)
+        return None
 
-    def finish(self) -> None:
+    def finish(self) -> TxnFailure | None:
         """Commit the sealed transaction (any thread): a mirror feed's OffsetSyncs first,
-        from the delivery reports of its copies. Raises TaskFenced if fenced,
-        TargetInterleaved or KafkaException if it failed."""
+        from the delivery reports of its copies. Returns the failure if it did not
+        commit: fenced, copies interleaved or not delivered, the commit refused."""
         if not self.ctx.ordered:
             left = self.producer.flush(60)  # every delivery report is in
             if left:
-                raise KafkaException(
-                    KafkaError(KafkaError._TIMED_OUT, f"{left} copies still undelivered")
-                )
+                return TxnFailure(Outcome.FAILED, f"{left} copies still undelivered")
             for tp, state in self.partitions.items():
                 route = state.route
                 if route is None or not route.blocks:
                     continue
-                for run in route.runs():
+                runs = route.runs()
+                if isinstance(runs, CopyProblem):
+                    return TxnFailure(Outcome.FAILED, runs.detail)
+                for run in runs:
                     value = records.offset_sync(
                         feed=self.ctx.name,
                         source_cluster=self.ctx.source_cluster_id,
@@ -490,9 +526,12 @@ class PullerTask:
                         target_start=run.target_start,
                     )
                     key = records.offset_sync_key(self.ctx.name, tp.topic, tp.partition)
-                    self._produce(topics.OFFSET_SYNCS, value, key, None, partition=-1)
+                    try:
+                        self._produce(topics.OFFSET_SYNCS, value, key, None, partition=-1)
+                    except KafkaException as err:
+                        return TxnFailure.of(err)
                     metrics.OFFSET_SYNCS.labels(self.ctx.name).inc()
-        self._txn(self.producer.commit_transaction, 60)
+        return self._txn(self.producer.commit_transaction, 60)
 
     def committed(self) -> Decision:
         """Bookkeeping once the sealed transaction is committed (the reader's thread)."""
@@ -512,33 +551,33 @@ class PullerTask:
         metrics.TRANSACTIONS.labels(self.ctx.name).inc()
         return self.txn.finished(Outcome.COMMITTED, time.monotonic())
 
-    def failed(self, err: BaseException) -> Decision:
+    def failed(self, failure: TxnFailure) -> Decision:
         """The task's transaction failed (sending, sealing or committing): what next
         (core/task_txn.py, invariant C: a failed task never goes on by itself)."""
-        outcome = Outcome.FENCED if isinstance(err, TaskFenced) else Outcome.FAILED
-        detail = err.args[0].str() if isinstance(err, KafkaException) else str(err)
         if self.txn.phase is Phase.COMMITTING:
-            return self.txn.finished(outcome, time.monotonic(), detail)
-        return self.txn.fail(outcome, detail)
+            return self.txn.finished(failure.outcome, time.monotonic(), failure.detail)
+        return self.txn.fail(failure.outcome, failure.detail)
 
-    def _txn(self, call: Callable[..., None], *args: float) -> None:
-        """Run a transactional call; retriable errors are retried, fencing is raised."""
-        for _attempt in range(5):
+    def _txn(self, call: Callable[..., None], *args: float) -> TxnFailure | None:
+        """Run a transactional call; retriable errors are retried, anything else is
+        returned as the failure (fenced: another instance owns the task)."""
+        err: KafkaError | None = None
+        for _attempt in range(6):
             try:
                 call(*args)
-                return
+                return None
             except KafkaException as exc:
-                err: KafkaError = exc.args[0]
-                if clients.is_fenced(err):
-                    raise TaskFenced(
-                        f"task {self.transactional_id} fenced: another instance owns it "
-                        f"({err.str()})"
-                    ) from None
-                if err.retriable():
-                    time.sleep(0.2)
-                    continue
-                raise
-        call(*args)
+                err = exc.args[0]
+                if err is None or not err.retriable() or clients.is_fenced(err):
+                    break
+                time.sleep(0.2)
+        assert err is not None
+        if clients.is_fenced(err):
+            return TxnFailure(
+                Outcome.FENCED,
+                f"task {self.transactional_id} fenced: another instance owns it ({err.str()})",
+            )
+        return TxnFailure(Outcome.FAILED, err.str())
 
     def close(self) -> None:
         """Let the producer go. A task that ended in a failure drops what it still

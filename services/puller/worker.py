@@ -31,14 +31,14 @@ from crossfeed.kafka.targets import TargetTopics
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
 from crossfeed.wire import ids, topics
 from services.puller import metrics
-from services.puller.copies import Route, TargetInterleaved
+from services.puller.copies import Route
 from services.puller.discovery import Discovery
 from services.puller.membership import CoordinatorMembership, GroupMembership
 from services.puller.task import (
     FeedContext,
     PartitionState,
     PullerTask,
-    TaskFenced,
+    TxnFailure,
     transactional_id,
 )
 
@@ -216,8 +216,10 @@ class PullerWorker:
             found = route((msg.topic(), msg.partition()))
             if found is not None:
                 found[0].add(msg, found[1], now)
-        for task in self.tasks.values():
-            task.send()
+        for task in list(self.tasks.values()):
+            failure = task.send()
+            if failure is not None:
+                self._commit_failed(task, failure)
         now = time.monotonic()
         due = [task for task in self.tasks.values() if task.due(now, interval_s)]
         if due:
@@ -348,22 +350,25 @@ class PullerWorker:
         if task is None:
             return
         if task.pending is not None:  # a commit under way: its outcome first
-            failed = task.pending.exception()
+            failure = task.pending.result()
             task.pending = task.pending_since = None
-            if failed is None:
+            if failure is None:
                 task.committed()
             else:
                 # Fenced, when another owner took the task while this instance was
                 # paused, or the target failed: nothing more to commit.
-                log.warning("task %d: its last transaction failed: %s", s, failed)
-                task.failed(failed)
+                log.warning("task %d: its last transaction failed: %s", s, failure.detail)
+                task.failed(failure)
                 commit = False
         if commit:
-            try:
-                self._commit_or_raise(task)
-            except (TaskFenced, TargetInterleaved, KafkaException) as err:
-                log.warning("task %d: final commit failed (%s); the next owner redoes it", s, err)
-                task.failed(err)
+            failure = task.commit(*self._positions(task))
+            if failure is not None:
+                log.warning(
+                    "task %d: final commit failed (%s); the next owner redoes it",
+                    s,
+                    failure.detail,
+                )
+                task.failed(failure)
         owned = [key for key, (t, _) in self.route.items() if t is task]
         for key in owned:
             del self.route[key]
@@ -372,9 +377,6 @@ class PullerWorker:
         task.close()
         metrics.TASKS.labels(self.feed.name).set(len(self.tasks))
         log.info("task %d of feed %s released by %s", s, self.feed.name, self.instance_id)
-
-    def _commit_or_raise(self, task: PullerTask) -> None:
-        task.commit(*self._positions(task))
 
     def _positions(self, task: PullerTask) -> tuple[dict[TopicPartition, int], set[TopicPartition]]:
         """The reader's positions for the task's partitions, and which ones are caught up."""
@@ -399,10 +401,9 @@ class PullerWorker:
         (each task has its own producer; a commit mostly waits on the broker), while this
         thread goes on reading; :meth:`_settle` picks up the outcomes."""
         for task in due:
-            try:
-                task.seal(*self._positions(task))
-            except (TaskFenced, TargetInterleaved, KafkaException) as err:
-                self._commit_failed(task, err)
+            failure = task.seal(*self._positions(task))
+            if failure is not None:
+                self._commit_failed(task, failure)
                 continue
             task.pending = self.committer.submit(task.finish)
             task.pending_since = time.monotonic()
@@ -415,29 +416,27 @@ class PullerWorker:
 
     def _settle_task(self, task: PullerTask) -> None:
         assert task.pending is not None
-        err = task.pending.exception()  # waits for the commit
+        failure = task.pending.result()  # waits for the commit
         task.pending = task.pending_since = None
-        if err is None:
+        if failure is None:
             task.committed()
             self.commit_errors.pop(task.staging_partition, None)
             self.failures.pop(task.staging_partition, None)
-        elif isinstance(err, (TaskFenced, TargetInterleaved, KafkaException)):
-            self._commit_failed(task, err)
         else:
-            raise err
+            self._commit_failed(task, failure)
 
-    def _commit_failed(self, task: PullerTask, err: Exception) -> None:
+    def _commit_failed(self, task: PullerTask, failure: TxnFailure) -> None:
         """A transaction of ``task`` failed: the task ends here (core/task_txn.py,
         invariant C). Fenced — another owner runs it — it is just dropped; otherwise it
         is started again (membership.poll) after the decision's backoff, with a new
         producer, from its marks on the target."""
         s = task.staging_partition
-        decision = task.failed(err)
+        decision = task.failed(failure)
         self.exact |= {
             tp for tp, state in task.partitions.items() if state.route and state.route.exact
         }
         if decision.next is Next.DROP:
-            log.warning("%s", err)
+            log.warning("%s", failure.detail)
         else:
             metrics.FAILED_TRANSACTIONS.labels(self.feed.name).inc()
             self.failures[s] = task.txn.failures

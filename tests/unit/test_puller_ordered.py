@@ -16,7 +16,7 @@ from crossfeed.dlq import FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.wire import codec, headers
 from services.puller.ordered import next_resolved, staged_size
-from services.puller.task import FeedContext, PullerTask
+from services.puller.task import FeedContext, PullerTask, TxnFailure
 
 pytestmark = pytest.mark.unit
 
@@ -99,7 +99,7 @@ def _task(tolerance: str = "all", lateness_ms: int = 0, max_bytes: int = 1 << 20
 def _commit(task: PullerTask, caught_up: bool = False) -> list[dict[str, Any]]:
     producer: _Producer = task.producer  # type: ignore[assignment]
     before = len(producer.sent)
-    task.commit({TP: task.position(TP)}, {TP} if caught_up else set())
+    assert task.commit({TP: task.position(TP)}, {TP} if caught_up else set()) is None
     return producer.sent[before:]
 
 
@@ -197,7 +197,7 @@ def test_a_failed_task_ends_and_its_next_owner_starts_from_the_committed_mark() 
     _commit(task)
     task.add(_Msg(1, watermark_headers(500)), state)
     task.add(_change(2, 600), state)
-    decision = task.failed(RuntimeError("target gone"))
+    decision = task.failed(TxnFailure.of(RuntimeError("target gone")))
     assert decision.next.value == "restart" and "target gone" in decision.reason
     with pytest.raises(RuntimeError, match="start a new one"):
         task.add(_change(3, 700), state)

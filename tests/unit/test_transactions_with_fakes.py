@@ -14,12 +14,12 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from crossfeed.core.partitions import TopicPartition
-from crossfeed.core.task_txn import Next
+from crossfeed.core.task_txn import Next, Outcome
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka.protocols import Header, Message, TransactionalProducer
 from crossfeed.wire import codec, headers, topics
-from services.puller.copies import Route, TargetInterleaved
-from services.puller.task import FeedContext, PullerTask, TaskFenced
+from services.puller.copies import Route
+from services.puller.task import FeedContext, PullerTask, TxnFailure
 
 pytestmark = pytest.mark.unit
 
@@ -74,6 +74,7 @@ class FakeProducer:
             raise KafkaException(errors.pop(0))
 
     def produce(self, topic: str, *args: Any, **kwargs: Any) -> None:
+        self._maybe_fail("produce")
         # Called by position (the hot loops) and by keyword (crossfeed's own records).
         kw = {**dict(zip(PRODUCE_ARGS[: len(args)], args, strict=True)), **kwargs}
         partition, value = kw.get("partition", -1), kw.get("value")
@@ -100,6 +101,7 @@ class FakeProducer:
 
     def begin_transaction(self) -> None:
         self.calls.append(("begin",))
+        self._maybe_fail("begin")
 
     def commit_transaction(self, timeout: float = -1) -> None:
         self.calls.append(("commit",))
@@ -134,8 +136,8 @@ def _read(task: PullerTask, offsets: range, value: bytes = b"v") -> None:
         task.add(FakeRecord(TP.topic, TP.partition, offset, value), state)
 
 
-def _commit(task: PullerTask) -> None:
-    task.commit({TP: task.position(TP)}, set())
+def _commit(task: PullerTask) -> TxnFailure | None:
+    return task.commit({TP: task.position(TP)}, set())
 
 
 def _syncs(producer: FakeProducer) -> list[dict[str, Any]]:
@@ -151,7 +153,7 @@ def test_one_transaction_holds_copies_then_the_mark_then_the_offset_syncs():
     producer.logs[("orders", 2)] = 40  # the target partition already holds 40 records
     task = _task(producer)
     _read(task, range(3))
-    _commit(task)
+    assert _commit(task) is None
     assert producer.names() == [
         "begin",
         *["orders"] * 3,  # the copies, same partition number
@@ -174,13 +176,13 @@ def test_records_read_after_the_seal_wait_for_the_next_transaction():
     producer = FakeProducer()
     task = _task(producer)
     _read(task, range(2))
-    task.seal({TP: task.position(TP)}, set())
+    assert task.seal({TP: task.position(TP)}, set()) is None
     _read(task, range(2, 4))  # read while the commit is under way
-    task.finish()
+    assert task.finish() is None
     task.committed()
     first = producer.names()
     assert first.count("orders") == 2 and first[-1] == "commit"
-    _commit(task)
+    assert _commit(task) is None
     second = producer.names()[len(first) :]
     assert second[:3] == ["begin", "orders", "orders"] and second[-1] == "commit"
     assert [s["source_start"] for s in _syncs(producer)] == [0, 2]
@@ -191,8 +193,9 @@ def test_copies_interleaved_by_another_writer_are_redone_one_by_one():
     producer.interleave = True
     task = _task(producer)
     _read(task, range(3))
-    with pytest.raises(TargetInterleaved):
-        _commit(task)
+    failure = _commit(task)
+    assert failure is not None and failure.outcome is Outcome.FAILED
+    assert "another writer interleaved" in failure.detail
     assert task.partitions[TP].route is not None and task.partitions[TP].route.exact
     assert "commit" not in producer.names()  # the transaction is not committed
 
@@ -202,15 +205,15 @@ def test_a_fenced_commit_drops_the_task_and_a_retriable_one_is_retried():
     producer.fail["commit"] = [KafkaError(KafkaError._TIMED_OUT, "slow", retriable=True)]
     task = _task(producer)
     _read(task, range(1))
-    _commit(task)
+    assert _commit(task) is None
     assert producer.names().count("commit") == 2  # retried once, then committed
 
     producer.fail["commit"] = [KafkaError(KafkaError._FENCED, "fenced")]
     _read(task, range(1, 2))
-    task.seal({TP: task.position(TP)}, set())
-    with pytest.raises(TaskFenced) as fenced:
-        task.finish()
-    assert task.failed(fenced.value).next is Next.DROP
+    assert task.seal({TP: task.position(TP)}, set()) is None
+    fenced = task.finish()
+    assert fenced is not None and fenced.outcome is Outcome.FENCED
+    assert task.failed(fenced).next is Next.DROP
 
 
 def test_a_record_too_large_for_the_target_goes_to_the_dead_letter_topic():
@@ -218,7 +221,7 @@ def test_a_record_too_large_for_the_target_goes_to_the_dead_letter_topic():
     task = _task(producer, max_message_bytes=1000)
     _read(task, range(1), value=b"x" * 70_000)  # beyond the size slack: checked one by one
     _read(task, range(1, 2), value=b"small")
-    _commit(task)
+    assert _commit(task) is None
     written = [c for c in producer.calls if c[0] == "produce" and c[1] != CHANGES]
     assert sorted(c[1] for c in written) == sorted([topics.DLQ, "orders", topics.OFFSET_SYNCS])
     (copy,) = [c for c in written if c[1] == "orders"]
@@ -314,3 +317,27 @@ def test_the_sink_aborts_and_rewinds_a_source_transaction_cut_short():
     assert results == [True, True, False]  # rewound: the batch is read again
     assert producer.names() == ["begin", "out", "flush", "abort"]
     assert consumer.seeks == [0]  # back to the committed offset (the start: nothing yet)
+
+
+def test_a_send_refused_by_a_fenced_producer_is_a_returned_failure_that_drops_the_task():
+    producer = FakeProducer()
+    task = _task(producer)
+    _read(task, range(2))  # add() only buffers: nothing is produced yet
+    assert "orders" not in producer.names()
+    producer.fail["produce"] = [KafkaError(KafkaError._FENCED, "fenced")]
+    failure = task.send()
+    assert failure is not None and failure.outcome is Outcome.FENCED
+    assert task.failed(failure).next is Next.DROP
+    assert "commit" not in producer.names()
+
+
+def test_a_begin_that_keeps_failing_is_returned_and_the_task_restarts():
+    producer = FakeProducer()
+    producer.fail["begin"] = [KafkaError(KafkaError._TRANSPORT, "target gone")]
+    task = _task(producer)
+    _read(task, range(1))
+    failure = task.send()
+    assert failure is not None and failure.outcome is Outcome.FAILED
+    assert "target gone" in failure.detail
+    decision = task.failed(failure)
+    assert decision.next is Next.RESTART and "target gone" in decision.reason
