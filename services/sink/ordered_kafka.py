@@ -52,10 +52,6 @@ log = logging.getLogger(__name__)
 TRANSACTION_TIMEOUT_MS = 300_000  # a long source transaction keeps one Kafka transaction open
 
 
-class RetryLater(RuntimeError):
-    """The transaction cannot complete now; abort, rewind, retry."""
-
-
 class OrderedKafkaSink(OrderedSink):
     def __init__(
         self,
@@ -151,7 +147,7 @@ class OrderedKafkaSink(OrderedSink):
             return
         try:
             self._commit()
-        except (KafkaException, RetryLater) as err:
+        except KafkaException as err:
             log.warning("commit %s failed (%s); aborting", why, err)
             self._abort()
 
@@ -171,10 +167,6 @@ class OrderedKafkaSink(OrderedSink):
             raise
         except KafkaException as err:
             self._on_kafka_error(err)
-        except RetryLater as err:
-            self._enter_error(str(err))
-            self._abort()
-            time.sleep(1.0)
 
     def _handle(self, msg: Message) -> bool:
         """One sorted record; False when the input was rewound (stop reading the batch)."""
@@ -238,14 +230,7 @@ class OrderedKafkaSink(OrderedSink):
         ts_ms, hdrs = source_timestamp(msg.timestamp()[1], hdrs)
         producer = self.producer
         assert producer is not None  # records are only read once start() made it
-        while True:
-            try:
-                # By position: topic, value, key, partition, on_delivery, its alias,
-                # timestamp, headers (see mirror.py: keywords cost per call).
-                producer.produce(self.target_topic, value, key, 0, None, None, max(ts_ms, 0), hdrs)
-                break
-            except BufferError:
-                producer.poll(0.05)  # local queue full: bounded memory
+        clients.produce_copy(producer, self.target_topic, value, key, 0, None, max(ts_ms, 0), hdrs)
         self.open_produced += 1
         self.txn_events += 1
         self.txn_bytes += (len(key) if key else 0) + (len(value) if value else 0)
@@ -379,11 +364,6 @@ class OrderedKafkaSink(OrderedSink):
                 "queue.buffering.max.kbytes": 131072,
             },
         )
-
-    def _enter_error(self, message: str) -> None:
-        if self.last_error != message:
-            log.error("feed %s: %s", self.feed.name, message)
-        self.state, self.last_error = "error", message
 
     def _heartbeat(self) -> HeartbeatContent:
         return self._heartbeat_content(self.owner)
