@@ -194,3 +194,42 @@ def epochs_written_since(clusters: Clusters, start: int) -> list[int]:
         elif key.startswith("status/"):
             epochs.append(codec.decode("FeedStatus", value)["leader_epoch"])
     return epochs
+
+
+def test_the_cli_works_through_a_standby_and_while_any_listed_coordinator_lives(
+    group: Coordinators, name: str
+) -> None:
+    """``--server`` lists both coordinators; the first is the standby, then it is dead:
+    status and mutations are answered all along (forwarded by the standby, then by the
+    leader the CLI falls over to)."""
+    from typer.testing import CliRunner
+
+    from crossfeed.cli.main import app
+
+    leader = group.settle()
+    standby = group.standbys(leader)[0]
+    servers = f"{standby.url},{leader.url}"
+
+    def cli(*args: str) -> str:
+        result = CliRunner().invoke(
+            app,
+            ["--config", str(group.config_file), *args, "--server", servers],
+            terminal_width=200,
+        )
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    created = cli("changefeed", "create", name, "--source", "dc-a", "--sink-uri",
+                  "kafka://dc-b", "--topics", f"{name}-.*")  # fmt: skip
+    assert f"created changefeed {name}" in created
+    status = cli("status")
+    assert f"asked {standby.instance}" in status and name in status  # the standby answered
+    assert f"changefeed {name} is paused" in cli("changefeed", "pause", name)
+    with CoordinatorClient(standby.url, TOKEN) as api:
+        assert api.get_feed(name)["feed"]["state"] == "paused"  # stored by the leader
+
+    standby.kill()
+    status = cli("status")
+    assert f"asked {leader.instance}" in status and name in status
+    assert f"changefeed {name} is normal" in cli("changefeed", "resume", name)
+    assert leader.alive

@@ -4,10 +4,11 @@
   with ``{"feed": F, "feed_spec": {...}}`` for a feed run from a feed file. Answered by
   any coordinator (the leader's running translator when there is one, else a one-shot
   translation); nothing is written.
-* ``POST /v1/failover`` and ``POST /v1/failback`` — leader only (a standby redirects,
+* ``POST /v1/failover`` and ``POST /v1/failback`` — leader only (a standby forwards them,
   like every mutation), bearer token when one is configured.
 
-Refusals are 4xx with ``{"detail": "<what is wrong and how to fix it>"}``.
+Refusals are HTTPExceptions; the app's handlers (``error_handlers.py``) answer them with
+``{"error_code": ..., "message": ...}`` like every other refusal.
 """
 
 from __future__ import annotations

@@ -1,0 +1,110 @@
+"""``crossfeed changefeed restart`` against real pullers: the whole feed, then one task.
+
+Each restarted task is taken from its puller (which commits and lets go), assigned again
+once let go, and starts over from its committed marks on the target; a producer writes
+throughout, and the target must hold every record exactly once.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from crossfeed.cli.main import app
+from tests.integration import test_coordinator_process as harness
+from tests.integration.test_coordinator_mirror import start_coordinated
+from tests.support.clusters import Clusters
+from tests.support.services import ServiceProcess
+from tests.support.verify import assert_mirrored
+from tests.support.workload import ContinuousProducer
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+
+def restarted(proc: ServiceProcess, feed: str, since: int) -> tuple[set[int], set[int]]:
+    """(tasks released, tasks started) in ``proc``'s log after offset ``since``."""
+    text = proc.log_text()[since:]
+    released = {int(t) for t in re.findall(rf"task (\d+) of feed {feed} released", text)}
+    started = {int(t) for t in re.findall(r"starting task (\d+) \(epoch", text)}
+    return released, started
+
+
+def running(count: int) -> Any:
+    return lambda status: len(status.get("tasks", [])) == count
+
+
+def test_restart_a_feed_and_one_task_loses_and_doubles_nothing(
+    clusters: Clusters, topic_factory: Any, tmp_path: Path
+) -> None:
+    topic = topic_factory(clusters.a, partitions=4)
+    name = f"restart-{uuid.uuid4().hex[:8]}"
+    group = harness.Coordinators(clusters, tmp_path)
+    procs: list[ServiceProcess] = []
+    try:
+        group.start(1)
+        leader = group.settle()
+        harness.create_feed(leader.url, name, 4, [topic])
+        pullers = [
+            start_coordinated("puller", name, n, group.config_file, tmp_path, procs)
+            for n in range(2)
+        ]
+        ids = {p.instance for p in pullers}
+        cli = ["--config", str(group.config_file)]
+        with (
+            harness.AssignmentReader(clusters, name) as reader,
+            ContinuousProducer(clusters.a.config, [topic], 300) as live,
+        ):
+            reader.wait_tasks(harness.balanced(2, 4, ids), 60, "4 tasks on 2 pullers")
+            for proc in pullers:
+                proc.wait_status(running(2), 30, "running 2 tasks")
+            time.sleep(1)
+
+            # the whole feed: every task let go and started again
+            marks = [len(p.log_text()) for p in pullers]
+            result = CliRunner().invoke(
+                app, [*cli, "changefeed", "restart", name, "--server", leader.url]
+            )
+            assert result.exit_code == 0, result.output
+            assert f"restarting 4 task(s): {name}/0, {name}/1, {name}/2, {name}/3" in result.output
+
+            def all_restarted() -> bool:
+                seen = [restarted(p, name, m) for p, m in zip(pullers, marks, strict=True)]
+                released = set().union(*(r for r, _ in seen))
+                started = set().union(*(s for _, s in seen))
+                return released == started == {0, 1, 2, 3}
+
+            harness.wait_for(all_restarted, 30, "every task released and started again")
+            reader.wait_tasks(harness.balanced(2, 4, ids), 30, "4 tasks on 2 pullers again")
+            for proc in pullers:
+                proc.wait_status(running(2), 30, "running 2 tasks again")
+            assert "let go: assigning it again (restart)" in leader.log_text()
+            time.sleep(1)
+
+            # one task: only it moves
+            owner = next(p for p in pullers if 1 in reader.tasks()[p.instance])
+            marks = [len(p.log_text()) for p in pullers]
+            result = CliRunner().invoke(
+                app, [*cli, "changefeed", "restart", name, "--task", "1", "--server", leader.url]
+            )
+            assert result.exit_code == 0, result.output
+            harness.wait_for(
+                lambda: restarted(owner, name, marks[pullers.index(owner)]) == ({1}, {1}),
+                30,
+                "task 1 released and started again by its owner",
+            )
+            other = next(p for p in pullers if p is not owner)
+            assert restarted(other, name, marks[pullers.index(other)]) == (set(), set())
+            owner.wait_status(running(2), 30, "running its 2 tasks again")
+            time.sleep(2)
+        assert_mirrored(clusters, [topic], live.acked, [*procs, *group.procs])
+    finally:
+        for proc in procs:
+            proc.kill()
+        harness.remove_feed_quietly(group, name)
+        group.stop()
