@@ -488,7 +488,9 @@ class PullerTask:
                     key = records.offset_sync_key(self.ctx.name, tp.topic, tp.partition)
                     self._produce(topics.OFFSET_SYNCS, value, key, None, partition=-1)
                     metrics.OFFSET_SYNCS.labels(self.ctx.name).inc()
+        started = time.monotonic()
         self._txn(self.producer.commit_transaction, 60)
+        metrics.TRANSACTION_COMMIT_SECONDS.labels(self.ctx.name).observe(time.monotonic() - started)
 
     def committed(self) -> Decision:
         """Bookkeeping once the sealed transaction is committed (the reader's thread)."""

@@ -101,6 +101,10 @@ def test_restart_a_feed_and_one_task_loses_and_doubles_nothing(
             other = next(p for p in pullers if p is not owner)
             assert restarted(other, name, marks[pullers.index(other)]) == (set(), set())
             owner.wait_status(running(2), 30, "running its 2 tasks again")
+            # the observability conventions on a real puller: build info, commit histogram
+            assert owner.metric("crossfeed_build_info", {"role": "puller"}) == 1.0
+            commits = owner.metric("crossfeed_puller_transaction_commit_seconds_count")
+            assert commits is not None and commits > 0
             time.sleep(2)
         assert_mirrored(clusters, [topic], live.acked, [*procs, *group.procs])
     finally:
