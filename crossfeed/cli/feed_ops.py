@@ -81,7 +81,8 @@ def update(
     admin.console().print(
         f"changefeed [bold]{feed['name']}[/]: {feed['source']} -> {feed['sink_uri']}, "
         f"topics {', '.join(feed['topics'])}{admin.excluding(feed['exclude'])}; "
-        f"state {feed['state']} (running pullers apply a change when they next start)"
+        f"state {feed['state']} (running tasks take a change when restarted: "
+        f"'crossfeed changefeed restart {feed['name']}')"
     )
 
 

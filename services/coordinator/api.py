@@ -216,7 +216,8 @@ def make_app(control: Control, token: str | None) -> FastAPI:
         """Create the feed, or update it: 201 when created, 200 when updated or unchanged
         (idempotent). An update may change the topics, excludes, rename format and
         options; source, sink-uri, mode, start and staging.partitions are fixed (409
-        immutable_field). Running pullers apply an update when they next start."""
+        immutable_field). Running pullers pick an update up at once for new topics and
+        new tasks; a running task after ``/restart``."""
         if spec.name != name:
             raise LifecycleError(
                 400,

@@ -342,7 +342,7 @@ class Coordinator:
             )
             log.info(
                 "updated changefeed %s: topics %s%s, rename format %s, options %s "
-                "(running pullers apply it when they next start)",
+                "(running pullers pick it up; running tasks after a restart)",
                 spec.name,
                 spec.topics,
                 f" excluding {spec.exclude}" if spec.exclude else "",

@@ -17,11 +17,12 @@ import pytest
 from typer.testing import CliRunner
 
 from crossfeed.cli.main import app
+from crossfeed.client.rest import CoordinatorClient
 from tests.integration import test_coordinator_process as harness
 from tests.integration.test_coordinator_mirror import start_coordinated
 from tests.support.clusters import Clusters
 from tests.support.services import ServiceProcess
-from tests.support.verify import assert_mirrored
+from tests.support.verify import assert_mirrored, read_many, read_topic
 from tests.support.workload import ContinuousProducer
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -107,6 +108,69 @@ def test_restart_a_feed_and_one_task_loses_and_doubles_nothing(
             assert commits is not None and commits > 0
             time.sleep(2)
         assert_mirrored(clusters, [topic], live.acked, [*procs, *group.procs])
+    finally:
+        for proc in procs:
+            proc.kill()
+        harness.remove_feed_quietly(group, name)
+        group.stop()
+
+
+def count(config: dict[str, Any], topic: str) -> int:
+    return sum(len(records) for records in read_topic(config, topic).values())
+
+
+def test_an_update_reaches_running_pullers_and_a_restart_applies_it_to_running_tasks(
+    clusters: Clusters, topic_factory: Any, tmp_path: Path
+) -> None:
+    """Topics added by ``changefeed update`` are copied without restarting anything; a
+    topic taken out stops being copied once the feed's tasks restart."""
+    kept, added = (topic_factory(clusters.a, partitions=2) for _ in range(2))
+    name = f"update-{uuid.uuid4().hex[:8]}"
+    group = harness.Coordinators(clusters, tmp_path)
+    procs: list[ServiceProcess] = []
+    cli = ["--config", str(group.config_file)]
+    try:
+        group.start(1)
+        leader = group.settle()
+        harness.create_feed(leader.url, name, 2, [kept])
+        puller = start_coordinated("puller", name, 0, group.config_file, tmp_path, procs)
+        puller.wait_status(running(2), 60, "running 2 tasks")
+        with ContinuousProducer(clusters.a.config, [kept, added], 200) as live:
+            time.sleep(2)
+            result = CliRunner().invoke(
+                app, [*cli, "changefeed", "update", name, "--topics", kept, "--topics", added,
+                      "--server", leader.url],
+            )  # fmt: skip
+            assert result.exit_code == 0, result.output
+            harness.wait_for(
+                lambda: f"feed {name} updated" in puller.log_text(), 30, "the puller updated"
+            )
+            time.sleep(2)
+        # the added topic is copied from its start, by the same process, exactly once
+        assert_mirrored(clusters, [kept, added], live.acked, [*procs, *group.procs])
+
+        # take `kept` out and restart the tasks: it is no longer copied
+        with CoordinatorClient(leader.url, harness.TOKEN) as api:
+            feed = api.get_feed(name)["feed"]
+            api.put_feed(
+                {"name": name, "source": "dc-a", "sink-uri": "kafka://dc-b", "topics": [added],
+                 "config": feed["config"]}
+            )  # fmt: skip
+            mark = len(puller.log_text())
+            harness.wait_for(
+                lambda: f"feed {name} updated" in puller.log_text()[mark:], 30, "updated again"
+            )
+            api.restart_feed(name)
+        harness.wait_for(
+            lambda: restarted(puller, name, mark) == ({0, 1}, {0, 1}), 30, "both tasks restarted"
+        )
+        copied_before = count(clusters.b.config, kept)
+        with ContinuousProducer(clusters.a.config, [kept, added], 200) as more:
+            time.sleep(3)
+        total_added = len([r for r in [*live.acked, *more.acked] if r.topic == added])
+        target = read_many(clusters.b.config, [added], expect=total_added, timeout_s=60)
+        assert sum(len(r) for r in target[added].values()) == total_added
+        assert count(clusters.b.config, kept) == copied_before  # not copied any more
     finally:
         for proc in procs:
             proc.kill()
