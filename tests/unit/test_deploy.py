@@ -1062,7 +1062,7 @@ def test_k8s_coordinator_runs_two_replicas_behind_a_service_and_a_pdb():
     assert deployment["spec"]["replicas"] == 2
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    assert "$(POD_IP)" in container["args"]  # advertised to clients redirected to the leader
+    assert "$(POD_IP)" in container["args"]  # advertised: a standby forwards changes there
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     (service,) = [
         s for s in k8s_kind("Service") if s["metadata"]["name"] == "crossfeed-coordinator"

@@ -8,6 +8,7 @@ import pytest
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
 from rich.console import Console
 
 from crossfeed.cli.translation_render import failback_report, failover_report, group_table
@@ -74,14 +75,20 @@ def test_unknown_feeds_and_bad_specs_are_refused_with_what_to_do() -> None:
     client = _client()
     missing = client.get("/v1/groups/g/translate", params={"feed": "nope"})
     assert missing.status_code == 404 and "--feed-file" in missing.json()["message"]
+    assert missing.json()["error_code"] == "feed_not_found"
     other = client.post("/v1/groups/g/translate", json={"feed": "x", "feed_spec": FEED})
     assert other.status_code == 400 and "names feed 'orders'" in other.json()["message"]
+    assert other.json()["error_code"] == "name_mismatch"
     bad = client.post(
         "/v1/groups/g/translate", json={"feed": "orders", "feed_spec": {**FEED, "topics": []}}
     )
     assert bad.status_code == 400 and "topics" in bad.json()["message"]
     ordered = {**FEED, "mode": "ordered", "sink-uri": "kafka://dc-b/all"}
+    labels = {"operation": "failover", "outcome": "refused"}
+    runs = "crossfeed_coordinator_failover_duration_seconds_count"
+    before = REGISTRY.get_sample_value(runs, labels) or 0.0
     refused = client.post("/v1/failover", json={"feed": "orders", "feed_spec": ordered})
+    assert REGISTRY.get_sample_value(runs, labels) == before + 1  # timed, as refused
     assert refused.status_code == 400 and "not a mirror feed" in refused.json()["message"]
 
 

@@ -37,6 +37,7 @@ from services.coordinator.failover.models import (
     FeedRef,
     GroupOut,
 )
+from services.coordinator.lifecycle import LifecycleError
 
 
 @contextlib.contextmanager
@@ -48,7 +49,7 @@ def timed(operation: str) -> Iterator[None]:
     try:
         yield
         outcome = "ok"
-    except HTTPException as err:
+    except (HTTPException, LifecycleError) as err:
         outcome = "refused" if err.status_code < 500 else "failed"
         raise
     finally:
