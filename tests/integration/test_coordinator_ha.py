@@ -233,3 +233,14 @@ def test_the_cli_works_through_a_standby_and_while_any_listed_coordinator_lives(
     assert f"asked {leader.instance}" in status and name in status
     assert f"changefeed {name} is normal" in cli("changefeed", "resume", name)
     assert leader.alive
+
+    # now the first one listed is the leader, and it dies: the other answers at once,
+    # and takes changes once it leads
+    (fresh,) = group.start(1)
+    group.settle()
+    servers = f"{leader.url},{fresh.url}"
+    leader.kill()
+    status = cli("status")
+    assert f"asked {fresh.instance}" in status and name in status
+    wait_for(fresh.leads, FAILOVER_S + 10, "the remaining coordinator leading")
+    assert f"changefeed {name} is paused" in cli("changefeed", "pause", name)
