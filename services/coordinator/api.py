@@ -151,6 +151,8 @@ def make_app(control: Control, token: str | None) -> FastAPI:
         responses=errors.responses(400, 503),
     )
     mutation_errors = errors.responses(401, 404, 409, 413)
+    authorized = token_check(token)
+    route_to_leader = leader_only(control)
 
     def mutation(
         method: str, path: str, model: type[BaseModel] = FeedInfo
@@ -167,8 +169,6 @@ def make_app(control: Control, token: str | None) -> FastAPI:
 
     app.add_middleware(ForwardToLeader, leader=leader_address(control))
     app.add_middleware(BodyLimit)  # added last: it runs first, also for forwarded bodies
-    authorized = token_check(token)
-    route_to_leader = leader_only(control)
 
     install_error_handlers(app)
 
