@@ -32,6 +32,12 @@ LEASE_EXPIRED = Counter(
     "crossfeed_coordinator_lease_expired_total",
     "Expired leases this instance took over (the previous holder stopped renewing)",
 )
+LEADER_FAILOVER_SECONDS = Histogram(
+    "crossfeed_coordinator_leader_failover_seconds",
+    "On taking over another coordinator's lease: time since it last renewed it, i.e. at "
+    "most how long no coordinator led (observed by the new leader)",
+    buckets=(0.5, 1.0, 2.5, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0, 120.0),
+)
 FAILOVER_SECONDS = Histogram(
     "crossfeed_coordinator_failover_duration_seconds",
     "Duration of consumer failover and failback runs (POST /v1/failover, /v1/failback), "

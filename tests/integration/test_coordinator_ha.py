@@ -83,6 +83,10 @@ def test_kill_9_of_the_leader_a_standby_leads_within_the_failover_timeout(
         )
         assert reissued == before
     assert standby.metric("crossfeed_coordinator_failovers_total") == 1.0
+    # the takeover's duration: from the old leader's last renewal to the new lease
+    assert standby.metric("crossfeed_coordinator_leader_failover_seconds_count") == 1.0
+    gap = standby.metric("crossfeed_coordinator_leader_failover_seconds_sum")
+    assert gap is not None and 0 < gap < FAILOVER_S + 1
     assert standby.metric("crossfeed_coordinator_lease_expired_total") == 1.0
     with CoordinatorClient(standby.url, TOKEN) as api:
         assert api.pause_feed(name)["state"] == "paused"

@@ -53,6 +53,7 @@ def test_timestamps_are_named_timestamp_seconds_and_durations_are_histograms() -
         "crossfeed_sink_transaction_commit_seconds",
         "crossfeed_coordinator_translation_round_seconds",
         "crossfeed_coordinator_failover_duration_seconds",
+        "crossfeed_coordinator_leader_failover_seconds",
     ):
         assert found[name] == "histogram", name
 
