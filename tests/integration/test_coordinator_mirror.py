@@ -62,10 +62,11 @@ def start_coordinated(
     workdir: Path,
     procs: list[ServiceProcess],
     failover_s: float | None = FAILOVER_S,
+    env: dict[str, str] | None = None,
 ) -> ServiceProcess:
     """Instance ``n`` of ``role`` for ``feed``, started and added to ``procs`` (a stable
-    instance id: static group membership for sinks)."""
-    env = {}
+    instance id: static group membership for sinks); ``env``: more variables."""
+    env = dict(env or {})
     if failover_s is not None:
         # sinks share partitions by consumer group: 6 s is the broker's minimum session
         env["CROSSFEED_COORDINATOR__FAILOVER_TIMEOUT_S"] = str(failover_s)

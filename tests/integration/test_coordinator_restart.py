@@ -7,6 +7,7 @@ throughout, and the target must hold every record exactly once.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -133,7 +134,10 @@ def test_an_update_reaches_running_pullers_and_a_restart_applies_it_to_running_t
         group.start(1)
         leader = group.settle()
         harness.create_feed(leader.url, name, 2, [kept])
-        puller = start_coordinated("puller", name, 0, group.config_file, tmp_path, procs)
+        json_logs = {"CROSSFEED_LOG_FORMAT": "json"}
+        puller = start_coordinated(
+            "puller", name, 0, group.config_file, tmp_path, procs, env=json_logs
+        )
         puller.wait_status(running(2), 60, "running 2 tasks")
         with ContinuousProducer(clusters.a.config, [kept, added], 200) as live:
             time.sleep(2)
@@ -171,6 +175,12 @@ def test_an_update_reaches_running_pullers_and_a_restart_applies_it_to_running_t
         target = read_many(clusters.b.config, [added], expect=total_added, timeout_s=60)
         assert sum(len(r) for r in target[added].values()) == total_added
         assert count(clusters.b.config, kept) == copied_before  # not copied any more
+        # every JSON log line of the puller names its feed and instance
+        lines = [json.loads(x) for x in puller.log_text().splitlines() if x.startswith("{")]
+        assert len(lines) > 10
+        assert {(x["feed"], x["instance"], x["role"]) for x in lines} == {
+            (name, puller.instance, "puller")
+        }
     finally:
         for proc in procs:
             proc.kill()
