@@ -2,8 +2,9 @@
 ``crossfeed coordinator run``.
 
 ``crossfeed changefeed create|list|get|pause|resume|remove`` and ``crossfeed status``
-talk to ``--server``, else ``$CROSSFEED_SERVER``, else ``server`` from the settings
-(default http://127.0.0.1:8300), with the bearer token ``api_token`` /
+(``update``, ``restart`` and ``capture list``: feed_ops.py) talk to ``--server``, else
+``$CROSSFEED_SERVER``, else ``server`` from the settings (default http://127.0.0.1:8300;
+several, comma-separated, are tried in turn), with the bearer token ``api_token`` /
 ``$CROSSFEED_API_TOKEN``. An error prints the server's one-line message and exits 1.
 """
 
