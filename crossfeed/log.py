@@ -1,7 +1,10 @@
 """Logging for every service: readable lines by default, JSON with --log-format json.
 
-Logs tell the story of decisions ("task 3 of orders assigned to puller-1a2b"), so
-every line carries the service and instance it came from.
+Logs tell the story of decisions ("task 3 of orders assigned to puller-1a2b"). A JSON
+line carries the process's ``role``, ``instance`` and (for a process serving one feed)
+``feed`` — set once by ``setup(context=...)`` — so a log store can filter one feed or
+one instance across all processes; a record's own ``feed``/``instance``/``task``
+(``extra=``) win over the process's.
 """
 
 from __future__ import annotations
@@ -10,7 +13,11 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
+
+_context: dict[str, str] = {}
+"""What every JSON line of this process says about where it came from."""
 
 
 class JsonFormatter(logging.Formatter):
@@ -22,6 +29,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        line.update(_context)
         for key in ("feed", "instance", "task"):
             if hasattr(record, key):
                 line[key] = getattr(record, key)
@@ -30,7 +38,14 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line)
 
 
-def setup(level: str = "INFO", fmt: str = "text", name: str = "crossfeed") -> logging.Logger:
+def setup(
+    level: str = "INFO",
+    fmt: str = "text",
+    name: str = "crossfeed",
+    context: Mapping[str, str | None] | None = None,
+) -> logging.Logger:
+    _context.clear()
+    _context.update({k: v for k, v in (context or {}).items() if v})
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())

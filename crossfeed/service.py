@@ -18,9 +18,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from crossfeed import httpserve
+from crossfeed import build_info, httpserve
 from crossfeed import log as logsetup
 from crossfeed.config import Settings
 from crossfeed.dlq import FeedStopped
@@ -83,9 +84,27 @@ def instance_id(role: str, given: str | None = None) -> str:
     return given or f"{role}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
 
 
-def run(settings: Settings, make_worker: Callable[[], Worker], metrics_port: int | None) -> int:
+@dataclass(frozen=True)
+class Who:
+    """The process: its role, instance id and (if it serves one) feed — on every JSON
+    log line and in ``crossfeed_build_info``."""
+
+    role: str
+    instance: str
+    feed: str | None = None
+
+
+def run(
+    settings: Settings,
+    make_worker: Callable[[], Worker],
+    metrics_port: int | None,
+    who: Who | None = None,
+) -> int:
     """Run a worker until signalled; returns the process exit code."""
-    logsetup.setup(settings.log_level, settings.log_format)
+    context = {"role": who.role, "instance": who.instance, "feed": who.feed} if who else None
+    logsetup.setup(settings.log_level, settings.log_format, context=context)
+    if who is not None:
+        build_info.publish(who.role)
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
     worker = make_worker()
     stop = threading.Event()

@@ -2,8 +2,9 @@
 ``crossfeed coordinator run``.
 
 ``crossfeed changefeed create|list|get|pause|resume|remove`` and ``crossfeed status``
-talk to ``--server``, else ``$CROSSFEED_SERVER``, else ``server`` from the settings
-(default http://127.0.0.1:8300), with the bearer token ``api_token`` /
+(``update``, ``restart`` and ``capture list``: feed_ops.py) talk to ``--server``, else
+``$CROSSFEED_SERVER``, else ``server`` from the settings (default http://127.0.0.1:8300;
+several, comma-separated, are tried in turn), with the bearer token ``api_token`` /
 ``$CROSSFEED_API_TOKEN``. An error prints the server's one-line message and exits 1.
 """
 
@@ -39,9 +40,20 @@ ServerOpt = typer.Option(
     None,
     "--server",
     envvar="CROSSFEED_SERVER",
-    help="coordinator REST API (default: 'server' from the settings, http://127.0.0.1:8300)",
+    help="coordinator REST API; several comma-separated are tried in turn "
+    "(default: 'server' from the settings, http://127.0.0.1:8300)",
 )
 JsonOpt = typer.Option(False, "--json", help="print the server's JSON instead of a table")
+# The feed's fields, shared by 'create' and 'update'.
+SourceOpt = typer.Option(None, "--source", help="source cluster alias")
+SinkUriOpt = typer.Option(
+    None, "--sink-uri", help="kafka://ALIAS (mirror), kafka://ALIAS/TOPIC or postgresql://…"
+)
+TopicsOpt = typer.Option([], "--topics", help="topic name or regex; repeatable")
+ExcludeOpt = typer.Option([], "--exclude", help="name or regex to leave out; repeatable")
+RenameOpt = typer.Option(None, "--rename-format", help="target topic name, default '${topic}'")
+ConfigOpt = typer.Option([], "--config", help="feed option key=value; repeatable")
+FeedFileOpt = typer.Option(None, "--feed-file", help="YAML file with the feed's fields")
 STATE_STYLE = {
     "normal": "green",
     "paused": "yellow",
@@ -75,6 +87,17 @@ def client(server: str | None) -> CoordinatorClient:
     return CoordinatorClient(server or config.server, config.api_token)
 
 
+def printed_raw(rows: list[dict[str, Any]], as_json: bool, if_none: str) -> bool:
+    """Print ``rows`` as JSON (--json) or ``if_none`` when empty; False: make a table."""
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return True
+    if not rows:
+        typer.echo(if_none)
+        return True
+    return False
+
+
 def parse_options(pairs: list[str]) -> dict[str, str]:
     options = {}
     for pair in pairs:
@@ -85,6 +108,21 @@ def parse_options(pairs: list[str]) -> dict[str, str]:
     return options
 
 
+def feed_file_body(feed_file: str, name: str | None) -> dict[str, Any]:
+    """The request body for the feed in ``feed_file`` (whose name must be ``name``)."""
+    spec = load_feed_file(feed_file)
+    if name and name != spec.name:
+        fail(f"NAME {name!r} does not match the name {spec.name!r} in {feed_file}")
+    body: dict[str, Any] = spec.model_dump(by_alias=True, exclude_unset=True)
+    body["config"] = spec.config.model_dump(by_alias=True, exclude_unset=True)
+    return body
+
+
+def fields_given(given: dict[str, Any]) -> dict[str, Any]:
+    """The options given on the command line (None or an empty list: not given)."""
+    return {key: value for key, value in given.items() if value not in (None, [])}
+
+
 # -- changefeed ---------------------------------------------------------------------------
 
 
@@ -92,42 +130,33 @@ def parse_options(pairs: list[str]) -> dict[str, str]:
 @api_errors
 def create(
     name: Optional[str] = typer.Argument(None, help="feed name (or give --feed-file)"),  # noqa: UP045
-    source: Optional[str] = typer.Option(None, "--source", help="source cluster alias"),  # noqa: UP045
-    sink_uri: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--sink-uri", help="kafka://ALIAS (mirror), kafka://ALIAS/TOPIC or postgresql://…"
-    ),
-    topics: list[str] = typer.Option([], "--topics", help="topic name or regex; repeatable"),
-    exclude: list[str] = typer.Option([], "--exclude", help="name or regex to leave out"),
+    source: Optional[str] = SourceOpt,  # noqa: UP045
+    sink_uri: Optional[str] = SinkUriOpt,  # noqa: UP045
+    topics: list[str] = TopicsOpt,
+    exclude: list[str] = ExcludeOpt,
     mode: Optional[str] = typer.Option(None, "--mode", help="mirror (default) or ordered"),  # noqa: UP045
-    rename_format: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--rename-format", help="target topic name, default '${topic}'"
-    ),
+    rename_format: Optional[str] = RenameOpt,  # noqa: UP045
     start: Optional[str] = typer.Option(None, "--start", help="earliest (default) or latest"),  # noqa: UP045
-    config: list[str] = typer.Option([], "--config", help="feed option key=value; repeatable"),
-    feed_file: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--feed-file", help="YAML file with the same fields"
-    ),
+    config: list[str] = ConfigOpt,
+    feed_file: Optional[str] = FeedFileOpt,  # noqa: UP045
     server: Optional[str] = ServerOpt,  # noqa: UP045
 ) -> None:
     """Create a changefeed: --source dc-a --sink-uri kafka://dc-b --topics 'orders.*'."""
     if feed_file:
-        spec = load_feed_file(feed_file)
-        if name and name != spec.name:
-            fail(f"NAME {name!r} does not match the name {spec.name!r} in {feed_file}")
-        body: dict[str, Any] = spec.model_dump(by_alias=True, exclude_unset=True)
-        body["config"] = spec.config.model_dump(by_alias=True, exclude_unset=True)
+        body = feed_file_body(feed_file, name)
     else:
         if not name:
             fail("give the feed NAME (or --feed-file FILE)")
-        body = {"name": name, "topics": topics, "exclude": exclude}
         given = {
             "source": source,
             "sink-uri": sink_uri,
             "mode": mode,
             "rename-format": rename_format,
             "start": start,
+            "topics": topics,
+            "exclude": exclude,
         }
-        body.update({key: value for key, value in given.items() if value is not None})
+        body = {"name": name, "topics": [], "exclude": []} | fields_given(given)
         if config:
             body["config"] = parse_options(config)
     with client(server) as api:
@@ -148,11 +177,7 @@ def list_feeds(
     """List changefeeds."""
     with client(server) as api:
         feeds = api.list_feeds(include_removed)
-    if as_json:
-        typer.echo(json.dumps(feeds, indent=2))
-        return
-    if not feeds:
-        typer.echo("no changefeeds; create one with 'crossfeed changefeed create'")
+    if printed_raw(feeds, as_json, "no changefeeds; create one with 'crossfeed changefeed create'"):
         return
     table = Table(box=box.SIMPLE_HEAD)
     for column in ("NAME", "STATE", "SOURCE", "SINK", "MODE", "TOPICS"):
@@ -164,7 +189,7 @@ def list_feeds(
             feed["source"],
             feed["sink_uri"],
             feed["mode"],
-            ", ".join(feed["topics"]) + _excluding(feed["exclude"]),
+            ", ".join(feed["topics"]) + excluding(feed["exclude"]),
         )
     console().print(table)
 
@@ -191,7 +216,7 @@ def get(
         ("source", feed["source"]),
         ("sink", feed["sink_uri"]),
         ("mode", feed["mode"]),
-        ("topics", ", ".join(feed["topics"]) + _excluding(feed["exclude"])),
+        ("topics", ", ".join(feed["topics"]) + excluding(feed["exclude"])),
         ("rename format", feed["rename_format"]),
         ("start", feed["start"]),
         ("options", ", ".join(f"{k}={v}" for k, v in feed["config"].items()) or "-"),
@@ -312,7 +337,7 @@ def _state(state: str) -> str:
     return f"[{STATE_STYLE.get(state, 'white')}]{state}[/]"
 
 
-def _excluding(exclude: list[str]) -> str:
+def excluding(exclude: list[str]) -> str:
     return f" (excluding {', '.join(exclude)})" if exclude else ""
 
 

@@ -7,7 +7,7 @@ from typing import Any, Optional
 import typer
 
 from crossfeed import __version__
-from crossfeed.cli import admin, local, services
+from crossfeed.cli import admin, feed_ops, local, services
 from crossfeed.cli.common import State, clean_errors
 from crossfeed.extras import require
 
@@ -20,6 +20,12 @@ app = typer.Typer(
 )
 
 
+def _print_version(given: bool) -> None:
+    if given:
+        typer.echo(f"crossfeed {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(
     config: Optional[str] = typer.Option(  # noqa: UP045 - typer needs Optional here
@@ -27,6 +33,13 @@ def main(
     ),
     log_format: Optional[str] = typer.Option(  # noqa: UP045
         None, "--log-format", help="text (default) or json"
+    ),
+    _version: bool = typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=_print_version,
+        help="print the crossfeed version and exit",
     ),
 ) -> None:
     State.config = config
@@ -41,7 +54,8 @@ def version() -> None:
 
 app.add_typer(local.app, name="local")
 
-app.add_typer(admin.changefeed, name="changefeed")
+app.add_typer(admin.changefeed, name="changefeed")  # feed_ops adds update and restart
+app.add_typer(feed_ops.capture, name="capture")
 app.command("status")(admin.status)
 
 

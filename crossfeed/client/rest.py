@@ -1,36 +1,48 @@
 """A client of the coordinator's REST API (what ``crossfeed changefeed``/``status`` use).
 
-Requests answered 503 (no leader known yet, or leadership moving) are retried for a few
-seconds, which covers a failover. Redirects from a standby to the leader (307) are
-followed here rather than by httpx, which drops the ``Authorization`` header when a
-redirect leaves the original host:port — the leader must see the token too. Every
-failure is an :class:`ApiError` whose message is the server's own, or says which URL
-could not be reached and how to start a coordinator.
+Any coordinator answers any call (a standby sends mutations on to the leader itself), so
+the client needs no redirects. ``server`` may list several coordinators, comma-separated:
+a request goes to the one that answered last, and to the next when that one cannot be
+connected to, so the CLI works while any of them lives. Requests answered 503 (no leader
+known yet, or leadership moving) are retried for a few seconds, which covers a failover.
+Every failure is an :class:`ApiError` whose message is the server's own, or says which
+URLs could not be reached and how to start a coordinator.
 """
 
 from __future__ import annotations
 
 import time
 from typing import Any
-from urllib.parse import quote, urljoin
+from urllib.parse import quote
 
 import httpx
 
-MAX_REDIRECTS = 3
 RETRY_PAUSE_S = 0.5
 
 
 class ApiError(Exception):
-    """A refused or failed request; ``status_code`` is None when nothing answered."""
+    """A refused or failed request; ``status_code`` is None when nothing answered;
+    ``error_code`` is the server's stable code (``unreachable`` when nothing answered)."""
 
-    def __init__(self, message: str, status_code: int | None = None) -> None:
+    def __init__(
+        self, message: str, status_code: int | None = None, error_code: str = "unreachable"
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status_code = status_code
+        self.error_code = error_code
+
+
+def servers_of(server: str) -> list[str]:
+    """``http://a:8300, http://b:8300`` -> the URLs, in order, without trailing slashes."""
+    urls = [part.strip().rstrip("/") for part in server.split(",") if part.strip()]
+    if not urls:
+        raise ApiError("no coordinator given: set --server (or CROSSFEED_SERVER) to its URL")
+    return urls
 
 
 class CoordinatorClient:
-    """``/v1`` of one coordinator (any of them: standbys redirect mutations)."""
+    """``/v1`` of the coordinators in ``server`` (any of them serves any call)."""
 
     def __init__(
         self,
@@ -39,7 +51,8 @@ class CoordinatorClient:
         timeout_s: float = 30.0,
         retry_s: float = 5.0,
     ) -> None:
-        self.server = server.rstrip("/")
+        self.servers = servers_of(server)
+        self.current = 0  # the server that answered last
         self.retry_s = retry_s
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(headers=headers, timeout=timeout_s, follow_redirects=False)
@@ -54,7 +67,7 @@ class CoordinatorClient:
         self.close()
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
-        """Send one request (following redirects to the leader); returns the JSON body.
+        """Send one request to a coordinator that answers; returns the JSON body.
 
         A 503 (no leader known yet, or leadership moving) is retried for ``retry_s``."""
         deadline = time.monotonic() + self.retry_s
@@ -67,23 +80,27 @@ class CoordinatorClient:
             time.sleep(RETRY_PAUSE_S)
 
     def _send(self, method: str, path: str, body: Any) -> Any:
-        url = f"{self.server}{path}"
-        for _ in range(MAX_REDIRECTS + 1):
+        failures = []
+        for i in range(len(self.servers)):
+            index = (self.current + i) % len(self.servers)
+            url = f"{self.servers[index]}{path}"
             try:
                 response = self._http.request(method, url, json=body)
-            except httpx.TransportError as err:
-                raise ApiError(
-                    f"cannot reach the coordinator at {url} ({err or type(err).__name__}); "
-                    "start one with 'crossfeed coordinator run', or point --server "
-                    "(or CROSSFEED_SERVER) at a running one"
-                ) from None
-            if response.status_code in (307, 308) and "location" in response.headers:
-                url = urljoin(url, response.headers["location"])
+            except (httpx.ConnectError, httpx.ConnectTimeout) as err:
+                # Nothing was sent: safe to ask the next one, even for a mutation.
+                failures.append(f"{url} ({err or type(err).__name__})")
                 continue
+            except httpx.TransportError as err:  # sent, maybe done: do not send it twice
+                raise ApiError(f"no answer from the coordinator at {url} ({err})") from None
+            self.current = index
             if response.status_code >= 400:
-                raise ApiError(_message(response), response.status_code)
+                raise ApiError(*_refusal(response))
             return response.json()
-        raise ApiError(f"too many redirects from {self.server} (last: {url})")
+        raise ApiError(
+            f"cannot reach the coordinator at {', '.join(failures)}; start one with "
+            "'crossfeed coordinator run', or point --server (or CROSSFEED_SERVER) at a "
+            "running one (several: comma-separated)"
+        )
 
     # -- /v1 ----------------------------------------------------------------------------
 
@@ -98,6 +115,16 @@ class CoordinatorClient:
 
     def get_feed(self, name: str) -> dict[str, Any]:
         result: dict[str, Any] = self.request("GET", _feed_path(name))
+        return result
+
+    def put_feed(self, feed: dict[str, Any]) -> dict[str, Any]:
+        """Create or update (idempotent); the feed as stored."""
+        result: dict[str, Any] = self.request("PUT", _feed_path(feed["name"]), feed)
+        return result
+
+    def restart_feed(self, name: str, task: int | None = None) -> dict[str, Any]:
+        suffix = "/restart" if task is None else f"/tasks/{task}/restart"
+        result: dict[str, Any] = self.request("POST", _feed_path(name, suffix))
         return result
 
     def pause_feed(self, name: str) -> dict[str, Any]:
@@ -129,13 +156,16 @@ def _feed_path(name: str, suffix: str = "") -> str:
     return f"/v1/changefeeds/{quote(name, safe='')}{suffix}"
 
 
-def _message(response: httpx.Response) -> str:
+def _refusal(response: httpx.Response) -> tuple[str, int, str]:
+    """(message, status, error_code) of a refusal: the server's ``{"error_code",
+    "message"}``, or — from something that is not a coordinator — what it said."""
     try:
-        detail = response.json().get("detail")
-    except (ValueError, AttributeError):
-        detail = None
-    if isinstance(detail, str) and detail:
-        return detail
+        content = response.json()
+    except ValueError:
+        content = None
+    if isinstance(content, dict) and isinstance(content.get("message"), str):
+        return content["message"], response.status_code, str(content.get("error_code"))
     text = response.text.strip() or response.reason_phrase
     request = response.request
-    return f"{request.method} {request.url} answered {response.status_code}: {text}"
+    message = f"{request.method} {request.url} answered {response.status_code}: {text}"
+    return message, response.status_code, "unexpected_answer"

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 TICKS = Counter(
     "crossfeed_coordinator_translation_ticks_total", "Translation rounds run", ("feed",)
 )
-TICK_SECONDS = Gauge(
-    "crossfeed_coordinator_translation_seconds", "Duration of the last translation round", ("feed",)
+ROUND_SECONDS = Histogram(
+    "crossfeed_coordinator_translation_round_seconds",
+    "Duration of translation rounds (every group of the feed translated once)",
+    ("feed",),
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 )
 PARTITIONS = Gauge(
     "crossfeed_coordinator_translated_partitions",

@@ -617,7 +617,7 @@ class Translator:
     def _publish(self, results: list[PartitionTranslation], report: TickReport) -> None:
         name = self.feed.name
         metrics.TICKS.labels(name).inc()
-        metrics.TICK_SECONDS.labels(name).set(report.took_s)
+        metrics.ROUND_SECONDS.labels(name).observe(report.took_s)
         metrics.SOURCE_UP.labels(name).set(1 if self.source.up else 0)
         metrics.COMMITS_STREAMED.labels(name).set(1 if report.commits == "stream" else 0)
         for method in Method:

@@ -1,14 +1,17 @@
 """The coordinator's REST API (FastAPI; OpenAPI at ``/docs`` and ``/openapi.json``).
 
-``/v1/changefeeds`` (list, create, get, remove) with ``/pause`` and ``/resume``,
-``/v1/status``, ``/v1/captures``, ``/v1/ha/status``, plus ``/metrics`` and ``/healthz``.
+``/v1/changefeeds`` (list, create, get, remove; ``PUT`` creates or updates) with
+``/pause``, ``/resume``, ``/restart`` and ``/tasks/{task}/restart``, ``/v1/status``,
+``/v1/captures``, ``/v1/ha/status``, plus ``/metrics`` and ``/healthz``.
 
 * GETs are answered by any coordinator from its own copy of ``_crossfeed.state``.
 * Mutations need ``Authorization: Bearer <token>`` when a token is configured (401
-  otherwise). Only the leader performs them: a standby answers 307 to the same path on
-  the leader's address (from the leader's heartbeat), or 503 when no leader is known.
+  otherwise). Only the leader performs them: a standby sends them on to the leader (at
+  the address in the leader's heartbeat) and answers with the leader's answer
+  (forward.py), or 503 when no leader is known or reachable.
 * A body over 256 KiB is refused with 413 before it is read (body_limit.py).
-* Refusals are 4xx with ``{"detail": "<what is wrong and how to fix it>"}``.
+* Refusals are 4xx/5xx with ``{"error_code": "<stable code>", "message": "<what is wrong
+  and how to fix it>"}`` (errors.py lists the codes; the OpenAPI documents them).
 """
 
 from __future__ import annotations
@@ -18,17 +21,19 @@ from collections.abc import Callable
 from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, FastAPI, Header, Query, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
 from crossfeed import __version__
 from crossfeed.feeds import FeedSpec
+from services.coordinator import errors
 from services.coordinator.body_limit import BodyLimit
+from services.coordinator.error_handlers import install_error_handlers
 from services.coordinator.fold import StateView
+from services.coordinator.forward import ForwardToLeader, LeaderAddress
 from services.coordinator.leadership import LeaderInfo
-from services.coordinator.lifecycle import Action, LifecycleError, describe_errors, not_found
+from services.coordinator.lifecycle import Action, LifecycleError, not_found
 from services.coordinator.members import MembersView
 from services.coordinator.views import (
     Capture,
@@ -60,18 +65,31 @@ class Control(Protocol):
         """Store a new feed (leader only); raises LifecycleError or NotLeaderNow."""
         ...
 
+    def put(self, spec: FeedSpec) -> str:
+        """Create or update a feed (leader only): ``created``, ``updated`` or
+        ``unchanged``; raises like ``create``."""
+        ...
+
     def act(self, name: str, action: Action) -> None:
         """Pause, resume or remove a feed (leader only); raises like ``create``."""
         ...
 
-
-class NotLeaderNow(Exception):
-    """Leadership moved while the request was being handled."""
+    def restart(self, name: str, task: int | None) -> list[int]:
+        """Restart a feed's tasks, or one (leader only): the task numbers restarted."""
+        ...
 
 
 class FeedDetail(BaseModel):
     feed: FeedInfo
     status: FeedStatusInfo
+
+
+class Restarted(BaseModel):
+    """The tasks revoked; each is assigned again once its owner let go of it, and
+    starts from its committed position on the target."""
+
+    feed: str
+    tasks: list[str]
 
 
 def token_check(token: str | None) -> Callable[..., None]:
@@ -85,66 +103,74 @@ def token_check(token: str | None) -> Callable[..., None]:
                 401,
                 "this coordinator requires an API token: send 'Authorization: Bearer <token>' "
                 "(the CLI sends CROSSFEED_API_TOKEN or api_token from the configuration file)",
+                "token_required",
             )
         scheme, _, given = authorization.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), token):
-            raise LifecycleError(401, "API token rejected: check CROSSFEED_API_TOKEN")
+            raise LifecycleError(
+                401, "API token rejected: check CROSSFEED_API_TOKEN", "token_rejected"
+            )
 
     return authorized
 
 
-def leader_only(control: Control) -> Callable[[Request], Response | None]:
-    """For mutating routes: None on the leader; else a 307 to the same path on the
-    leader's address (from its heartbeat), or 503 when no leader is known."""
+def leader_address(control: Control) -> LeaderAddress:
+    """Who leads and at which REST address (from its heartbeat), for forward.py."""
 
-    def route_to_leader(request: Request) -> Response | None:
+    def find() -> tuple[LeaderInfo, str | None]:
         info = control.leader()
-        if info.leading:
-            return None
+        if info.leading or info.holder is None:
+            return info, None
         _, members, _ = control.views()
-        address = members.address_of(info.holder) if info.holder else None
-        if info.holder is None or address is None or info.holder == info.me:
-            return JSONResponse(
-                status_code=503,
-                content={
-                    "detail": "no coordinator leader is known right now (an election may be "
-                    "under way); retry in a few seconds, and check 'crossfeed coordinator run' "
-                    "is running"
-                },
-            )
-        url = f"http://{address}{request.url.path}"
-        if request.url.query:
-            url += f"?{request.url.query}"
-        return RedirectResponse(url, status_code=307)
+        return info, members.address_of(info.holder)
 
-    return route_to_leader
+    return find
+
+
+def leader_only(control: Control) -> Callable[[Request], Response | None]:
+    """For mutating routes: None on the leader, else 503. A standby's mutations are
+    forwarded before they reach a route (forward.py); this catches leadership lost
+    between the two (the client retries a 503)."""
+
+    def still_leading(_request: Request) -> Response | None:
+        if control.leader().leading:
+            return None
+        message = "this coordinator stopped leading while handling the request; retry"
+        return JSONResponse(status_code=503, content=errors.body("leader_moved", message))
+
+    return still_leading
 
 
 def make_app(control: Control, token: str | None) -> FastAPI:
     app = FastAPI(
         title="crossfeed coordinator",
         version=__version__,
-        description="Changefeeds, their state and tasks, live instances and leadership.",
+        description="Changefeeds, their state and tasks, live instances and leadership. "
+        "Every refusal is an ErrorBody; its error_code is one of: "
+        + "; ".join(f"{code} ({why})" for code, why in errors.CODES.items()),
+        responses=errors.responses(400, 503),
     )
-
-    app.add_middleware(BodyLimit)
+    mutation_errors = errors.responses(401, 404, 409, 413)
     authorized = token_check(token)
     route_to_leader = leader_only(control)
 
-    @app.exception_handler(LifecycleError)
-    async def _refused(_request: Request, err: LifecycleError) -> JSONResponse:
-        return JSONResponse(status_code=err.status_code, content={"detail": err.message})
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_request: Request, err: RequestValidationError) -> JSONResponse:
-        return JSONResponse(status_code=400, content={"detail": describe_errors(err.errors())})
-
-    @app.exception_handler(NotLeaderNow)
-    async def _moved(_request: Request, _err: NotLeaderNow) -> JSONResponse:
-        return JSONResponse(
-            status_code=503,
-            content={"detail": "leadership moved while handling the request; retry"},
+    def mutation(
+        method: str, path: str, model: type[BaseModel] = FeedInfo
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """The decorator of a route that changes a feed: token, errors, tag."""
+        return app.api_route(
+            path,
+            methods=[method],
+            response_model=model,
+            dependencies=[Depends(authorized)],
+            tags=["changefeeds"],
+            responses=mutation_errors,
         )
+
+    app.add_middleware(ForwardToLeader, leader=leader_address(control))
+    app.add_middleware(BodyLimit)  # added last: it runs first, also for forwarded bodies
+
+    install_error_handlers(app)
 
     def found(view: StateView, name: str) -> None:
         if name not in view.feeds:
@@ -165,7 +191,7 @@ def make_app(control: Control, token: str | None) -> FastAPI:
         response_model=FeedInfo,
         dependencies=[Depends(authorized)],
         tags=["changefeeds"],
-        responses={307: {"description": "not the leader: same request to the leader"}},
+        responses=mutation_errors,
     )
     def create_feed(spec: FeedSpec, request: Request) -> Any:
         """Create a changefeed (the fields of ``crossfeed changefeed create``)."""
@@ -176,7 +202,46 @@ def make_app(control: Control, token: str | None) -> FastAPI:
         view, _, _ = control.views()
         return feed_info(view, spec.name)
 
-    @app.get("/v1/changefeeds/{name}", response_model=FeedDetail, tags=["changefeeds"])
+    @app.put(
+        "/v1/changefeeds/{name}",
+        response_model=FeedInfo,
+        dependencies=[Depends(authorized)],
+        tags=["changefeeds"],
+        responses={
+            201: {"model": FeedInfo, "description": "created"},
+            **mutation_errors,
+        },
+    )
+    def put_feed(name: str, spec: FeedSpec, request: Request) -> Any:
+        """Create the feed, or update it: 201 when created, 200 when updated or unchanged
+        (idempotent). An update may change the topics, excludes, rename format and
+        options; source, sink-uri, mode, start and staging.partitions are fixed (409
+        immutable_field). Running pullers pick an update up at once for new topics and
+        new tasks; a running task after ``/restart``."""
+        if spec.name != name:
+            raise LifecycleError(
+                400,
+                f"the body names feed {spec.name!r} but the path {name!r}; they must match",
+                "name_mismatch",
+            )
+        moved = route_to_leader(request)
+        if moved is not None:
+            return moved
+        outcome = control.put(spec)
+        view, _, _ = control.views()
+        info = feed_info(view, spec.name)
+        return JSONResponse(
+            status_code=201 if outcome == "created" else 200,
+            content=info.model_dump(mode="json"),
+            headers={"X-Crossfeed-Outcome": outcome},
+        )
+
+    @app.get(
+        "/v1/changefeeds/{name}",
+        response_model=FeedDetail,
+        tags=["changefeeds"],
+        responses=errors.responses(404),
+    )
     def get_feed(name: str) -> FeedDetail:
         view, members, now = control.views()
         found(view, name)
@@ -191,35 +256,39 @@ def make_app(control: Control, token: str | None) -> FastAPI:
         view, _, _ = control.views()
         return feed_info(view, name)
 
-    @app.post(
-        "/v1/changefeeds/{name}/pause",
-        response_model=FeedInfo,
-        dependencies=[Depends(authorized)],
-        tags=["changefeeds"],
-    )
+    @mutation("POST", "/v1/changefeeds/{name}/pause")
     def pause_feed(name: str, request: Request) -> Any:
         """Stop the feed's tasks; its position is kept."""
         return act(name, "pause", request)
 
-    @app.post(
-        "/v1/changefeeds/{name}/resume",
-        response_model=FeedInfo,
-        dependencies=[Depends(authorized)],
-        tags=["changefeeds"],
-    )
+    @mutation("POST", "/v1/changefeeds/{name}/resume")
     def resume_feed(name: str, request: Request) -> Any:
         """Run a paused, failed or erroring feed again."""
         return act(name, "resume", request)
 
-    @app.delete(
-        "/v1/changefeeds/{name}",
-        response_model=FeedInfo,
-        dependencies=[Depends(authorized)],
-        tags=["changefeeds"],
-    )
+    @mutation("DELETE", "/v1/changefeeds/{name}")
     def remove_feed(name: str, request: Request) -> Any:
         """Stop the feed for good (its name may be used again)."""
         return act(name, "remove", request)
+
+    def restart(name: str, task: int | None, request: Request) -> Any:
+        moved = route_to_leader(request)
+        if moved is not None:
+            return moved
+        tasks = control.restart(name, task)
+        return Restarted(feed=name, tasks=[f"{name}/{s}" for s in tasks])
+
+    @mutation("POST", "/v1/changefeeds/{name}/restart", Restarted)
+    def restart_feed(name: str, request: Request) -> Any:
+        """Restart every task of a running feed: each is revoked from its puller and
+        assigned again once let go, resuming from its committed position (nothing lost
+        or copied twice)."""
+        return restart(name, None, request)
+
+    @mutation("POST", "/v1/changefeeds/{name}/tasks/{task}/restart", Restarted)
+    def restart_task(name: str, task: int, request: Request) -> Any:
+        """Restart one task (0 to staging.partitions - 1) the same way."""
+        return restart(name, task, request)
 
     # -- runtime -------------------------------------------------------------------------
 

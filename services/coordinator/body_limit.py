@@ -13,6 +13,8 @@ from typing import Any, Final
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
+from services.coordinator import errors
+
 MAX_BODY_BYTES: Final = 256 << 10
 
 
@@ -36,7 +38,9 @@ class BodyLimit:
             return
         declared = dict(scope.get("headers") or []).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.limit:
-            response = JSONResponse(status_code=413, content={"detail": _detail(self.limit)})
+            response = JSONResponse(
+                status_code=413, content=errors.body("body_too_large", _detail(self.limit))
+            )
             await response(scope, receive, send)
             return
         received = 0

@@ -22,11 +22,12 @@ from crossfeed.config import Settings
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
-from services.coordinator import lifecycle, metrics, scheduler
-from services.coordinator.api import NotLeaderNow, leader_only, make_app, token_check
+from services.coordinator import lifecycle, metrics, restarts, scheduler, updates
+from services.coordinator.api import leader_only, make_app, token_check
 from services.coordinator.failover import FailoverHooks, TranslatorLoop, make_router
 from services.coordinator.fold import StateView
 from services.coordinator.leadership import LeaderInfo, Leadership, now_ms
+from services.coordinator.lifecycle import NotLeaderNow
 from services.coordinator.members import Members, MembersView
 from services.coordinator.records import FeedStatus, StoredFeed, feed_key, status_key
 from services.coordinator.rest_server import RestServer
@@ -52,6 +53,8 @@ LOST_SYNC_TIMEOUT_S = 0.5
 CONTROL_LOST_S = 3.0
 """The control cluster away this long: every running feed is shown in error."""
 PAST = {"pause": "paused", "resume": "resumed", "remove": "removed", "fail_over": "failed over"}
+PutResult = str
+"""What ``put`` did: ``created``, ``updated`` or ``unchanged``."""
 
 
 class Coordinator:
@@ -71,6 +74,9 @@ class Coordinator:
         self.lock = threading.RLock()
         self.error_since: dict[str, int] = {}
         self.pullers_since: dict[str, tuple[frozenset[str], int]] = {}
+        # Tasks being restarted, per feed: held out of the assignment until their owner
+        # lets go (restarts.py). The leader's memory only: a new leader simply assigns them.
+        self.held: dict[str, dict[int, restarts.Held]] = {}
         # Offset translation runs on the leader, one translator per running mirror feed.
         self.translators = TranslatorLoop(settings)
         app = make_app(self, settings.api_token)
@@ -182,7 +188,8 @@ class Coordinator:
         epoch = self.leadership.leading_epoch
         assert epoch is not None
         live = self._schedulable(view, members, now)
-        rounds = scheduler.plan(view, live, epoch)
+        self._release_held(members, now)
+        rounds = scheduler.plan(view, live, epoch, self.held)
         statuses = self._next_statuses(view, members, now, epoch)
         records: list[Record] = [(a.key, a.encode()) for r in rounds for a in r.assignments]
         records += [(status_key(s.feed), s.encode()) for s in statuses]
@@ -196,6 +203,20 @@ class Coordinator:
             if before is None or before.state != status.state:
                 why = f": {status.last_error}" if status.last_error else ""
                 log.info("changefeed %s is now %s%s", status.feed, status.state, why)
+
+    def _release_held(self, members: MembersView, now: int) -> None:
+        for feed, held in list(self.held.items()):
+            beats = {
+                i: restarts.OwnerBeat(m.sent_at_ms, restarts.puller_task_numbers(feed, m.tasks))
+                for i, m in members.of_role("puller", feed).items()
+            }
+            left = restarts.still_held(held, beats, now, self.timeout_ms)
+            for s in sorted(set(held) - set(left)):
+                log.info("task %s/%d let go: assigning it again (restart)", feed, s)
+            if left:
+                self.held[feed] = left
+            else:
+                del self.held[feed]
 
     def _schedulable(self, view: StateView, members: MembersView, now: int) -> dict[str, list[str]]:
         """Live pullers per feed, leaving out feeds waiting for their first assignment
@@ -302,6 +323,51 @@ class Coordinator:
                 spec.config.staging_partitions,
             )
             self._lead(now_ms(), self.members.view(now_ms(), self.timeout_ms))
+
+    def put(self, spec: FeedSpec) -> PutResult:
+        """Create the feed, or change an existing one (topics, rename format, options)."""
+        stored = self.store.snapshot().feeds.get(spec.name)
+        if stored is None or self.store.snapshot().state(spec.name) == "removed":
+            self.create(spec)
+            return "created"
+        with self.lock:
+            self._require_leader()
+            stored = self.store.snapshot().feeds.get(spec.name)
+            if stored is None or self.store.snapshot().state(spec.name) == "removed":
+                raise NotLeaderNow()  # removed meanwhile: the client's retry creates it
+            if not updates.check_update(stored.spec, spec):
+                return "unchanged"
+            self._write_or_moved(
+                [(feed_key(spec.name), StoredFeed(spec, stored.created_at_ms).encode())]
+            )
+            log.info(
+                "updated changefeed %s: topics %s%s, rename format %s, options %s "
+                "(running pullers pick it up; running tasks after a restart)",
+                spec.name,
+                spec.topics,
+                f" excluding {spec.exclude}" if spec.exclude else "",
+                spec.rename_format,
+                StoredFeed(spec, 0).record()["config"],
+            )
+            return "updated"
+
+    def restart(self, name: str, task: int | None) -> list[int]:
+        """Revoke the feed's tasks (or one) and give them out again once let go."""
+        with self.lock:
+            self._require_leader()
+            view = self.store.snapshot()
+            state = (view.state(name) or "normal") if name in view.feeds else None
+            tasks = lifecycle.restartable(
+                name, state, view.feeds[name].spec if state else None, task
+            )
+            owner = {s: i for i, a in view.assignments.get(name, {}).items() for s in a.tasks}
+            now = now_ms()
+            held = self.held.setdefault(name, {})
+            for s in tasks:
+                held[s] = restarts.Held(owner.get(s), now)
+            log.info("restarting task(s) %s of changefeed %s", ", ".join(map(str, tasks)), name)
+            self._lead(now, self.members.view(now, self.timeout_ms))
+            return tasks
 
     def act(self, name: str, action: lifecycle.Action) -> None:
         with self.lock:

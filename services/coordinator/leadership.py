@@ -198,6 +198,8 @@ class Leadership:
             metrics.LEASE_EXPIRED.inc()
             if previous.view.holder != self.me:
                 metrics.FAILOVERS.inc()
+                gap_ms = proposed.renewed_at_ms - previous.view.renewed_at_ms
+                metrics.LEADER_FAILOVER_SECONDS.observe(max(gap_ms, 0) / 1000)
         log.info("became leader: %s", decision.reason)
 
     def step_down(self, why: str) -> None:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from crossfeed.config import ConfigError, Settings
 from crossfeed.feeds import FeedOptions, FeedSpec
+from services.coordinator import errors
 from services.coordinator.fold import StateView
 
 Action = Literal["pause", "resume", "remove", "fail_over"]
@@ -39,17 +40,25 @@ TRANSITIONS: dict[str, dict[str, str]] = {
 
 
 class LifecycleError(Exception):
-    """A refused request: an HTTP status code and a message for the operator."""
+    """A refused request: an HTTP status code, a stable error code (``errors.CODES``;
+    by default the one of the status) and a message for the operator."""
 
-    def __init__(self, status_code: int, message: str) -> None:
+    def __init__(self, status_code: int, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.message = message
+        self.code = code or errors.code_for(status_code)
+
+
+class NotLeaderNow(Exception):
+    """Leadership moved while the request was being handled (503 leader_moved)."""
 
 
 def not_found(name: str) -> LifecycleError:
     return LifecycleError(
-        404, f"no changefeed named {name!r}; list them with 'crossfeed changefeed list'"
+        404,
+        f"no changefeed named {name!r}; list them with 'crossfeed changefeed list'",
+        "feed_not_found",
     )
 
 
@@ -63,8 +72,32 @@ def transition(name: str, state: str | None, action: Action) -> str:
             409,
             f"changefeed {name!r} is {state}: it cannot be {action}d; "
             f"use 'crossfeed failback --feed {name}' to return to the old primary",
+            "invalid_state",
         )
     return new
+
+
+def restartable(name: str, state: str | None, spec: FeedSpec | None, task: int | None) -> list[int]:
+    """The task numbers a restart of ``name`` (or of its ``task``) revokes."""
+    if state is None or state == "removed" or spec is None:
+        raise not_found(name)
+    if state not in ("normal", "error"):
+        raise LifecycleError(
+            409,
+            f"changefeed {name!r} is {state}: only a running feed's tasks restart; "
+            f"'crossfeed changefeed resume {name}' starts them",
+            "invalid_state",
+        )
+    count = spec.config.staging_partitions
+    if task is None:
+        return list(range(count))
+    if not 0 <= task < count:
+        raise LifecycleError(
+            404,
+            f"changefeed {name!r} has tasks 0 to {count - 1} (staging.partitions), not {task}",
+            "task_not_found",
+        )
+    return [task]
 
 
 Reachable = Callable[[str], str | None]
@@ -78,7 +111,9 @@ def check_new_feed(spec: FeedSpec, view: StateView, settings: Settings, probe: R
         raise LifecycleError(
             409,
             f"changefeed {spec.name!r} already exists (state {state or 'normal'}); "
-            f"pick another name or remove it first ('crossfeed changefeed remove {spec.name}')",
+            f"pick another name, remove it first ('crossfeed changefeed remove {spec.name}') "
+            f"or change it with 'crossfeed changefeed update {spec.name}'",
+            "feed_exists",
         )
     aliases = [("source", spec.source)]
     if spec.sink.scheme == "kafka" and spec.sink.cluster:
@@ -87,11 +122,11 @@ def check_new_feed(spec: FeedSpec, view: StateView, settings: Settings, probe: R
         try:
             settings.cluster(alias)
         except ConfigError as err:
-            raise LifecycleError(400, f"{role}: {err}") from None
+            raise LifecycleError(400, f"{role}: {err}", "unknown_cluster") from None
     for role, alias in aliases:
         problem = probe(alias)
         if problem is not None:
-            raise LifecycleError(400, f"{role} cluster {alias}: {problem}")
+            raise LifecycleError(400, f"{role} cluster {alias}: {problem}", "cluster_unreachable")
 
 
 def describe_errors(errors: Sequence[Any]) -> str:

@@ -25,4 +25,4 @@ def run(
             settings.coordinator.port if port is None else port,
         )
 
-    return service.run(settings, make, metrics_port)
+    return service.run(settings, make, metrics_port, service.Who("coordinator", instance_id))

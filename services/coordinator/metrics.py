@@ -8,7 +8,7 @@ describes the feeds the leader runs.
 import contextlib
 from collections.abc import Mapping
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 from services.coordinator.fold import StateView
 
@@ -32,6 +32,19 @@ LEASE_EXPIRED = Counter(
     "crossfeed_coordinator_lease_expired_total",
     "Expired leases this instance took over (the previous holder stopped renewing)",
 )
+LEADER_FAILOVER_SECONDS = Histogram(
+    "crossfeed_coordinator_leader_failover_seconds",
+    "On taking over another coordinator's lease: time since it last renewed it, i.e. at "
+    "most how long no coordinator led (observed by the new leader)",
+    buckets=(0.5, 1.0, 2.5, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0, 120.0),
+)
+FAILOVER_SECONDS = Histogram(
+    "crossfeed_coordinator_failover_duration_seconds",
+    "Duration of consumer failover and failback runs (POST /v1/failover, /v1/failback), "
+    "by operation and outcome (ok, refused, failed)",
+    ("operation", "outcome"),
+    buckets=(0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0),
+)
 FEEDS = Gauge("crossfeed_coordinator_feeds", "Feeds per lifecycle state (leader only)", ("state",))
 TASKS = Gauge(
     "crossfeed_coordinator_tasks",
@@ -44,17 +57,17 @@ GENERATION = Gauge(
     ("feed",),
 )
 RESOLVED_TS = Gauge(
-    "crossfeed_coordinator_resolved_ts_seconds",
+    "crossfeed_coordinator_resolved_timestamp_seconds",
     "Global resolved_ts per feed (min over its source partitions), epoch seconds",
     ("feed",),
 )
 CHECKPOINT_TS = Gauge(
-    "crossfeed_coordinator_checkpoint_ts_seconds",
+    "crossfeed_coordinator_checkpoint_timestamp_seconds",
     "checkpoint_ts per feed (min over its source partitions), epoch seconds",
     ("feed",),
 )
 CONSISTENCY_TS = Gauge(
-    "crossfeed_coordinator_consistency_ts_seconds",
+    "crossfeed_coordinator_consistency_timestamp_seconds",
     "consistency_ts (safe point) per feed, epoch seconds; never goes backwards",
     ("feed",),
 )

@@ -4,7 +4,8 @@ A puller task is a staging partition ``s`` of ``_crossfeed.<feed>.changes``
 (``0 <= s < staging.partitions``). For a feed in a running state (normal, error) the
 tasks go to the feed's live pullers, balanced and sticky (:func:`crossfeed.core.assignment.assign`,
 previous = the assignments in ``_crossfeed.state``); for any other state (paused, failed,
-removed, failed_over) every puller of the feed gets nothing, so its tasks stop.
+removed, failed_over) every puller of the feed gets nothing, so its tasks stop. Tasks
+being restarted (``restarts.py``) are held out: revoked, and assigned again once released.
 
 A round is written when the result differs from what is stored, or when stored tasks
 were given under an older leader epoch (a new leader re-issues them under its own). It
@@ -35,8 +36,14 @@ class Round:
     lines: tuple[str, ...]
 
 
-def plan(view: StateView, live_pullers: Mapping[str, Iterable[str]], epoch: int) -> list[Round]:
-    """The rounds to write, for every feed whose assignment must change."""
+def plan(
+    view: StateView,
+    live_pullers: Mapping[str, Iterable[str]],
+    epoch: int,
+    held: Mapping[str, Iterable[int]] | None = None,
+) -> list[Round]:
+    """The rounds to write, for every feed whose assignment must change; ``held``: per
+    feed, the tasks being restarted (given to nobody)."""
     rounds = []
     for name in sorted(view.feeds):
         status = view.statuses.get(name)
@@ -48,6 +55,7 @@ def plan(view: StateView, live_pullers: Mapping[str, Iterable[str]], epoch: int)
             view.assignments.get(name, {}),
             live_pullers.get(name, ()),
             epoch,
+            frozenset((held or {}).get(name, ())),
         )
         if round_ is not None:
             rounds.append(round_)
@@ -61,6 +69,7 @@ def plan_feed(
     current: Mapping[str, Assignment],
     live: Iterable[str],
     epoch: int,
+    held: frozenset[int] = frozenset(),
 ) -> Round | None:
     """The next round for one feed, or None when the stored assignment stands."""
     live_set = set(live) if state in RUNNING_STATES else set()
@@ -71,7 +80,7 @@ def plan_feed(
         if a.tasks
     }
     if state in RUNNING_STATES:
-        tasks = [TopicPartition(changes, s) for s in range(staging_partitions)]
+        tasks = [TopicPartition(changes, s) for s in range(staging_partitions) if s not in held]
         after = assign(tasks, live_set, before)
     else:
         after = {}
@@ -92,9 +101,8 @@ def plan_feed(
         )
         for i in sorted(targets)
     )
-    return Round(
-        feed, generation, assignments, _story(feed, state, before, after, epoch, generation)
-    )
+    story = _story(feed, state, before, after, epoch, generation, held)
+    return Round(feed, generation, assignments, story)
 
 
 def _story(
@@ -104,6 +112,7 @@ def _story(
     after: Mapping[str, frozenset[TopicPartition]],
     epoch: int,
     generation: int,
+    held: frozenset[int],
 ) -> tuple[str, ...]:
     owner_before = {tp.partition: i for i, tps in before.items() for tp in tps}
     owner_after = {tp.partition: i for i, tps in after.items() for tp in tps}
@@ -117,7 +126,10 @@ def _story(
         if old is None:
             lines.append(f"assigned task {task} to {new} {suffix}")
         elif new is None:
-            why = f"feed is {state}" if state not in RUNNING_STATES else "no live puller"
+            if state not in RUNNING_STATES:
+                why = f"feed is {state}"
+            else:
+                why = "restart" if s in held else "no live puller"
             lines.append(f"revoked task {task} from {old} ({why}) {suffix}")
         else:
             lines.append(f"moved task {task} from {old} to {new} {suffix}")

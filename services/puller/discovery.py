@@ -86,6 +86,14 @@ class Discovery:
                 )
         return new
 
+    def retarget(self, feed: FeedSpec) -> None:
+        """Select and route by an updated feed from the next refresh on: every topic is
+        looked at again (a new rename format needs its target topics), and one no longer
+        selected leaves ``partitions()`` (its running task keeps it until it restarts)."""
+        self.feed = feed
+        self.ready.clear()
+        self.errors.clear()
+
     def partitions(self) -> set[TopicPartition]:
         return {TopicPartition(t, p) for t, n in self.ready.items() for p in range(n)}
 

@@ -37,4 +37,4 @@ def run(
             )
         return PullerWorker(settings, feed, instance_id, membership, control_conf)
 
-    return service.run(settings, make, metrics_port)
+    return service.run(settings, make, metrics_port, service.Who("puller", instance_id, feed.name))

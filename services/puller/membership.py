@@ -6,7 +6,9 @@
   are never read. A dead instance's tasks move after ``session.timeout.ms``.
 - ``CoordinatorMembership``: the leader writes ``assignment/<feed>/puller/<instance>``
   records to ``_crossfeed.state``; an assignment is applied only if its leader epoch is
-  at least the highest seen, so a deposed leader's late writes change nothing.
+  at least the highest seen, so a deposed leader's late writes change nothing. It also
+  follows the feed's own record there (``feed/<feed>``), so a feed updated through
+  ``PUT /v1/changefeeds/<feed>`` reaches the running worker (``newer_spec``).
 
 Either way, fencing does not depend on membership being right: a task's
 transactional.id is fixed, and its new owner's ``init_transactions`` fences the old one.
@@ -22,8 +24,10 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
+from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.membership import TopicTail
+from crossfeed.state import feed_from_record
 from crossfeed.wire import codec, ids, topics
 
 log = logging.getLogger(__name__)
@@ -143,6 +147,10 @@ class GroupMembership:
     def close(self) -> None:
         self.consumer.close()  # leaving the group hands the tasks over at once
 
+    def newer_spec(self) -> FeedSpec | None:
+        """A feed file's feed changes only when the process starts again."""
+        return None
+
 
 class CoordinatorMembership:
     def __init__(self, control_conf: dict[str, Any], feed: str, instance_id: str) -> None:
@@ -154,6 +162,8 @@ class CoordinatorMembership:
         self.generation = -1
         self.host: TaskHost | None = None
         self.retry_at = 0.0  # no task is started before (the last attempt failed)
+        self.spec: FeedSpec | None = None  # the stored feed, when it changed since start
+        self.spec_record: dict[str, Any] | None = None
         self.tail = TopicTail(control_conf, topics.STATE, self._on_record, name="assignments")
 
     def start(self, host: TaskHost) -> None:
@@ -164,6 +174,9 @@ class CoordinatorMembership:
         if key == "lease/coordinator" and value is not None:
             with self.lock:  # a new leader's epoch outdates every older assignment
                 self.max_epoch = max(self.max_epoch, codec.decode("Lease", value)["epoch"])
+            return
+        if key == f"feed/{self.feed}" and value is not None:
+            self._on_feed(codec.decode("FeedSpec", value))
             return
         if not key.startswith(f"assignment/{self.feed}/") or value is None:
             return
@@ -181,6 +194,21 @@ class CoordinatorMembership:
                 return
             self.generation = record["generation"]
             self.desired = {p["partition"] for p in record["partitions"]}
+
+    def _on_feed(self, record: dict[str, Any]) -> None:
+        with self.lock:
+            first = self.spec_record is None
+            if record == self.spec_record:
+                return
+            self.spec_record = record
+            if not first:  # the first one read is the feed the process started with
+                self.spec = feed_from_record(record)
+
+    def newer_spec(self) -> FeedSpec | None:
+        """The feed as updated since the last call (None: unchanged)."""
+        with self.lock:
+            spec, self.spec = self.spec, None
+        return spec
 
     def poll(self) -> None:
         assert self.host is not None

@@ -1,6 +1,8 @@
 """The puller's metrics (names as docs/design.md, Interfaces: crossfeed_puller_<what>_<unit>)."""
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
+
+from crossfeed import buckets
 
 LABELS = ("feed", "topic", "partition")
 
@@ -29,10 +31,16 @@ LOOP_DROPPED = Counter(
     LABELS,
 )
 RESOLVED_TS = Gauge(
-    "crossfeed_puller_resolved_ts_seconds", "resolved_ts of the source partition", LABELS
+    "crossfeed_puller_resolved_timestamp_seconds", "resolved_ts of the source partition", LABELS
 )
 TRANSACTIONS = Counter(
     "crossfeed_puller_transactions_total", "Transactions committed on the target", ("feed",)
+)
+TRANSACTION_COMMIT_SECONDS = Histogram(
+    "crossfeed_puller_transaction_commit_seconds",
+    "Time commit_transaction took on the target (copies, offset syncs and marks of one task)",
+    ("feed",),
+    buckets=buckets.COMMIT,
 )
 TASKS = Gauge("crossfeed_puller_tasks", "Tasks (staging partitions) this instance owns", ("feed",))
 FEED_ERROR = Gauge(
@@ -44,7 +52,7 @@ OFFSET_SYNCS = Counter(
     ("feed",),
 )
 CHECKPOINT_TS = Gauge(
-    "crossfeed_puller_checkpoint_ts_seconds",
+    "crossfeed_puller_checkpoint_timestamp_seconds",
     "Mirror feeds: everything of the source partition up to this time is in the target",
     LABELS,
 )

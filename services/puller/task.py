@@ -531,7 +531,12 @@ class PullerTask:
                     except KafkaException as err:
                         return TxnFailure.of(err)
                     metrics.OFFSET_SYNCS.labels(self.ctx.name).inc()
-        return self._txn(self.producer.commit_transaction, 60)
+        started = time.monotonic()
+        failure = self._txn(self.producer.commit_transaction, 60)
+        if failure is None:
+            elapsed = time.monotonic() - started
+            metrics.TRANSACTION_COMMIT_SECONDS.labels(self.ctx.name).observe(elapsed)
+        return failure
 
     def committed(self) -> Decision:
         """Bookkeeping once the sealed transaction is committed (the reader's thread)."""

@@ -9,6 +9,7 @@ resolved_ts and, for a mirror feed, its checkpoint_ts (what is committed in the 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -182,6 +183,9 @@ class PullerWorker:
     def step(self) -> None:
         assert self.ctx is not None and self.discovery is not None
         self.membership.poll()  # tasks start and stop here, on this thread
+        updated = self.membership.newer_spec()
+        if updated is not None and updated.model_dump() != self.feed.model_dump():
+            self._apply_update(updated)
         now = time.monotonic()
         if now - self.last_refresh >= self.settings.puller.topic_refresh_s:
             self._refresh()
@@ -227,6 +231,26 @@ class PullerWorker:
         if now - self.last_metrics >= 1.0:
             self._update_lag()
             self.last_metrics = now
+
+    def _apply_update(self, feed: FeedSpec) -> None:
+        """A feed updated while running (PUT /v1/changefeeds): new topics are picked up
+        at once; tasks started from now on use the new selection, rename format and
+        options; a running task keeps what it started with until it restarts
+        (``crossfeed changefeed restart``). Source, target, mode, start and the number of
+        tasks never change (services/coordinator/updates.py)."""
+        assert self.ctx is not None and self.discovery is not None
+        self.feed = feed
+        self.ctx = dataclasses.replace(self.ctx, feed=feed)
+        self.discovery.retarget(feed)
+        self.last_refresh = 0.0  # look at the topics now
+        log.info(
+            "feed %s updated: topics %s%s, rename format %s; running tasks keep the old "
+            "definition until they restart",
+            feed.name,
+            feed.topics,
+            f" excluding {feed.exclude}" if feed.exclude else "",
+            feed.rename_format,
+        )
 
     def _read_wait(self) -> float:
         """How long the next read may wait: librdkafka's consume waits out its whole

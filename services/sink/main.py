@@ -27,6 +27,7 @@ def run(
         )
     instance_id = service.instance_id("sink", instance)
     static = instance is not None
+    who = service.Who("sink", instance_id, feed.name)
     sink = feed.sink
     if sink.scheme == "postgresql":
         require("postgres", "the PostgreSQL sink")
@@ -37,6 +38,7 @@ def run(
             settings,
             lambda: PostgresSink(settings, feed, instance_id, control_conf, static=static),
             metrics_port,
+            who,
         )
     target_alias = sink.cluster
     assert target_alias is not None
@@ -47,6 +49,7 @@ def run(
         settings,
         lambda: OrderedKafkaSink(settings, feed, instance_id, control_conf, static=static),
         metrics_port,
+        who,
     )
 
 

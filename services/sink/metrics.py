@@ -2,7 +2,9 @@
 the ordered sinks' own are in ordered_metrics.py. (Mirror feeds have no sink: their pullers
 report what they copy, services/puller/metrics.py.)"""
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
+
+from crossfeed import buckets
 
 LABELS = ("feed", "topic", "partition")
 
@@ -11,6 +13,12 @@ DLQ = Counter(
 )
 TRANSACTIONS = Counter(
     "crossfeed_sink_transactions_total", "Transactions committed on the target", ("feed",)
+)
+TRANSACTION_COMMIT_SECONDS = Histogram(
+    "crossfeed_sink_transaction_commit_seconds",
+    "Time the target took to commit a transaction (Kafka commit_transaction, PostgreSQL COMMIT)",
+    ("feed",),
+    buckets=buckets.COMMIT,
 )
 ABORTS = Counter(
     "crossfeed_sink_transaction_aborts_total", "Transactions aborted and retried", ("feed",)

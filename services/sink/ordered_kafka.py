@@ -266,7 +266,11 @@ class OrderedKafkaSink(OrderedSink):
                 )
             ]
             producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+        started = time.monotonic()
         producer.commit_transaction(60)
+        shared_metrics.TRANSACTION_COMMIT_SECONDS.labels(self.feed.name).observe(
+            time.monotonic() - started
+        )
         self.committed = applied
         if self.next_offset >= 0:
             self.committed_offset = self.next_offset

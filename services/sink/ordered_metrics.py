@@ -36,7 +36,7 @@ LWW_SKIPPED = Counter(
     ("feed", "table"),
 )
 CHECKPOINT_TS = Gauge(
-    "crossfeed_sink_feed_checkpoint_ts_seconds",
+    "crossfeed_sink_feed_checkpoint_timestamp_seconds",
     "Ordered feeds: checkpoint_ts, everything with commit_ts up to it is in the target",
     FEED,
 )
@@ -46,7 +46,7 @@ LAG_SECONDS = Gauge(
     FEED,
 )
 SYNCPOINT_TS = Gauge(
-    "crossfeed_sink_syncpoint_ts_seconds",
+    "crossfeed_sink_syncpoint_timestamp_seconds",
     "Database sinks: consistency_ts of the newest syncpoint row written",
     FEED,
 )

@@ -44,6 +44,7 @@ def run(
             settings,
             lambda: SorterWorker(settings, feed, instance_id, alias, control_conf),
             metrics_port,
+            service.Who("sorter", instance_id, feed.name),
         )
     except (SetupError, FeedLocked, SorterFailed) as err:
         log.error("%s", err)

@@ -25,12 +25,12 @@ BATCH_SECONDS = Histogram(
     buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
 )
 RESOLVED_TS = Gauge(
-    "crossfeed_sorter_resolved_ts_seconds",
+    "crossfeed_sorter_resolved_timestamp_seconds",
     "The feed's global resolved_ts: everything at or below it is in the sorted topic",
     FEED,
 )
 PARTITION_RESOLVED_TS = Gauge(
-    "crossfeed_sorter_partition_resolved_ts_seconds",
+    "crossfeed_sorter_partition_resolved_timestamp_seconds",
     "resolved_ts of one source partition, as the sorter has read it",
     PARTITION,
 )

@@ -17,7 +17,7 @@ from tests.integration.test_coordinator_mirror import start_coordinated
 from tests.integration.test_coordinator_process import TOKEN, CoordinatorProcess, wait_for
 from tests.support.clusters import Clusters
 from tests.support.services import ServiceProcess
-from tests.support.verify import read_many, verify_mirror
+from tests.support.verify import assert_mirrored
 from tests.support.workload import ContinuousProducer
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -57,15 +57,7 @@ def test_services_without_control_cluster_meet_on_the_same_one(
             produced = live.acked
             captures = {c["instance_id"] for c in api.captures()}
             assert puller.instance in captures, captures
-            source = read_many(clusters.a.config, [topic])
-            target = read_many(clusters.b.config, [topic], expect=len(produced), timeout_s=60)
-            logs = "\n".join(f"  {p.describe()}" for p in procs)
-            verify_mirror(
-                source,
-                target,
-                source_cluster_id=clusters.a.cluster_id,
-                target_cluster_id=clusters.b.cluster_id,
-            ).assert_ok(logs)
+            assert_mirrored(clusters, [topic], produced, procs, timeout_s=60)
             api.remove_feed(name)
     finally:
         for proc in procs:

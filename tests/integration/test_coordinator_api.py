@@ -36,7 +36,7 @@ def pair(clusters: Clusters, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 @pytest.fixture
 def standby(pair: Coordinators) -> str:
-    """URL of the standby: every request goes there, mutations get redirected."""
+    """URL of the standby: every request goes there, mutations are forwarded."""
     return pair.standbys(pair.leader())[0].url
 
 
@@ -74,8 +74,11 @@ def test_lifecycle_through_rest(pair: Coordinators, standby: str, name: str) -> 
         json=feed(name),
         headers={"Authorization": f"Bearer {TOKEN}"},
     )
-    assert raw.status_code == 307
-    assert raw.headers["location"] == f"{leader.url}/v1/changefeeds"
+    # the standby sends it on and answers with the leader's answer: no redirect
+    assert raw.status_code == 201, raw.text
+    assert raw.json()["name"] == name
+    with CoordinatorClient(leader.url, TOKEN) as api:
+        api.remove_feed(name)
 
     with CoordinatorClient(standby, TOKEN) as api:
         created = api.create_feed(feed(name, exclude=[f"{name}-skip"]))
@@ -134,12 +137,12 @@ def test_refusals_through_rest(standby: str, name: str) -> None:
         api.create_feed(feed(name))
         with pytest.raises(ApiError) as taken:
             api.create_feed(feed(name))
-        assert taken.value.status_code == 409
+        assert (taken.value.status_code, taken.value.error_code) == (409, "feed_exists")
         assert f"changefeed {name!r} already exists" in taken.value.message
         for call in (api.get_feed, api.pause_feed, api.resume_feed, api.remove_feed):
             with pytest.raises(ApiError) as missing:
                 call(f"{name}-nope")
-            assert missing.value.status_code == 404
+            assert (missing.value.status_code, missing.value.error_code) == (404, "feed_not_found")
         api.remove_feed(name)
     for token in (None, "wrong"):
         with CoordinatorClient(standby, token) as anonymous, pytest.raises(ApiError) as denied:
@@ -152,6 +155,27 @@ def test_refusals_through_rest(standby: str, name: str) -> None:
         follow_redirects=False,
     )
     assert body.status_code == 400
+
+
+def test_put_creates_then_updates_idempotently(standby: str, name: str) -> None:
+    with CoordinatorClient(standby, TOKEN) as api:
+        created = api.put_feed(feed(name))
+        assert (created["name"], created["state"]) == (name, "normal")
+        assert api.put_feed(feed(name)) == created  # the same again: nothing changes
+        updated = api.put_feed(feed(name, topics=[f"{name}-.*", "other"], exclude=["x"]))
+        assert (updated["topics"], updated["exclude"]) == ([f"{name}-.*", "other"], ["x"])
+        assert updated["created_at_ms"] == created["created_at_ms"]
+        assert api.get_feed(name)["feed"]["topics"] == [f"{name}-.*", "other"]
+        with pytest.raises(ApiError) as fixed:
+            api.put_feed(feed(name, source="dc-b", **{"sink-uri": "kafka://dc-a"}))
+        assert (fixed.value.status_code, fixed.value.error_code) == (409, "immutable_field")
+        assert "source cannot change once the feed exists" in fixed.value.message
+        restarted = api.restart_feed(name, 2)
+        assert restarted == {"feed": name, "tasks": [f"{name}/2"]}
+        api.pause_feed(name)
+        with pytest.raises(ApiError) as paused:
+            api.restart_feed(name)
+        assert (paused.value.status_code, paused.value.error_code) == (409, "invalid_state")
 
 
 # -- CLI ----------------------------------------------------------------------------------
@@ -199,6 +223,21 @@ def test_lifecycle_through_the_cli(
     feed_file.write_text(yaml.safe_dump(feed(name)))
     from_file = cli(pair, standby, "changefeed", "create", "--feed-file", str(feed_file))
     assert from_file.exit_code == 0, from_file.output
+
+    updated = cli(
+        pair, standby, "changefeed", "update", name, "--topics", f"{name}-new", "--config",
+        "errors.tolerance=none",
+    )  # fmt: skip
+    assert updated.exit_code == 0, updated.output
+    changed = json.loads(cli(pair, standby, "changefeed", "get", name, "--json").output)["feed"]
+    assert changed["topics"] == [f"{name}-new"]
+    assert changed["config"] == {"staging.partitions": "3", "errors.tolerance": "none"}
+    refused = cli(pair, standby, "changefeed", "update", name, "--source", "dc-gone")
+    assert refused.exit_code == 1 and "source cannot change" in refused.output
+
+    captures = cli(pair, standby, "capture", "list")
+    assert captures.exit_code == 0, captures.output
+    assert pair.leader().instance in captures.output and "coordinator" in captures.output
 
     table = cli(pair, standby, "status")
     assert table.exit_code == 0, table.output

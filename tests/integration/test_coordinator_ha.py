@@ -83,6 +83,10 @@ def test_kill_9_of_the_leader_a_standby_leads_within_the_failover_timeout(
         )
         assert reissued == before
     assert standby.metric("crossfeed_coordinator_failovers_total") == 1.0
+    # the takeover's duration: from the old leader's last renewal to the new lease
+    assert standby.metric("crossfeed_coordinator_leader_failover_seconds_count") == 1.0
+    gap = standby.metric("crossfeed_coordinator_leader_failover_seconds_sum")
+    assert gap is not None and 0 < gap < FAILOVER_S + 1
     assert standby.metric("crossfeed_coordinator_lease_expired_total") == 1.0
     with CoordinatorClient(standby.url, TOKEN) as api:
         assert api.pause_feed(name)["state"] == "paused"
@@ -194,3 +198,53 @@ def epochs_written_since(clusters: Clusters, start: int) -> list[int]:
         elif key.startswith("status/"):
             epochs.append(codec.decode("FeedStatus", value)["leader_epoch"])
     return epochs
+
+
+def test_the_cli_works_through_a_standby_and_while_any_listed_coordinator_lives(
+    group: Coordinators, name: str
+) -> None:
+    """``--server`` lists both coordinators; the first is the standby, then it is dead:
+    status and mutations are answered all along (forwarded by the standby, then by the
+    leader the CLI falls over to)."""
+    from typer.testing import CliRunner
+
+    from crossfeed.cli.main import app
+
+    leader = group.settle()
+    standby = group.standbys(leader)[0]
+    servers = f"{standby.url},{leader.url}"
+
+    def cli(*args: str) -> str:
+        result = CliRunner().invoke(
+            app,
+            ["--config", str(group.config_file), *args, "--server", servers],
+            terminal_width=200,
+        )
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    created = cli("changefeed", "create", name, "--source", "dc-a", "--sink-uri",
+                  "kafka://dc-b", "--topics", f"{name}-.*")  # fmt: skip
+    assert f"created changefeed {name}" in created
+    status = cli("status")
+    assert f"asked {standby.instance}" in status and name in status  # the standby answered
+    assert f"changefeed {name} is paused" in cli("changefeed", "pause", name)
+    with CoordinatorClient(standby.url, TOKEN) as api:
+        assert api.get_feed(name)["feed"]["state"] == "paused"  # stored by the leader
+
+    standby.kill()
+    status = cli("status")
+    assert f"asked {leader.instance}" in status and name in status
+    assert f"changefeed {name} is normal" in cli("changefeed", "resume", name)
+    assert leader.alive
+
+    # now the first one listed is the leader, and it dies: the other answers at once,
+    # and takes changes once it leads
+    (fresh,) = group.start(1)
+    group.settle()
+    servers = f"{leader.url},{fresh.url}"
+    leader.kill()
+    status = cli("status")
+    assert f"asked {fresh.instance}" in status and name in status
+    wait_for(fresh.leads, FAILOVER_S + 10, "the remaining coordinator leading")
+    assert f"changefeed {name} is paused" in cli("changefeed", "pause", name)

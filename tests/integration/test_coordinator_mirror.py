@@ -19,12 +19,13 @@ from tests.integration.test_coordinator_process import (
     AssignmentReader,
     Coordinators,
     balanced,
+    create_feed,
     remove_feed_quietly,
     wait_for,
 )
 from tests.support.clusters import Clusters
 from tests.support.services import ServiceProcess
-from tests.support.verify import read_many, verify_mirror
+from tests.support.verify import assert_mirrored
 from tests.support.workload import ContinuousProducer
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -61,10 +62,11 @@ def start_coordinated(
     workdir: Path,
     procs: list[ServiceProcess],
     failover_s: float | None = FAILOVER_S,
+    env: dict[str, str] | None = None,
 ) -> ServiceProcess:
     """Instance ``n`` of ``role`` for ``feed``, started and added to ``procs`` (a stable
-    instance id: static group membership for sinks)."""
-    env = {}
+    instance id: static group membership for sinks); ``env``: more variables."""
+    env = dict(env or {})
     if failover_s is not None:
         # sinks share partitions by consumer group: 6 s is the broker's minimum session
         env["CROSSFEED_COORDINATOR__FAILOVER_TIMEOUT_S"] = str(failover_s)
@@ -130,16 +132,7 @@ def test_mirror_feed_survives_kill_9_of_the_leader_and_of_a_puller(
             for proc in pullers[1:]:
                 proc.wait_status(lambda s: len(s.get("tasks", [])) == 3, 30, "running its 3 tasks")
             time.sleep(2)
-        produced = live.acked
-        source = read_many(clusters.a.config, names)
-        target = read_many(clusters.b.config, names, expect=len(produced), timeout_s=120)
-        logs = "\n".join(f"  {p.describe()}" for p in [*procs, *group.procs])
-        verify_mirror(
-            source,
-            target,
-            source_cluster_id=clusters.a.cluster_id,
-            target_cluster_id=clusters.b.cluster_id,
-        ).assert_ok(logs)
+        assert_mirrored(clusters, names, live.acked, [*procs, *group.procs])
     finally:
         for proc in procs:
             proc.kill()
@@ -166,16 +159,7 @@ def test_a_puller_woken_after_sigstop_starts_only_what_the_newest_assignment_giv
     try:
         group.start(1)
         leader = group.settle()
-        with CoordinatorClient(leader.url, TOKEN) as api:
-            api.create_feed(
-                {
-                    "name": name,
-                    "source": "dc-a",
-                    "sink-uri": "kafka://dc-b",
-                    "topics": [topic],
-                    "config": {"staging.partitions": "4"},
-                }
-            )
+        create_feed(leader.url, name, 4, [topic])
         sleeper, other = start(0), start(1)
         ids = {sleeper.instance, other.instance}
         with (

@@ -296,15 +296,16 @@ class AssignmentReader:
         return found[0]
 
 
-def create_feed(url: str, name: str, tasks: int) -> None:
-    """Create a mirror feed ``name`` with ``tasks`` puller tasks through the REST API."""
+def create_feed(url: str, name: str, tasks: int, names: list[str] | None = None) -> None:
+    """Create a mirror feed ``name`` with ``tasks`` puller tasks through the REST API, of
+    the topics ``names`` (default: those matching ``<name>-.*``)."""
     with CoordinatorClient(url, TOKEN) as api:
         api.create_feed(
             {
                 "name": name,
                 "source": "dc-a",
                 "sink-uri": "kafka://dc-b",
-                "topics": [f"{name}-.*"],
+                "topics": names or [f"{name}-.*"],
                 "config": {"staging.partitions": str(tasks)},
             }
         )

@@ -146,7 +146,8 @@ def test_feed_status_follows_errors_and_consistency_ts(
     assert status()["consistency_ts_us"] == 2_000_000  # ...never moves consistency_ts back
     wait_for(
         lambda: (
-            leader.metric("crossfeed_coordinator_consistency_ts_seconds", {"feed": name}) == 2.0
+            leader.metric("crossfeed_coordinator_consistency_timestamp_seconds", {"feed": name})
+            == 2.0
         ),
         5,
         "the consistency_ts metric at 2 s",

@@ -145,6 +145,7 @@ def test_bank_atomic_totals_final_state_lww_and_syncpoint(clusters, services, po
     assert [s for (s,) in syncpoints] == sorted(s for (s,) in syncpoints)
     assert status["syncpoint_ts_us"] == syncpoints[-1][0]
     assert sink.metric("crossfeed_sink_source_transactions_total") == bank.n
+    assert (sink.metric("crossfeed_sink_transaction_commit_seconds_count") or 0) > 0
     assert (sink.metric("crossfeed_sink_cut_short_transactions_total") or 0) > 0
     assert (sink.metric("crossfeed_sink_replayed_transactions_total") or 0) > 0
 

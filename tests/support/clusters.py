@@ -5,7 +5,10 @@ Backends, chosen by ``CROSSFEED_TEST_BACKEND`` (``auto`` by default):
   on 19092/29092 is reused and left running; otherwise one is started for the session
   and stopped afterwards.
 - ``docker``: testcontainers, where a Docker engine answers (``auto`` picks it only
-  when no local stack can be had and an engine answers).
+  when no local stack can be had and an engine answers): the same Kafka image as the
+  compose file, a cluster.id per cluster, stop/start of one cluster
+  (``docker_backend.py``). These machines have no engine, so it is checked by a unit test
+  of what the containers are given, not run here.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crossfeed.config import Settings
-from crossfeed.kafka import clients
 from crossfeed.local import stack
 from crossfeed.local.postgres import URI as LOCAL_POSTGRES_URI
 
@@ -58,15 +60,18 @@ class Clusters:
         return Settings(**data)
 
     def stop(self, alias: str, *, hard: bool = True) -> None:
-        """Lose a data center (local backend only)."""
-        if self.backend != "local":
-            raise RuntimeError("stopping one cluster needs the local backend")
-        stack.stop(alias, hard=hard)
+        """Lose a data center (kill -9 with ``hard``); its data is kept."""
+        if self.backend == "docker":
+            self._controls["docker"].stop(alias, hard=hard)
+        else:
+            stack.stop(alias, hard=hard)
 
     def start(self, alias: str) -> None:
-        if self.backend != "local":
-            raise RuntimeError("restarting one cluster needs the local backend")
-        stack.start(alias)
+        """Get it back: same cluster.id, same address, same data."""
+        if self.backend == "docker":
+            self._controls["docker"].start(alias)
+        else:
+            stack.start(alias)
 
 
 def _docker_answers() -> bool:
@@ -95,24 +100,11 @@ def _local() -> Iterator[Clusters]:
 
 @contextmanager
 def _docker() -> Iterator[Clusters]:
-    from testcontainers.kafka import KafkaContainer  # type: ignore[import-untyped]
-    from testcontainers.postgres import PostgresContainer  # type: ignore[import-untyped]
+    from tests.support.docker_backend import docker_clusters
 
-    with (
-        KafkaContainer().with_kraft() as ka,
-        KafkaContainer().with_kraft() as kb,
-        PostgresContainer("postgres:15") as pg,
-    ):
-        handles = []
-        for alias, container in (("dc-a", ka), ("dc-b", kb)):
-            bootstrap = container.get_bootstrap_server()
-            handles.append(
-                Cluster(
-                    alias, bootstrap, clients.cluster_id({"bootstrap.servers": bootstrap}) or ""
-                )
-            )
-        uri = pg.get_connection_url().replace("postgresql+psycopg2", "postgresql")
-        yield Clusters(handles[0], handles[1], uri, "docker")
+    with docker_clusters() as (plans, controls, postgres_uri):
+        a, b = (Cluster(p.alias, p.bootstrap, p.cluster_id) for p in plans)
+        yield Clusters(a, b, postgres_uri, "docker", {"docker": controls})
 
 
 @contextmanager

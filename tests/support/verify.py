@@ -653,3 +653,24 @@ def verify_active_active(
                 )
     parts.append(loops)
     return Report.combine("active-active", parts)
+
+
+def assert_mirrored(
+    clusters: Any,
+    names: Sequence[str],
+    produced: Sequence[Any],
+    procs: Iterable[Any],
+    timeout_s: float = 120,
+) -> None:
+    """Every record of ``names`` on dc-a is on dc-b exactly once, in order, with its
+    provenance (waits up to ``timeout_s`` for ``len(produced)``); ``procs`` describe a
+    failure."""
+    source = read_many(clusters.a.config, list(names))
+    target = read_many(clusters.b.config, list(names), expect=len(produced), timeout_s=timeout_s)
+    logs = "\n".join(f"  {p.describe()}" for p in procs)
+    verify_mirror(
+        source,
+        target,
+        source_cluster_id=clusters.a.cluster_id,
+        target_cluster_id=clusters.b.cluster_id,
+    ).assert_ok(logs)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
+from crossfeed import __version__
+from crossfeed.cli.feed_ops import update_body
 from crossfeed.cli.main import app
 
 pytestmark = pytest.mark.unit
@@ -27,10 +29,11 @@ def test_help_lists_every_subcommand_of_the_design():
         "workload",
         "demo",
         "bench",
+        "capture",
     ):
         assert command in out
     sub = runner.invoke(app, ["changefeed", "--help"], terminal_width=200).output
-    for verb in ("create", "list", "get", "pause", "resume", "remove"):
+    for verb in ("create", "list", "get", "pause", "resume", "remove", "update", "restart"):
         assert verb in sub
     local = runner.invoke(app, ["local", "--help"], terminal_width=200).output
     for verb in ("up", "down", "status", "stop", "start"):
@@ -38,3 +41,37 @@ def test_help_lists_every_subcommand_of_the_design():
     for service in ("puller", "sink", "sorter", "coordinator"):
         assert "run" in runner.invoke(app, [service, "--help"]).output
     assert "translate" in runner.invoke(app, ["groups", "--help"]).output
+
+
+def test_version_flag_and_command() -> None:
+    for args in (["--version"], ["version"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0 and __version__ in result.output
+
+
+def test_update_lays_what_is_given_over_the_stored_feed() -> None:
+    stored = {
+        "name": "orders",
+        "source": "dc-a",
+        "sink_uri": "kafka://dc-b",
+        "mode": "mirror",
+        "topics": ["o.*"],
+        "exclude": ["o.tmp"],
+        "rename_format": "${topic}",
+        "start": "earliest",
+        "config": {"staging.partitions": "4", "errors.tolerance": "all"},
+        "state": "normal",
+        "created_at_ms": 1,
+    }
+    body = update_body(stored, {"topics": ["o.*", "p"]}, {"errors.tolerance": "none"})
+    assert body == {
+        "name": "orders",
+        "source": "dc-a",
+        "sink-uri": "kafka://dc-b",
+        "mode": "mirror",
+        "topics": ["o.*", "p"],
+        "exclude": ["o.tmp"],
+        "rename-format": "${topic}",
+        "start": "earliest",
+        "config": {"staging.partitions": "4", "errors.tolerance": "none"},
+    }

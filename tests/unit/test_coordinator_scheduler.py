@@ -117,3 +117,16 @@ def test_plan_covers_every_feed_with_its_own_options() -> None:
     rounds = plan(view, {"orders": ["p1"], "users": ["p1"]}, epoch=2)
     assert [r.feed for r in rounds] == ["orders"]
     assert tasks_of(rounds[0]) == {"p1": {0, 1, 2}}
+
+
+def test_restarted_tasks_are_revoked_then_assigned_again_once_released() -> None:
+    current = stored({"p1": {0, 1}, "p2": {2, 3}}, generation=2)
+    revoked = plan_feed("orders", "normal", 4, current, ["p1", "p2"], epoch=1, held=frozenset({1}))
+    assert tasks_of(revoked) == {"p1": {0}, "p2": {2, 3}}
+    assert revoked is not None and revoked.generation == 3
+    assert "revoked task orders/1 from p1 (restart) (epoch 1, generation 3)" in revoked.lines
+    after_revoke = stored(tasks_of(revoked), generation=3)
+    # still held: nothing to write; released: it is assigned again (to the short puller)
+    assert plan_feed("orders", "normal", 4, after_revoke, ["p1", "p2"], 1, frozenset({1})) is None
+    again = plan_feed("orders", "normal", 4, after_revoke, ["p1", "p2"], epoch=1)
+    assert tasks_of(again) == {"p1": {0, 1}, "p2": {2, 3}}

@@ -50,6 +50,7 @@ COMPOSE = COMPOSE_DIR / "docker-compose.yml"
 K8S = DEPLOY / "k8s"
 OBSERVABILITY = DEPLOY / "observability"
 ALERTS = OBSERVABILITY / "prometheus" / "alerts.yaml"
+RUNBOOK = ROOT / "docs" / "runbook.md"
 DASHBOARDS = sorted((OBSERVABILITY / "grafana").glob("*.json"))
 SERVICES = ("puller", "sink", "coordinator", "sorter")
 OUR_IMAGE = re.compile(r"^crossfeed/(?P<target>[a-z-]+):(?P<tag>[^:@]+)$")
@@ -356,7 +357,10 @@ METRICS_MODULES = (
     "services.puller.metrics",
     "services.sink.metrics",
     "services.sink.ordered_metrics",
+    "services.sorter.metrics",
     "services.coordinator.metrics",
+    "crossfeed.translation.metrics",
+    "crossfeed.build_info",
 )
 SUFFIXES = {
     "counter": ("_total", "_created"),
@@ -384,6 +388,8 @@ def registered_metrics() -> dict[str, frozenset[str]]:
         if family.name.startswith("crossfeed_"):
             for suffix in SUFFIXES.get(family.type, ("",)):
                 names[family.name + suffix] = labels.get(family.name, frozenset())
+            if family.type == "histogram":  # a bucket's upper bound
+                names[family.name + "_bucket"] |= {"le"}
     return names
 
 
@@ -677,10 +683,10 @@ def test_registry_lists_the_services_metrics():
     for name in (
         "crossfeed_puller_records_total",
         "crossfeed_puller_lag_seconds",
-        "crossfeed_puller_checkpoint_ts_seconds",
-        "crossfeed_sink_feed_checkpoint_ts_seconds",
+        "crossfeed_puller_checkpoint_timestamp_seconds",
+        "crossfeed_sink_feed_checkpoint_timestamp_seconds",
         "crossfeed_coordinator_role",
-        "crossfeed_coordinator_consistency_ts_seconds",
+        "crossfeed_coordinator_consistency_timestamp_seconds",
     ):
         assert name in names
     assert names["crossfeed_puller_lag_records"] == {"feed", "topic", "partition"}
@@ -930,6 +936,18 @@ def test_compose_metrics_ports_match_healthchecks_and_scrape_targets():
         for sc in job.get("static_configs", [])
         for target in sc["targets"]
     }
+    for job in prometheus["scrape_configs"]:
+        if job["job_name"].startswith("crossfeed-"):
+            # only running services are targets: names from Docker's DNS, never a static
+            # list (a service outside the started profiles would be down for ever)
+            assert "static_configs" not in job, job["job_name"]
+            (relabel,) = job["relabel_configs"]
+            assert relabel["source_labels"] == ["__meta_dns_name"]
+            assert relabel["target_label"] == "instance"
+        for sd in job.get("dns_sd_configs", []):
+            assert sd["type"] == "A"
+            targets |= {f"{name}:{sd['port']}" for name in sd["names"]}
+            assert relabel["replacement"] == f"${{1}}:{sd['port']}"
     expected = set()
     for name, service in compose_services().items():
         run = run_invocation(compose_crossfeed(service))
@@ -1068,7 +1086,7 @@ def test_k8s_coordinator_runs_two_replicas_behind_a_service_and_a_pdb():
     assert deployment["spec"]["replicas"] == 2
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    assert "$(POD_IP)" in container["args"]  # advertised to clients redirected to the leader
+    assert "$(POD_IP)" in container["args"]  # advertised: a standby forwards changes there
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     (service,) = [
         s for s in k8s_kind("Service") if s["metadata"]["name"] == "crossfeed-coordinator"
@@ -1140,18 +1158,23 @@ def test_alert_rules_are_complete_and_documented():
     readme = (DEPLOY / "README.md").read_text()
     for rule in rules:
         assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
-        assert {"summary", "description", "runbook"} <= set(rule["annotations"]), rule["alert"]
+        annotations = rule["annotations"]
+        assert {"summary", "description", "runbook", "runbook_url"} <= set(annotations)
+        # the runbook_url is the alert's own section of docs/runbook.md
+        page, _, anchor = annotations["runbook_url"].partition("#")
+        assert page == "docs/runbook.md" and anchor == rule["alert"].lower(), rule["alert"]
+        assert f"\n### {rule['alert']}\n" in RUNBOOK.read_text(), rule["alert"]
         assert re.fullmatch(r"\d+[smhd]", rule.get("for", "0m")), rule["alert"]
         assert rule["alert"] in readme, f"deploy/README.md does not explain {rule['alert']}"
     exprs = " ".join(rule["expr"] for rule in rules)
     for needed in (
         "crossfeed_puller_lag_seconds",  # lag too high
-        "crossfeed_puller_resolved_ts_seconds",  # resolved_ts stuck
+        "crossfeed_puller_resolved_timestamp_seconds",  # resolved_ts stuck
         "crossfeed_puller_feed_error",  # feed in error
         "crossfeed_coordinator_role",  # no leader
         "crossfeed_puller_dlq_records_total",  # DLQ growing
         "crossfeed_sink_dlq_records_total",
-        "crossfeed_puller_checkpoint_ts_seconds",  # the target behind
+        "crossfeed_puller_checkpoint_timestamp_seconds",  # the target behind
         "crossfeed_puller_failed_transactions_total",  # transactions failing
     ):
         assert needed in exprs
@@ -1174,10 +1197,10 @@ def test_dashboard_uses_only_registered_metrics(path):
         "crossfeed_puller_lag_records",
         "crossfeed_puller_dlq_records_total",
         "crossfeed_puller_loop_dropped_records_total",
-        "crossfeed_coordinator_consistency_ts_seconds",
-        "crossfeed_puller_checkpoint_ts_seconds",
+        "crossfeed_coordinator_consistency_timestamp_seconds",
+        "crossfeed_puller_checkpoint_timestamp_seconds",
         "crossfeed_puller_offset_syncs_total",
-        "crossfeed_puller_resolved_ts_seconds",
+        "crossfeed_puller_resolved_timestamp_seconds",
         "crossfeed_coordinator_role",
         "crossfeed_coordinator_failovers_total",
         "crossfeed_puller_tasks",

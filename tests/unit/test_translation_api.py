@@ -8,12 +8,14 @@ import pytest
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
 from rich.console import Console
 
 from crossfeed.cli.translation_render import failback_report, failover_report, group_table
 from crossfeed.config import Settings
 from crossfeed.feeds import FeedSpec
 from crossfeed.translation.translator import GroupTranslation, PartitionTranslation
+from services.coordinator.error_handlers import install_error_handlers
 from services.coordinator.failover import FailoverHooks, make_router
 from services.coordinator.failover.reverse import reverse_name, reverse_spec
 
@@ -45,6 +47,7 @@ class FakeTranslator:
 
 def _client(**hooks: Any) -> TestClient:
     app = FastAPI()
+    install_error_handlers(app)  # as in the coordinator's app
     app.include_router(make_router(FailoverHooks(SETTINGS, **hooks)))
     return TestClient(app)
 
@@ -71,16 +74,22 @@ def test_translate_uses_the_running_translator_and_group_ids_may_hold_slashes() 
 def test_unknown_feeds_and_bad_specs_are_refused_with_what_to_do() -> None:
     client = _client()
     missing = client.get("/v1/groups/g/translate", params={"feed": "nope"})
-    assert missing.status_code == 404 and "--feed-file" in missing.json()["detail"]
+    assert missing.status_code == 404 and "--feed-file" in missing.json()["message"]
+    assert missing.json()["error_code"] == "feed_not_found"
     other = client.post("/v1/groups/g/translate", json={"feed": "x", "feed_spec": FEED})
-    assert other.status_code == 400 and "names feed 'orders'" in other.json()["detail"]
+    assert other.status_code == 400 and "names feed 'orders'" in other.json()["message"]
+    assert other.json()["error_code"] == "name_mismatch"
     bad = client.post(
         "/v1/groups/g/translate", json={"feed": "orders", "feed_spec": {**FEED, "topics": []}}
     )
-    assert bad.status_code == 400 and "topics" in bad.json()["detail"]
+    assert bad.status_code == 400 and "topics" in bad.json()["message"]
     ordered = {**FEED, "mode": "ordered", "sink-uri": "kafka://dc-b/all"}
+    labels = {"operation": "failover", "outcome": "refused"}
+    runs = "crossfeed_coordinator_failover_duration_seconds_count"
+    before = REGISTRY.get_sample_value(runs, labels) or 0.0
     refused = client.post("/v1/failover", json={"feed": "orders", "feed_spec": ordered})
-    assert refused.status_code == 400 and "not a mirror feed" in refused.json()["detail"]
+    assert REGISTRY.get_sample_value(runs, labels) == before + 1  # timed, as refused
+    assert refused.status_code == 400 and "not a mirror feed" in refused.json()["message"]
 
 
 def test_mutations_go_to_the_leader_and_need_the_token() -> None:

@@ -12,7 +12,7 @@ What the coordinator wires, once:
         create_feed=...,          # FeedSpec -> store it (the reverse feed of a failback)
         translator=loop.translator,
         take_translator=loop.take,
-        leader_only=...,          # request -> None on the leader, else 307/503 response
+        leader_only=...,          # request -> None on the leader, else a 503 response
         dependencies=[Depends(authorized)],
     )))
     loop.sync(running_mirror_feeds)   # every leader tick (cheap, never blocks)

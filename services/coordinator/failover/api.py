@@ -4,14 +4,18 @@
   with ``{"feed": F, "feed_spec": {...}}`` for a feed run from a feed file. Answered by
   any coordinator (the leader's running translator when there is one, else a one-shot
   translation); nothing is written.
-* ``POST /v1/failover`` and ``POST /v1/failback`` — leader only (a standby redirects,
+* ``POST /v1/failover`` and ``POST /v1/failback`` — leader only (a standby forwards them,
   like every mutation), bearer token when one is configured.
 
-Refusals are 4xx with ``{"detail": "<what is wrong and how to fix it>"}``.
+Refusals are HTTPExceptions; the app's handlers (``error_handlers.py``) answer them with
+``{"error_code": ..., "message": ...}`` like every other refusal.
 """
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from confluent_kafka import KafkaException
@@ -20,6 +24,7 @@ from fastapi import APIRouter, Body, HTTPException, Query, Request
 from crossfeed.config import ConfigError
 from crossfeed.translation.kafka_io import Unreachable
 from crossfeed.translation.translator import Translator, translate_once
+from services.coordinator import metrics
 from services.coordinator.failover.common import resolve_feed
 from services.coordinator.failover.failback import run_failback
 from services.coordinator.failover.failover import run_failover
@@ -32,6 +37,23 @@ from services.coordinator.failover.models import (
     FeedRef,
     GroupOut,
 )
+from services.coordinator.lifecycle import LifecycleError
+
+
+@contextlib.contextmanager
+def timed(operation: str) -> Iterator[None]:
+    """Observe how long a failover or failback took, and how it ended: ``ok``,
+    ``refused`` (4xx: nothing was done) or ``failed`` (a cluster did not answer)."""
+    started = time.monotonic()
+    outcome = "failed"
+    try:
+        yield
+        outcome = "ok"
+    except (HTTPException, LifecycleError) as err:
+        outcome = "refused" if err.status_code < 500 else "failed"
+        raise
+    finally:
+        metrics.FAILOVER_SECONDS.labels(operation, outcome).observe(time.monotonic() - started)
 
 
 def make_router(hooks: FailoverHooks) -> APIRouter:
@@ -68,10 +90,12 @@ def make_router(hooks: FailoverHooks) -> APIRouter:
         moved = hooks.leader_only(request) if hooks.leader_only else None
         if moved is not None:
             return moved
-        try:
-            return run_failover(hooks, body)
-        except (Unreachable, KafkaException) as err:
-            raise HTTPException(503, f"failover of {body.feed} did not complete: {err}") from None
+        with timed("failover"):
+            try:
+                return run_failover(hooks, body)
+            except (Unreachable, KafkaException) as err:
+                message = f"failover of {body.feed} did not complete: {err}"
+                raise HTTPException(503, message) from None
 
     @router.post("/v1/failback", response_model=FailbackReport, dependencies=mutating)
     def failback(body: Annotated[FailbackRequest, Body()], request: Request) -> Any:
@@ -79,9 +103,11 @@ def make_router(hooks: FailoverHooks) -> APIRouter:
         moved = hooks.leader_only(request) if hooks.leader_only else None
         if moved is not None:
             return moved
-        try:
-            return run_failback(hooks, body)
-        except (Unreachable, KafkaException, TimeoutError) as err:
-            raise HTTPException(503, f"failback of {body.feed} did not complete: {err}") from None
+        with timed("failback"):
+            try:
+                return run_failback(hooks, body)
+            except (Unreachable, KafkaException, TimeoutError) as err:
+                message = f"failback of {body.feed} did not complete: {err}"
+                raise HTTPException(503, message) from None
 
     return router

@@ -13,6 +13,7 @@ from crossfeed.translation.kafka_io import Unreachable
 from crossfeed.translation.translator import PartitionTranslation
 from services.coordinator.failover.hooks import FailoverHooks
 from services.coordinator.failover.models import GroupOut, PartitionOut
+from services.coordinator.lifecycle import LifecycleError
 
 STAGING_SCAN_LIMIT = 100_000
 
@@ -25,17 +26,19 @@ def resolve_feed(
     if stored is not None:
         return stored, True
     if spec is None:
-        raise HTTPException(
+        raise LifecycleError(
             404,
             f"no changefeed named {name!r} on this coordinator; for a feed run from a feed "
             "file, pass it with --feed-file",
+            "feed_not_found",
         )
     try:
         given = parse_feed(spec, "feed_spec")
     except ConfigError as err:
         raise HTTPException(400, str(err)) from None
     if given.name != name:
-        raise HTTPException(400, f"feed_spec names feed {given.name!r}, not {name!r}")
+        message = f"feed_spec names feed {given.name!r}, not {name!r}"
+        raise LifecycleError(400, message, "name_mismatch")
     if given.mode != "mirror" or given.sink.scheme != "kafka":
         raise HTTPException(
             400, f"feed {name!r} is not a mirror feed into Kafka: it has no consumer groups to move"

@@ -36,6 +36,7 @@ class FailoverHooks:
     take_translator: Callable[[str], Translator | None] = _nothing
     """Stop ticking a feed's translator and hand it over, memory and all (failover)."""
     leader_only: Callable[[Request], Response | None] | None = None
-    """None on the leader; else a redirect to it (or a 503) for mutating requests."""
+    """None on the leader; else a 503 for mutating requests (a standby forwards them to
+    the leader before they reach a route: ``forward.py``)."""
     dependencies: Sequence[Any] = ()
     """FastAPI dependencies of the mutating routes (the bearer-token check)."""

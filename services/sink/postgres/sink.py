@@ -524,7 +524,11 @@ class PostgresSink(OrderedSink):
                     syncpoint = (consistency, int(row[0]))
         if self.txn_dead:
             self.dlq.flush(30)  # dead letters are in Kafka before the position passes them
+        started = time.monotonic()
         self.conn.commit()
+        shared_metrics.TRANSACTION_COMMIT_SECONDS.labels(self.feed.name).observe(
+            time.monotonic() - started
+        )
         self.committed = applied
         self.committed_offset = self.next_offset
         if syncpoint is not None:

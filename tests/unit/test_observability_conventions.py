@@ -1,0 +1,116 @@
+"""The naming conventions of crossfeed's metrics and logs (Prometheus and operators')."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import signal
+import threading
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+import crossfeed.build_info
+import crossfeed.translation.metrics
+import services.coordinator.metrics
+import services.puller.metrics
+import services.sink.metrics
+import services.sink.ordered_metrics
+import services.sorter.metrics
+from crossfeed import __version__, service
+from crossfeed import log as logsetup
+from crossfeed.config import Settings
+
+pytestmark = pytest.mark.unit
+
+MODULES = (
+    crossfeed.build_info,
+    crossfeed.translation.metrics,
+    services.coordinator.metrics,
+    services.puller.metrics,
+    services.sink.metrics,
+    services.sink.ordered_metrics,
+    services.sorter.metrics,
+)
+
+
+def families() -> dict[str, str]:
+    """crossfeed_* metric family name -> type, of every module above (imported)."""
+    assert MODULES
+    return {f.name: f.type for f in REGISTRY.collect() if f.name.startswith("crossfeed_")}
+
+
+def test_timestamps_are_named_timestamp_seconds_and_durations_are_histograms() -> None:
+    found = families()
+    stamps = [n for n in found if "_ts" in n or "timestamp" in n]
+    assert stamps
+    for name in stamps:
+        assert name.endswith("_timestamp_seconds") and found[name] == "gauge", name
+    for name in (
+        "crossfeed_puller_transaction_commit_seconds",
+        "crossfeed_sink_transaction_commit_seconds",
+        "crossfeed_coordinator_translation_round_seconds",
+        "crossfeed_coordinator_failover_duration_seconds",
+        "crossfeed_coordinator_leader_failover_seconds",
+    ):
+        assert found[name] == "histogram", name
+
+
+def test_build_info_names_the_version_and_role() -> None:
+    crossfeed.build_info.publish("puller")
+    value = REGISTRY.get_sample_value(
+        "crossfeed_build_info",
+        crossfeed.build_info.labels("puller"),
+    )
+    assert value == 1.0
+    assert crossfeed.build_info.labels("puller")["version"] == __version__
+
+
+def test_json_log_lines_carry_the_feed_and_the_instance() -> None:
+    logsetup.setup("INFO", "json", context={"role": "puller", "instance": "p-1", "feed": "orders"})
+    handler = logging.getLogger().handlers[0]
+    out = io.StringIO()
+    handler.setStream(out)  # type: ignore[attr-defined]
+    logging.getLogger("services.puller.worker").info("task %d started", 3)
+    logging.getLogger("x").info("moved", extra={"feed": "other", "task": "other/1"})
+    first, second = (json.loads(line) for line in out.getvalue().splitlines())
+    assert first["msg"] == "task 3 started"
+    assert (first["feed"], first["instance"], first["role"]) == ("orders", "p-1", "puller")
+    assert (second["feed"], second["task"], second["instance"]) == ("other", "other/1", "p-1")
+    logsetup.setup("INFO", "json")  # a process without context: no such keys
+    handler = logging.getLogger().handlers[0]
+    out = io.StringIO()
+    handler.setStream(out)  # type: ignore[attr-defined]
+    logging.getLogger("y").info("plain")
+    assert "feed" not in json.loads(out.getvalue())
+    logsetup.setup("INFO", "text")
+
+
+def test_a_service_process_logs_its_feed_and_instance_in_json(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    class Worker:
+        def run(self, stop: threading.Event) -> None:
+            logging.getLogger("services.puller.worker").info("copying")
+
+        def status(self) -> dict[str, Any]:
+            return {}
+
+    settings = Settings(log_format="json", clusters={"dc-a": {"bootstrap.servers": "x:1"}})
+    who = service.Who("puller", "puller-7", "orders")
+    try:
+        assert service.run(settings, Worker, 0, who) == 0
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        logsetup.setup("INFO", "text")
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    copying = next(line for line in lines if line["msg"] == "copying")
+    assert (copying["feed"], copying["instance"], copying["role"]) == (
+        "orders",
+        "puller-7",
+        "puller",
+    )
+    assert all(line["instance"] == "puller-7" for line in lines)
