@@ -156,11 +156,11 @@ def test_an_update_reaches_running_pullers_and_a_restart_applies_it_to_running_t
         # take `kept` out and restart the tasks: it is no longer copied
         with CoordinatorClient(leader.url, harness.TOKEN) as api:
             feed = api.get_feed(name)["feed"]
+            mark = len(puller.log_text())  # before the PUT: the puller may log at once
             api.put_feed(
                 {"name": name, "source": "dc-a", "sink-uri": "kafka://dc-b", "topics": [added],
                  "config": feed["config"]}
             )  # fmt: skip
-            mark = len(puller.log_text())
             harness.wait_for(
                 lambda: f"feed {name} updated" in puller.log_text()[mark:], 30, "updated again"
             )
