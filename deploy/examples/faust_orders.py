@@ -30,6 +30,7 @@ app = faust.App(
     web_enabled=False,
     topic_partitions=int(os.environ.get("ORDERS_PARTITIONS", "8")),
     consumer_auto_offset_reset="earliest",
+    processing_guarantee=os.environ.get("ORDERS_GUARANTEE", "exactly_once"),
 )
 orders = app.topic(
     os.environ.get("ORDERS_TOPIC", "orders"), key_serializer="raw", value_serializer="raw"

@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from crossfeed.client.rest import CoordinatorClient
 from crossfeed.feeds import load_feed_file
 from tests.integration.test_failover import (
     FAST,
     _spec_body,
+    committed,
     failover_cli,
     failover_routes,
     reread_bounds,
@@ -97,7 +99,9 @@ def fail_over_and_back(
             app.wait_for("every copy read on dc-b", all_read, timeout_s=90)
             first_b = produce_batch(clusters.b.bootstrap, topic, PARTITIONS, DC_B_WRITES, "b1-")
             app.wait_for("dc-b's writes", lambda r: first_b <= {v for _, v in r}, timeout_s=60)
-            app.wait_quiet(2.0)
+            # Stopped once it has committed all it read (faust with exactly_once aborts
+            # what its open transaction holds when stopped, the commit included).
+            wait_for("the client's commits", lambda: all_committed(clusters.b, group, topic))
             assert app.stop() is not None
             later_b = produce_batch(clusters.b.bootstrap, topic, PARTITIONS, DC_B_WRITES, "b2-")
         finally:
@@ -142,6 +146,20 @@ def fail_over_and_back(
         "after_failback": app.records(2),
         "failback_s": waited,
     }
+
+
+def all_committed(cluster: Any, group: str, topic: str) -> bool:
+    """Has ``group`` committed the end of every partition of ``topic`` on ``cluster``?"""
+    done = committed(cluster.config, group)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "crossfeed-probe"})
+    try:
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1]
+            for p in range(PARTITIONS)
+        }
+    finally:
+        consumer.close()
+    return all(done.get((topic, p), -1) >= end for p, end in ends.items())
 
 
 def check_failover(seen: dict[str, Any]) -> dict[int, int]:
