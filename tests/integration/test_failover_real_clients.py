@@ -1,5 +1,6 @@
-"""Failover and failback of clients people really run: a faust-streaming application and
-the Java console consumer, each as its own process with a consumer group.
+"""Failover and failback of clients people really run: a plain confluent-kafka consumer,
+a faust-streaming application and the Java console consumer, each as its own process
+with a consumer group.
 
 Each test: records arrive on dc-a (400 a second over 4 partitions) while the client
 consumes and commits the way it does by default; dc-a is killed (kill -9) mid-stream and
@@ -42,6 +43,7 @@ from tests.support.apps import (
     console_consumer,
     faust_app,
     faust_counts,
+    plain_app,
     produce_batch,
 )
 from tests.support.verify import read_many
@@ -196,6 +198,17 @@ def check_failback(seen: dict[str, Any]) -> None:
     for p in range(PARTITIONS):
         first_seen = list(dict.fromkeys(v for q, v in after if q == p))
         assert first_seen == [f"b2-{p}:{n}" for n in range(DC_B_WRITES // PARTITIONS)], first_seen
+
+
+def test_a_plain_confluent_kafka_consumer_fails_over_and_back(
+    clusters, services, topic_factory, unique, tmp_path: Path
+):
+    topic = topic_factory(clusters.a, partitions=PARTITIONS)
+    group = unique("plain")
+    app = plain_app(tmp_path, group, topic)
+    seen = fail_over_and_back(clusters, services, app, topic, group, [topic])
+    check_failover(seen)
+    check_failback(seen)
 
 
 def test_the_java_console_consumer_fails_over_and_back(

@@ -11,6 +11,7 @@ although the copies sit at other offsets.
   (agent + table), the broker in ``ORDERS_BROKER``.
 * :func:`console_consumer`: the Java ``kafka-console-consumer`` from the Kafka jars
   ``make setup`` resolved, with ``--group``.
+* :func:`plain_app`: ``tests/support/plain_app.py``, a confluent-kafka consumer.
 
 Processes die with the test run (PR_SET_PDEATHSIG) and are killed at interpreter exit.
 """
@@ -203,6 +204,24 @@ def console_consumer(workdir: Path, group: str, topic: str) -> AppProcess:
         return java(CONSOLE_CONSUMER, args, workdir=workdir, heap="-Xmx256m", log_level="WARN")
 
     return AppProcess("console", workdir, command, parse)
+
+
+def plain_app(workdir: Path, group: str, topic: str) -> AppProcess:
+    """``tests/support/plain_app.py``: a confluent-kafka consumer committing after every
+    batch; its lines are ``<partition> <value>``."""
+
+    def parse(line: str) -> tuple[int, str] | None:
+        parts = line.split()
+        if len(parts) != 2 or not parts[0].isdigit():
+            return None
+        return int(parts[0]), parts[1]
+
+    def command(bootstrap: str) -> list[str]:
+        return [sys.executable, "-m", "tests.support.plain_app", bootstrap, group, topic]
+
+    return AppProcess(
+        "plain", workdir, command, parse, env=lambda _b: {"PYTHONPATH": str(REPO_ROOT)}
+    )
 
 
 class Produce(threading.Thread):
