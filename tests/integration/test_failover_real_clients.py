@@ -200,23 +200,15 @@ def check_failback(seen: dict[str, Any]) -> None:
         assert first_seen == [f"b2-{p}:{n}" for n in range(DC_B_WRITES // PARTITIONS)], first_seen
 
 
-def test_a_plain_confluent_kafka_consumer_fails_over_and_back(
-    clusters, services, topic_factory, unique, tmp_path: Path
+@pytest.mark.parametrize("client", ["plain", "console"])
+def test_a_consumer_fails_over_and_back(
+    client: str, clusters, services, topic_factory, unique, tmp_path: Path
 ):
+    """``plain``: a confluent-kafka consumer committing after every batch; ``console``:
+    ``kafka-console-consumer --group`` (auto-commit every 5 s)."""
     topic = topic_factory(clusters.a, partitions=PARTITIONS)
-    group = unique("plain")
-    app = plain_app(tmp_path, group, topic)
-    seen = fail_over_and_back(clusters, services, app, topic, group, [topic])
-    check_failover(seen)
-    check_failback(seen)
-
-
-def test_the_java_console_consumer_fails_over_and_back(
-    clusters, services, topic_factory, unique, tmp_path: Path
-):
-    topic = topic_factory(clusters.a, partitions=PARTITIONS)
-    group = unique("console")
-    app = console_consumer(tmp_path, group, topic)
+    group = unique(client)
+    app = {"plain": plain_app, "console": console_consumer}[client](tmp_path, group, topic)
     seen = fail_over_and_back(clusters, services, app, topic, group, [topic])
     check_failover(seen)
     check_failback(seen)
