@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from crossfeed.client.rest import CoordinatorClient
 from crossfeed.feeds import load_feed_file
@@ -64,9 +65,16 @@ def by_partition(records: list[tuple[int, str]]) -> dict[int, set[str]]:
 
 
 def fail_over_and_back(
-    clusters: Any, services: Any, app: AppProcess, topic: str, group: str, feed_topics: list[str]
+    clusters: Any,
+    services: Any,
+    app: AppProcess,
+    topic: str,
+    group: str,
+    feed_topics: list[str],
+    copying: Callable[[], bool] = lambda: True,
 ) -> dict[str, Any]:
-    """The whole scenario (module docstring); returns what each step saw."""
+    """The whole scenario (module docstring); returns what each step saw. ``copying``:
+    what must be true on dc-b before dc-a is lost (beyond the topic's copies)."""
     feed = services.start_feed("real", clusters, feed_topics, settings=FAST)
     spec = load_feed_file(feed.feed_file)
     producer = Produce(clusters.a.bootstrap, topic, PARTITIONS, RATE)
@@ -77,6 +85,7 @@ def fail_over_and_back(
         producer.start()
         app.start(clusters.a.bootstrap)
         app.wait_for("reading on dc-a", lambda r: len(r) > 100, timeout_s=90)
+        wait_for("the feed copying what the client needs", copying, timeout_s=60)
         time.sleep(RUN_S)
 
         clusters.stop("dc-a", hard=True)  # kill -9 while producing and consuming
@@ -222,7 +231,20 @@ def test_a_faust_application_fails_over_and_back_with_its_table(
     app = faust_app(tmp_path, group, topic, PARTITIONS)
     # The table's changelog must be copied too: faust rebuilds the table from it.
     changelogs = f"{group}-.*-changelog"
-    seen = fail_over_and_back(clusters, services, app, topic, group, [topic, changelogs])
+
+    def changelog_copied() -> bool:
+        """faust creates the changelog at its first start: the feed takes it up once it
+        sees it (puller.topic_refresh_s), and dc-a must not be lost before."""
+        name = f"{group}-seen-changelog"
+        try:
+            parts = read_many(clusters.b.config, [name], timeout_s=5)[name]
+        except (TimeoutError, KafkaException):
+            return False
+        return len(parts) == PARTITIONS and all(parts.values())
+
+    seen = fail_over_and_back(
+        clusters, services, app, topic, group, [topic, changelogs], changelog_copied
+    )
     check_failover(seen)
     check_failback(seen)
 
