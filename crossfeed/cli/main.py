@@ -96,7 +96,12 @@ def failback(
     reverse_start: str = typer.Option(
         "frontier", "--reverse-start", help="frontier (default) or earliest"
     ),
-    wait: float = typer.Option(0.0, "--wait", help="seconds to wait for the reverse feed"),
+    wait: float = typer.Option(
+        0.0,
+        "--wait",
+        help="seconds to wait for the reverse feed, and for members of groups on the old "
+        "primary to leave",
+    ),
     as_json: bool = admin.JsonOpt,
     server: Optional[str] = admin.ServerOpt,  # noqa: UP045
 ) -> None:

@@ -103,6 +103,13 @@ class PullerSettings(_Section):
         description="compression of staging records: the puller usually runs beside the "
         "target cluster, where bytes are cheaper than the CPU to squeeze them",
     )
+    copy_compression: Literal["none", "lz4", "zstd", "snappy", "gzip"] = Field(
+        "none",
+        description="compression of a mirror feed's copies as the puller sends them: with "
+        "none the target topic's compression.type (taken from the source topic) decides, "
+        "as on the source; a codec saves bytes between data centers, but every consumer "
+        "of the target must be able to read it (aiokafka, so faust, needs the lz4 package)",
+    )
     commit_interval_ms: int = Field(100, ge=1, description="longest a transaction stays open")
     backlog_commit_interval_ms: int = Field(
         1000,

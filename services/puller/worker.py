@@ -332,10 +332,19 @@ class PullerWorker:
                 }
             )
         else:
-            # Copies keep their size and compression as the target topic decides (like
-            # MirrorMaker 2); a short linger: a transaction commits ~100 ms after its first
-            # record when caught up, and the lag is what users see.
-            conf.update({"linger.ms": 10, "queue.buffering.max.kbytes": 262144})
+            # Copies are sent as puller.copy_compression says: uncompressed by default, so
+            # the target topic's compression.type decides (like MirrorMaker 2), never a
+            # codec the consumers of the source did not have to read (the producer
+            # default, lz4, broke faust on the target). A short linger: a transaction
+            # commits ~100 ms after its first record when caught up, and the lag is what
+            # users see.
+            conf.update(
+                {
+                    "linger.ms": 10,
+                    "queue.buffering.max.kbytes": 262144,
+                    "compression.type": self.settings.puller.copy_compression,
+                }
+            )
         return conf
 
     def _route(self, tp: TopicPartition) -> Route | None:

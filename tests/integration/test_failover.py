@@ -89,6 +89,15 @@ def failover_cli(feed: Any, url: str) -> Any:
     )
 
 
+def reread_bounds(report: Any, group: str) -> dict[int, int]:
+    """From a failover report with the source lost: ``reread_max`` per partition of
+    ``group`` (which must be in it once)."""
+    assert not report["source_reachable"]
+    mine = [g for g in report["groups"] if g["group"] == group]
+    assert len(mine) == 1, report["groups"]
+    return {p["partition"]: p["position"]["reread_max"] for p in mine[0]["partitions"]}
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
     deadline = time.monotonic() + timeout_s
     last: Any = None

@@ -20,12 +20,20 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from crossfeed.feeds import load_feed_file
-from tests.integration.test_failover import failover_cli, failover_routes, wait_for
+from tests.integration.test_failover import (
+    committed,
+    failover_cli,
+    failover_routes,
+    reread_bounds,
+    wait_for,
+)
+from tests.support.apps import Produce
 from tests.support.verify import read_many
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -36,46 +44,17 @@ RUN_S = 6.0
 SLOW_ROUNDS = {"coordinator": {"translate_interval_s": 60.0}}
 
 
-def application_consumer(bootstrap: str, group: str) -> Consumer:
+def application_consumer(bootstrap: str, group: str, reset: str = "earliest") -> Consumer:
     """What an application configures; only ``bootstrap.servers`` differs between DCs."""
     return Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": group,
-            "auto.offset.reset": "earliest",
+            "auto.offset.reset": reset,
             "enable.auto.commit": False,
             "enable.partition.eof": True,
         }
     )
-
-
-class Produce(threading.Thread):
-    """RATE records a second on dc-a, values ``<partition>:<n>``, until stopped."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(daemon=True)
-        self.producer = Producer(
-            {"bootstrap.servers": bootstrap, "linger.ms": 5, "message.timeout.ms": 3000}
-        )
-        self.topic = topic
-        self.stop = threading.Event()
-        self.sent = 0
-
-    def run(self) -> None:
-        began = time.monotonic()
-        while not self.stop.is_set():
-            due = int((time.monotonic() - began) * RATE)
-            while self.sent < due:
-                partition = self.sent % PARTITIONS
-                value = f"{partition}:{self.sent // PARTITIONS}".encode()
-                try:
-                    self.producer.produce(self.topic, value=value, partition=partition)
-                except BufferError:
-                    break
-                self.sent += 1
-            self.producer.poll(0)
-            time.sleep(0.005)
-        self.producer.flush(3)
 
 
 class ConsumeAndCommit(threading.Thread):
@@ -105,32 +84,53 @@ class ConsumeAndCommit(threading.Thread):
                     return
 
 
-def read_to_end(bootstrap: str, group: str, topic: str, timeout_s: float = 60) -> dict[int, list]:
+def read_to_end(
+    bootstrap: str, group: str, topic: str, timeout_s: float = 60, parts: int = PARTITIONS
+) -> dict[int, list]:
     """The same application code on dc-b: everything it reads until every partition is at
     its end and nothing more arrives."""
     consumer = application_consumer(bootstrap, group)
     consumer.subscribe([topic])
+    try:
+        return read_until_eof(consumer, parts, timeout_s)
+    finally:
+        consumer.close()
+
+
+def read_until_eof(consumer: Consumer, parts: int, timeout_s: float = 60) -> dict[int, list]:
+    """What a subscribed consumer reads until all ``parts`` partitions are at their end
+    and nothing more arrives for 2 s."""
     seen: dict[int, list[str]] = defaultdict(list)
     at_end: set[int] = set()
     quiet_since = time.monotonic()
     deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                if len(at_end) == PARTITIONS and time.monotonic() - quiet_since > 2:
-                    return seen
-                continue
-            quiet_since = time.monotonic()
-            if msg.error() is not None:
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
-                continue
-            at_end.discard(msg.partition())
-            seen[msg.partition()].append(msg.value().decode())
-        raise AssertionError(f"not at the end of every partition after {timeout_s}s: {at_end}")
-    finally:
-        consumer.close()
+    while time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is None:
+            if len(at_end) == parts and time.monotonic() - quiet_since > 2:
+                return seen
+            continue
+        quiet_since = time.monotonic()
+        if msg.error() is not None:
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                at_end.add(msg.partition())
+            continue
+        at_end.discard(msg.partition())
+        seen[msg.partition()].append(msg.value().decode())
+    raise AssertionError(f"not at the end of every partition after {timeout_s}s: {at_end}")
+
+
+def skipped_and_reread(
+    copies: dict[int, list[Any]], seen_a: dict[int, list[str]], seen_b: dict[int, list[str]]
+) -> tuple[dict[int, list[str]], dict[int, int]]:
+    """Per partition, by record value: the copies read neither on dc-a nor on dc-b, and how
+    many records were read on both."""
+    skipped, reread = {}, {}
+    for p, records in copies.items():
+        read_a, read_b = set(seen_a.get(p, [])), set(seen_b.get(p, []))
+        skipped[p] = sorted({(r.value or b"").decode() for r in records} - read_a - read_b)
+        reread[p] = len(read_a & read_b)
+    return skipped, reread
 
 
 def test_a_plain_consumer_group_fails_over_mid_stream_with_nothing_skipped(
@@ -140,7 +140,7 @@ def test_a_plain_consumer_group_fails_over_mid_stream_with_nothing_skipped(
     group = unique("app")
     feed = services.start_feed("plain", clusters, [topic], settings=SLOW_ROUNDS)
     spec = load_feed_file(feed.feed_file)
-    producer = Produce(clusters.a.bootstrap, topic)
+    producer = Produce(clusters.a.bootstrap, topic, PARTITIONS, RATE)
     app: ConsumeAndCommit | None = None
     with failover_routes(clusters, [spec]) as (url, loop):
         translator = loop.translator(spec.name)
@@ -162,30 +162,20 @@ def test_a_plain_consumer_group_fails_over_mid_stream_with_nothing_skipped(
             threading.Thread(target=app.consumer.close, daemon=True).start()
             feed.stop_all(hard=True)
             report = failover_cli(feed, url)
-            assert not report["source_reachable"]
-            mine = [g for g in report["groups"] if g["group"] == group]
-            assert len(mine) == 1, report["groups"]
-            bound = {p["partition"]: p["position"]["reread_max"] for p in mine[0]["partitions"]}
+            bound = reread_bounds(report, group)
 
             on_b = read_to_end(clusters.b.bootstrap, group, topic)
             copies = read_many(clusters.b.config, [topic])[topic]
         finally:
             clusters.start("dc-a")
 
-    replicated = {p: {(r.value or b"").decode() for r in records} for p, records in copies.items()}
-    read_a = {p: set(values) for p, values in app.seen.items()}
-    read_b = {p: set(values) for p, values in on_b.items()}
     for p in range(PARTITIONS):
-        assert len(on_b.get(p, [])) == len(read_b.get(p, set())), "read twice on dc-b"
-    skipped = {
-        p: sorted(replicated.get(p, set()) - read_a.get(p, set()) - read_b.get(p, set()))
-        for p in range(PARTITIONS)
-    }
-    reread = {p: len(read_a.get(p, set()) & read_b.get(p, set())) for p in range(PARTITIONS)}
+        assert len(on_b.get(p, [])) == len(set(on_b.get(p, []))), "read twice on dc-b"
+    skipped, reread = skipped_and_reread(copies, app.seen, on_b)
     print(
-        f"produced {producer.sent}, replicated {sum(len(v) for v in replicated.values())}, "
-        f"read on dc-a {sum(len(v) for v in read_a.values())} in {app.commits} commits, "
-        f"on dc-b {sum(len(v) for v in read_b.values())}; re-read {reread} "
+        f"produced {producer.sent}, replicated {sum(len(v) for v in copies.values())}, "
+        f"read on dc-a {sum(len(v) for v in app.seen.values())} in {app.commits} commits, "
+        f"on dc-b {sum(len(v) for v in on_b.values())}; re-read {reread} "
         f"(total {sum(reread.values())}), bound {bound}; positions: "
         f"{report['positions_at_last_commit']} at last commit, {report['positions_stale']} "
         f"stale, <= {report['reread_max_records']} re-read"
@@ -193,3 +183,159 @@ def test_a_plain_consumer_group_fails_over_mid_stream_with_nothing_skipped(
     assert all(not s for s in skipped.values()), {p: s[:5] for p, s in skipped.items() if s}
     assert set(bound) == set(range(PARTITIONS)) and all(b >= 0 for b in bound.values()), bound
     assert all(reread[p] <= bound[p] for p in range(PARTITIONS)), (reread, bound)
+
+
+# -- groups of every kind at the moment dc-a is lost ----------------------------------------
+
+BACKLOG = 100_000
+SMALL = 100  # records per partition of the small topic
+
+
+def produce_values(
+    bootstrap: str, topic: str, partitions: int, count: int, prefix: str = ""
+) -> None:
+    """``count`` records, value ``<prefix><partition>:<n>``, as fast as the producer goes."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    for n in range(count):
+        while True:
+            try:
+                value = f"{prefix}{n % partitions}:{n // partitions}".encode()
+                producer.produce(topic, value=value, partition=n % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(30) == 0
+
+
+def commit_some(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """What a consumer of some partitions only commits: ``offsets`` and nothing else."""
+    consumer = application_consumer(bootstrap, group)
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in offsets])
+    seen: dict[int, int] = {}
+    deadline = time.monotonic() + 30
+    while any(seen.get(p, 0) < n for p, n in offsets.items()):
+        assert time.monotonic() < deadline, seen
+        msg = consumer.poll(0.2)
+        if msg is not None and msg.error() is None:
+            seen[msg.partition()] = msg.offset() + 1
+    consumer.commit(
+        offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False
+    )
+    consumer.close()
+
+
+class ActiveMember(threading.Thread):
+    """A member of ``group`` on dc-b that polls and never commits: the group is live there."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.consumer = application_consumer(bootstrap, group)
+        self.consumer.subscribe([topic], on_assign=lambda _c, tps: self.assigned.set())
+        self.assigned = threading.Event()
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.consumer.poll(0.1)
+        self.consumer.close()
+
+
+def values_by_partition(messages: dict[int, list[str]]) -> dict[int, list[str]]:
+    return {p: list(v) for p, v in messages.items() if v}
+
+
+def test_groups_of_every_kind_when_dc_a_is_lost(clusters, services, topic_factory, unique):
+    """Three kinds of group at once, plain confluent-kafka consumers:
+
+    * ``fast`` reads a backlog at full speed (no pause between polls, a commit after every
+      batch) when dc-a is killed: none skipped, re-reads within the report's bound;
+    * ``early``/``late`` committed on partitions 0 and 1 only (auto.offset.reset earliest
+      and latest): on dc-b they have offsets on 0 and 1 only — never a translated zero —
+      so partitions 2 and 3 start as their auto.offset.reset says;
+    * ``active`` committed on dc-a while a member of it runs on dc-b: never moved, and
+      the failover report lists it as active.
+    """
+    a, b = clusters.a.bootstrap, clusters.b.bootstrap
+    big = topic_factory(clusters.a, partitions=PARTITIONS)
+    small = topic_factory(clusters.a, partitions=4)
+    groups = {name: unique(name) for name in ("fast", "early", "late", "active")}
+    produce_values(a, big, PARTITIONS, BACKLOG)
+    produce_values(a, small, 4, 4 * SMALL)
+    feed = services.start_feed("kinds", clusters, [big, small], settings=SLOW_ROUNDS)
+    spec = load_feed_file(feed.feed_file)
+    read_many(clusters.b.config, [big, small], expect=BACKLOG + 4 * SMALL, timeout_s=120)
+    member = ActiveMember(b, groups["active"], small)
+    member.start()
+    assert member.assigned.wait(30), "the dc-b member of 'active' got no partitions"
+    fast: ConsumeAndCommit | None = None
+    with failover_routes(clusters, [spec]) as (url, loop):
+        translator = loop.translator(spec.name)
+        assert translator is not None
+        wait_for("the commit stream", lambda: translator.commit_mode == "stream", timeout_s=60)
+        commit_some(a, groups["early"], small, {0: 50, 1: 50})
+        commit_some(a, groups["late"], small, {0: 50, 1: 50})
+        commit_some(a, groups["active"], small, {0: 60, 1: 60, 2: 60, 3: 60})
+        fast = ConsumeAndCommit(a, groups["fast"], big)
+        fast.start()
+        # A consumer drains one partition's fetch after another: wait until it has read
+        # (and committed) on three, so dc-a dies while it is deep in several.
+        wait_for(
+            "the fast group reading three partitions",
+            lambda: sum(1 for v in fast.seen.values() if v) >= 3,
+            timeout_s=60,
+        )
+        clusters.stop("dc-a", hard=True)  # kill -9 while it reads and commits
+        try:
+            fast.stop.set()
+            fast.join(15)
+            threading.Thread(target=fast.consumer.close, daemon=True).start()
+            feed.stop_all(hard=True)
+            report = failover_cli(feed, url)
+            bound = reread_bounds(report, groups["fast"])
+            assert groups["active"] in report["active"], report["active"]
+            assert groups["active"] not in report["moved"], report["moved"]
+            assert committed(clusters.b.config, groups["active"]) == {}
+            member.stop.set()
+            member.join(15)
+
+            on_b = read_to_end(b, groups["fast"], big)
+            offsets = {n: committed(clusters.b.config, groups[n]) for n in ("early", "late")}
+            early = read_to_end(b, groups["early"], small, parts=4)
+            late = application_consumer(b, groups["late"], reset="latest")
+            late.subscribe([small])
+            copies_of_late = read_until_eof(late, 4)
+            produce_values(b, small, 4, 4 * 5, prefix="b-")
+            new_of_late = read_until_eof(late, 4)
+            late.close()
+            copies = read_many(clusters.b.config, [big])[big]
+        finally:
+            clusters.start("dc-a")
+
+    # fast: none skipped, re-reads within the bound
+    skipped, reread = skipped_and_reread(copies, fast.seen, on_b)
+    read_a = sum(len(set(v)) for v in fast.seen.values())
+    print(
+        f"fast: read on dc-a {read_a} of {BACKLOG} in {fast.commits} commits, on dc-b "
+        f"{sum(len(v) for v in on_b.values())}; re-read {reread} (total "
+        f"{sum(reread.values())}), bound {bound} (partitions without one: never committed)"
+    )
+    assert read_a < BACKLOG, "dc-a was lost after the group had read the whole backlog"
+    assert all(not s for s in skipped.values()), {p: s[:5] for p, s in skipped.items() if s}
+    assert len(bound) >= 3 and all(reread[p] <= bound[p] for p in bound), (reread, bound)
+    # A partition it had never committed on when dc-a died has no offset on dc-b: it is
+    # read from the start there (auto.offset.reset earliest), every copy.
+    for p in set(range(PARTITIONS)) - set(bound):
+        assert len(set(on_b[p])) == len(copies[p]), (p, len(on_b[p]), len(copies[p]))
+
+    # early/late: offsets where they committed, nowhere else
+    for name in ("early", "late"):
+        assert {p for _t, p in offsets[name]} == {0, 1}, (name, offsets[name])
+    expect_copies = {p: [f"{p}:{n}" for n in range(50, SMALL)] for p in (0, 1)}
+    assert values_by_partition(early) == {
+        **expect_copies,
+        **{p: [f"{p}:{n}" for n in range(SMALL)] for p in (2, 3)},
+    }
+    assert values_by_partition(copies_of_late) == expect_copies
+    assert values_by_partition(new_of_late) == {
+        p: [f"b-{p}:{n}" for n in range(5)] for p in range(4)
+    }

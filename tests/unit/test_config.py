@@ -97,6 +97,7 @@ def test_explicit_overrides_beat_everything(isolated, monkeypatch):
         ),
         ("clusters:\n  DC_A: {bootstrap.servers: 'h:1'}\n", ["'DC_A'", "lowercase"]),
         ("puller:\n  max_batch_records: -1\n", ["puller.max_batch_records", "-1", "greater"]),
+        ("puller:\n  copy_compression: brotli\n", ["puller.copy_compression", "'brotli'", "lz4"]),
         ("log_format: xml\n", ["log_format", "'xml'", "text", "json"]),
         ("no_such_setting: 1\n", ["no_such_setting", "unknown setting", "known here"]),
         ("control_cluster: dc-z\n", ["control_cluster", "dc-z", "known"]),
@@ -147,3 +148,11 @@ def test_a_misspelt_key_in_the_environment_is_refused_too(isolated, monkeypatch)
     monkeypatch.setenv("CROSSFEED_SINK__MAX_BATCH", "3")
     with pytest.raises(ConfigError, match=r"sink\.max_batch = '3': unknown setting; known here: "):
         load_settings()
+
+
+def test_mirror_copies_are_sent_uncompressed_unless_configured(isolated):
+    """Copies compressed with a codec the source's consumers never had to read break them
+    on the target (aiokafka without lz4): none by default, the target topic decides."""
+    assert load_settings().puller.copy_compression == "none"
+    write(isolated / "crossfeed.yaml", "puller:\n  copy_compression: zstd\n")
+    assert load_settings().puller.copy_compression == "zstd"

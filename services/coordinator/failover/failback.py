@@ -11,7 +11,9 @@
    forward frontier on the standby (``reverse.py``), so it copies only what the standby
    got since — and provenance keeps anything from the old primary from going back.
 5. Waits up to ``wait_s`` for the reverse feed to catch up, then translates the groups
-   back: standby offsets → old-primary offsets through the reverse feed's syncs, or —
+   back (and, within the same ``wait_s``, for groups with members on the old primary to
+   have none — clients that died with it are members again when it returns, until their
+   sessions time out): standby offsets → old-primary offsets through the reverse feed's syncs, or —
    for a group still inside the copies of the old primary's records — through the
    copies' ``crossfeed-src``, which names the original. Only exact translations move a
    group (with no members on the old primary); the others are listed as waiting: run
@@ -115,6 +117,12 @@ def run_failback(hooks: FailoverHooks, request: FailbackRequest) -> FailbackRepo
             time.sleep(1.0)
             lag = back.rpo(reverse_tps, read_target=False, floors=floors)
         results, tick = back.final(exact_only=True)
+        # Consumers that died with the old primary are members of their groups there
+        # again when it comes back, until their sessions time out: a group with members
+        # is never moved, so wait (within wait_s) for them to leave.
+        while tick.active and time.monotonic() < deadline:
+            time.sleep(2.0)
+            results, tick = back.final(exact_only=True)
     finally:
         back.close()
     waiting = sorted({r.group for r in results if not r.exact})
@@ -122,6 +130,13 @@ def run_failback(hooks: FailoverHooks, request: FailbackRequest) -> FailbackRepo
         notes.append(
             f"{len(waiting)} group(s) wait for the reverse feed to copy what they read on "
             f"{standby}: run failback again once it has caught up"
+        )
+    if tick.active:
+        notes.append(
+            f"{len(tick.active)} group(s) have members on {primary}, so they were not moved: "
+            f"stop their consumers there; consumers that died with {primary} stay members "
+            "until their session times out (session.timeout.ms, 45 s by default in Kafka's "
+            "Java client, 60 s in faust): run failback again then, or give --wait"
         )
     report = FailbackReport(
         feed=feed.name,

@@ -167,7 +167,13 @@ class FailbackRequest(FeedRef):
         description="frontier: the reverse feed starts where the forward feed's copies end "
         "on the standby; earliest: it reads all of it (provenance drops the copies)",
     )
-    wait_s: float = Field(0.0, ge=0, description="wait this long for the reverse feed")
+    wait_s: float = Field(
+        0.0,
+        ge=0,
+        description="wait this long for the reverse feed to catch up and for groups with "
+        "members on the old primary (clients that died with it, until their sessions time "
+        "out) to have none",
+    )
 
 
 class ExtraOut(BaseModel):
