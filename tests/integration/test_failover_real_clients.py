@@ -223,6 +223,11 @@ def test_a_consumer_fails_over_and_back(
     check_failback(seen)
 
 
+# In `make slow`, not `make test`: 2.5-3 minutes, and one run in four on this machine
+# failed: after failback the app on dc-a began one partition a record late (b2-2:1, the
+# first later write b2-2:0 never read: a skip; the group's dc-b commit pointed at it).
+# Not yet explained (failback translation or faust's own seek); the assertion stands.
+@pytest.mark.slow
 def test_a_faust_application_fails_over_and_back_with_its_table(
     clusters, services, topic_factory, unique, tmp_path: Path
 ):

@@ -145,6 +145,9 @@ class AppProcess:
         raise self.failure(f"output still growing after {timeout_s}s")
 
     def failure(self, message: str) -> AssertionError:
+        """The error to raise; the app is killed first (a failed test must not leave it
+        running against the next test's clusters)."""
+        self.kill()
         log = self.outputs[-1].with_suffix(".log") if self.outputs else None
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log else ""
         return AssertionError(f"{self.name}: {message}\n--- {log} ---\n{tail}")
