@@ -266,17 +266,22 @@ def _list_offsets(
 def end_offsets(
     cluster: ClusterAdmin, tps: Iterable[TP], timeout_s: float = TIMEOUT_S
 ) -> dict[TP, int]:
-    """Last stable offset of each partition (what a read_committed reader can reach)."""
+    """Last stable offset of each partition (what a read_committed reader can reach).
+
+    A partition answered with a negative offset is left out, as if it had not answered: a
+    broker shutting down has answered -1001 (OFFSET_INVALID), and taken as the end that
+    hid every unreplicated record from a failover report.
+    """
     found = _list_offsets(cluster, tps, _spec("latest"), timeout_s, "end offset")
-    return {tp: offset for tp, (offset, _) in found.items()}
+    return {tp: offset for tp, (offset, _) in found.items() if offset >= 0}
 
 
 def start_offsets(
     cluster: ClusterAdmin, tps: Iterable[TP], timeout_s: float = TIMEOUT_S
 ) -> dict[TP, int]:
-    """Log start offset of each partition."""
+    """Log start offset of each partition (negative answers left out, as for ends)."""
     found = _list_offsets(cluster, tps, _spec("earliest"), timeout_s, "start offset")
-    return {tp: offset for tp, (offset, _) in found.items()}
+    return {tp: offset for tp, (offset, _) in found.items() if offset >= 0}
 
 
 def max_timestamps(
