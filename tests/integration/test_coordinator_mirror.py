@@ -81,6 +81,20 @@ def start_coordinated(
     return proc
 
 
+def create_mirror_feed(url: str, name: str, topics: list[str], tasks: int) -> None:
+    """A dc-a -> dc-b mirror feed of ``topics`` with ``tasks`` puller tasks, over REST."""
+    with CoordinatorClient(url, TOKEN) as api:
+        api.create_feed(
+            {
+                "name": name,
+                "source": "dc-a",
+                "sink-uri": "kafka://dc-b",
+                "topics": topics,
+                "config": {"staging.partitions": str(tasks)},
+            }
+        )
+
+
 def test_mirror_feed_survives_kill_9_of_the_leader_and_of_a_puller(
     clusters: Clusters, topic_factory: object, tmp_path: Path
 ) -> None:
@@ -97,16 +111,7 @@ def test_mirror_feed_survives_kill_9_of_the_leader_and_of_a_puller(
         group.start(2)
         leader = group.settle()
         standby = group.standbys(leader)[0]
-        with CoordinatorClient(leader.url, TOKEN) as api:
-            api.create_feed(
-                {
-                    "name": name,
-                    "source": "dc-a",
-                    "sink-uri": "kafka://dc-b",
-                    "topics": names,
-                    "config": {"staging.partitions": "6"},
-                }
-            )
+        create_mirror_feed(leader.url, name, names, tasks=6)
         pullers = [start("puller", n) for n in range(3)]
         ids = {p.instance for p in pullers}
         with (
@@ -166,16 +171,7 @@ def test_a_puller_woken_after_sigstop_starts_only_what_the_newest_assignment_giv
     try:
         group.start(1)
         leader = group.settle()
-        with CoordinatorClient(leader.url, TOKEN) as api:
-            api.create_feed(
-                {
-                    "name": name,
-                    "source": "dc-a",
-                    "sink-uri": "kafka://dc-b",
-                    "topics": [topic],
-                    "config": {"staging.partitions": "4"},
-                }
-            )
+        create_mirror_feed(leader.url, name, [topic], tasks=4)
         sleeper, other = start(0), start(1)
         ids = {sleeper.instance, other.instance}
         with (

@@ -29,10 +29,11 @@ class Cluster:
     alias: str
     bootstrap: str
     cluster_id: str
+    properties: dict[str, Any] = field(default_factory=dict)  # security, for a secured one
 
     @property
     def config(self) -> dict[str, Any]:
-        return {"bootstrap.servers": self.bootstrap}
+        return {"bootstrap.servers": self.bootstrap, **self.properties}
 
 
 @dataclass
@@ -58,7 +59,10 @@ class Clusters:
         return Settings(**data)
 
     def stop(self, alias: str, *, hard: bool = True) -> None:
-        """Lose a data center (local backend only)."""
+        """Lose a data center (local backend, or nodes a fixture put in ``_controls``)."""
+        if alias in self._controls:
+            self._controls[alias].stop(hard=hard)
+            return
         if self.backend != "local":
             raise RuntimeError("stopping one cluster needs the local backend")
         stack.stop(alias, hard=hard)
