@@ -6,6 +6,11 @@ A mirror feed created through a coordinator's REST API is run by a real puller a
 every record exactly once; a consumer group that committed on dc-a is moved to dc-b by
 ``crossfeed failover`` after dc-a is killed. Every client involved — coordinator, puller,
 translator, the CLI — gets its security properties from the configuration file alone.
+
+A wrong password, a CA the client does not know, and a plaintext client against the TLS
+listener each give one line naming the cluster alias, the listener and the likely fix:
+in a puller's log (ERROR) and ``/status``; a coordinator whose control cluster refuses it
+exits with that line.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import NewTopic
 from typer.testing import CliRunner
@@ -25,9 +31,14 @@ from typer.testing import CliRunner
 from crossfeed.cli.main import app as cli
 from crossfeed.core.provenance import parse_src
 from crossfeed.kafka import clients
+from crossfeed.local.secure import make_certs
 from crossfeed.wire import headers
 from tests.integration.test_coordinator_mirror import create_mirror_feed, start_coordinated
-from tests.integration.test_coordinator_process import Coordinators, wait_for
+from tests.integration.test_coordinator_process import (
+    CoordinatorProcess,
+    Coordinators,
+    wait_for,
+)
 from tests.integration.test_failover import committed
 from tests.support.clusters import Clusters
 from tests.support.secured import secured_pair
@@ -148,3 +159,91 @@ def test_mirror_feed_coordinator_and_failover_over_sasl_ssl(
         for proc in procs:
             proc.kill()
         coordinators.stop()
+        secure.start("dc-a")  # for the tests after this one
+
+
+# -- a misconfigured client says why, once, naming the cluster, listener and fix -----------
+
+MISTAKES = {
+    # case: (what the operator got wrong in dc-a's properties, words of the fix)
+    "wrong password": ({"sasl.password": "not-the-password"}, "dc-a.sasl.password"),
+    "unknown CA": ({"ssl.ca.location": "OTHER_CA"}, "dc-a.ssl.ca.location"),
+    "plaintext against TLS": (
+        {"security.protocol": "PLAINTEXT", "sasl.mechanism": None, "sasl.username": None},
+        "dc-a.security.protocol to SSL or SASL_SSL",
+    ),
+}
+
+
+def misconfigured(good: dict[str, Any], mistake: dict[str, Any], other_ca: Path) -> dict[str, Any]:
+    conf = {**good, **mistake}
+    if conf.get("ssl.ca.location") == "OTHER_CA":
+        conf["ssl.ca.location"] = str(other_ca)
+    if conf["security.protocol"] == "PLAINTEXT":  # a plain client has no SASL or TLS settings
+        conf = {"bootstrap.servers": good["bootstrap.servers"], "security.protocol": "PLAINTEXT"}
+    return {k: v for k, v in conf.items() if v is not None}
+
+
+@pytest.fixture(scope="module")
+def other_ca(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA that did not sign the brokers' certificates."""
+    return make_certs(tmp_path_factory.mktemp("other-ca")).ca
+
+
+@pytest.mark.parametrize("case", sorted(MISTAKES))
+def test_a_puller_that_cannot_log_in_says_why_in_its_log_and_status(
+    secure: Clusters, other_ca: Path, tmp_path: Path, case: str
+) -> None:
+    mistake, fix = MISTAKES[case]
+    bad = misconfigured(secure.a.config, mistake, other_ca)
+    config = tmp_path / "crossfeed.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {"clusters": {"dc-a": bad, "dc-b": secure.b.config}, "control_cluster": "dc-b"}
+        )
+    )
+    feed_file = tmp_path / "feed.yaml"
+    feed_file.write_text(
+        yaml.safe_dump({"name": "locked-out", "source": "dc-a", "sink-uri": "kafka://dc-b",
+                        "topics": ["anything"]})
+    )  # fmt: skip
+    puller = ServiceProcess(
+        "puller", feed="locked-out", feed_file=feed_file, config_file=config, workdir=tmp_path
+    )
+    listener = f"cluster dc-a (listener {secure.a.bootstrap}, "
+    try:
+        puller.start()
+        status = puller.wait_status(
+            lambda s: listener in (s.get("last_error") or ""), 45, f"saying why ({case})"
+        )
+        line = status["last_error"]
+        assert status["state"] == "error", status
+        assert fix in line, line
+        assert "\n" not in line
+        errors = [row for row in puller.log_text().splitlines() if " ERROR " in row]
+        assert any(line in row for row in errors), puller.failure(f"no ERROR line: {line}")
+        # Only the configured listener is named: no secret reaches the log.
+        assert "crossfeed-secret" not in puller.log_text()
+    finally:
+        puller.kill()
+
+
+def test_a_coordinator_whose_control_cluster_refuses_its_password_exits_saying_so(
+    secure: Clusters, tmp_path: Path
+) -> None:
+    config = tmp_path / "crossfeed.yaml"
+    wrong = {**secure.b.config, "sasl.password": "not-the-password"}
+    config.write_text(yaml.safe_dump({"clusters": {"dc-b": wrong}, "control_cluster": "dc-b"}))
+    proc = CoordinatorProcess("coord-locked-out", config, tmp_path)
+    try:
+        proc.start()
+        code = proc.wait_exit(45)
+        assert code == 1, proc.failure(f"exit code {code}")
+        text = proc.log_text()
+        assert (
+            f"control cluster: cluster dc-b (listener {secure.b.bootstrap}, SASL_SSL): "
+            "SASL authentication failed for user 'crossfeed'"
+        ) in text, proc.failure("no clear line")
+        assert "Traceback" not in text, proc.failure("a traceback instead of one line")
+    finally:
+        proc.kill()

@@ -11,6 +11,7 @@ Backends, chosen by ``CROSSFEED_TEST_BACKEND`` (``auto`` by default):
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -67,7 +68,14 @@ class Clusters:
             raise RuntimeError("stopping one cluster needs the local backend")
         stack.stop(alias, hard=hard)
 
-    def start(self, alias: str) -> None:
+    def start(self, alias: str, timeout_s: float = 60.0) -> None:
+        if alias in self._controls:  # a fixture's own node: start it, wait until it answers
+            self._controls[alias].start()
+            deadline = time.monotonic() + timeout_s
+            while clients.cluster_id(self.by_alias(alias).config, 2.0) is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{alias} did not answer again within {timeout_s}s")
+            return
         if self.backend != "local":
             raise RuntimeError("restarting one cluster needs the local backend")
         stack.start(alias)

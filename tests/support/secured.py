@@ -26,6 +26,7 @@ from crossfeed.kafka import clients
 from crossfeed.local.kafka import KafkaNode
 from crossfeed.local.secure import SecureNode, make_certs
 from tests.support.clusters import Cluster, Clusters
+from tests.support.services import free_port
 
 ALIAS = "dc-secured"
 LIMITED_USER = ("limited", "limited-secret")
@@ -114,20 +115,21 @@ gets its password wrong."""
 
 def secure_nodes(workdir: Path) -> tuple[SecureNode, SecureNode]:
     """dc-a and dc-b as secure nodes whose certificates and data live under ``workdir``
-    (fresh for each test session: the SCRAM users are written when storage is formatted)."""
+    (fresh for each test session: the SCRAM users are written when storage is formatted).
+    Their ports are free ones, not the local stack's plus an offset: several engineers'
+    stacks share this machine, and nothing else needs to know these ports in advance."""
     certs = make_certs(workdir / "certs")
-    offset = paths.port_offset()
     return tuple(  # type: ignore[return-value]
         SecureNode(
             f"secure-{alias}",
-            base + offset,
-            base + 1 + offset,
-            secure_port=base + 2 + offset,
+            free_port(),
+            free_port(),
+            secure_port=free_port(),
             certs=certs,
             users=SCRAM_USERS,
             data_dir=workdir / alias,
         )
-        for alias, base in (("dc-a", 41092), ("dc-b", 42092))
+        for alias in ("dc-a", "dc-b")
     )
 
 
