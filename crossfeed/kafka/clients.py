@@ -72,14 +72,42 @@ def consumer(cluster: Mapping[str, Any], **overrides: Any) -> Consumer:
     return Consumer(_merge(cluster, {**defaults, **overrides}, "consumer"))
 
 
-def cluster_id(cluster: Mapping[str, Any], timeout_s: float = 5.0) -> str | None:
-    """The cluster.id a metadata request returns, or None if nothing answers in time."""
-    client = admin(cluster, logger=QUIET, **{"socket.connection.setup.timeout.ms": 1000})
+class _Collect(logging.Handler):
+    """Keeps the messages of librdkafka's log lines (a probe's, for diagnose)."""
+
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.DEBUG)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(record.getMessage())
+
+
+def probe(cluster: Mapping[str, Any], timeout_s: float = 5.0) -> tuple[str | None, list[str]]:
+    """(the cluster.id a metadata request returns, or None if nothing answers in time;
+    the client's error and log messages meanwhile — for :func:`diagnose.diagnose`, since a
+    failed TLS handshake or SASL login shows only there)."""
+    texts: list[str] = []
+    # An unregistered logger: its lines go to ``texts`` only, never to the service log.
+    collector = logging.Logger("crossfeed.kafka.probe", logging.DEBUG)
+    collector.addHandler(_Collect(texts))
+    client = admin(
+        cluster,
+        logger=collector,
+        error_cb=lambda err: texts.append(str(err.str())),
+        **{"socket.connection.setup.timeout.ms": 1000},
+    )
     try:
         meta = client.list_topics(timeout=timeout_s)
     except Exception:  # KafkaException: no broker answered within the timeout
-        return None
-    return str(meta.cluster_id) if meta.cluster_id else None
+        client.poll(0.1)  # serves the error callbacks and log lines queued meanwhile
+        return None, texts
+    return (str(meta.cluster_id) if meta.cluster_id else None), texts
+
+
+def cluster_id(cluster: Mapping[str, Any], timeout_s: float = 5.0) -> str | None:
+    """The cluster.id a metadata request returns, or None if nothing answers in time."""
+    return probe(cluster, timeout_s)[0]
 
 
 def is_fatal(err: KafkaError) -> bool:

@@ -12,9 +12,11 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from crossfeed.kafka import clients
+from crossfeed.kafka.diagnose import diagnose
 
 # Not under "crossfeed.kafka", which holds librdkafka's own chatter and is silenced: these
 # lines are for the operator.
@@ -76,19 +78,32 @@ class Reachability:
         )
 
 
-def wait_for_cluster(alias: str, conf: dict[str, Any], stop: threading.Event) -> str:
-    """The cluster.id, waiting (with a log line) while the cluster does not answer."""
+def wait_for_cluster(
+    alias: str,
+    conf: dict[str, Any],
+    stop: threading.Event,
+    on_problem: Callable[[str | None], None] | None = None,
+) -> str:
+    """The cluster.id, waiting while the cluster does not answer. Each attempt that fails
+    logs why: a security misconfiguration (wrong password, unknown CA, plaintext against a
+    TLS listener, ...) as one ERROR line naming the cluster, its listener and the likely
+    fix (:mod:`crossfeed.kafka.diagnose`), else that it does not answer. ``on_problem``
+    gets that line (None once the cluster answers), for the instance's ``/status``."""
     delay = 1.0
     while not stop.is_set():
-        cluster_id = clients.cluster_id(conf)
+        cluster_id, texts = clients.probe(conf)
         if cluster_id:
+            if on_problem is not None:
+                on_problem(None)
             return cluster_id
-        log.warning(
-            "cluster %s (%s) does not answer; retrying in %.0fs",
-            alias,
-            conf.get("bootstrap.servers"),
-            delay,
-        )
+        line = diagnose(alias, conf, texts)
+        if line is None:
+            line = f"cluster {alias} ({conf.get('bootstrap.servers')}) does not answer"
+            log.warning("%s; retrying in %.0fs", line, delay)
+        else:
+            log.error("%s; retrying in %.0fs", line, delay)
+        if on_problem is not None:
+            on_problem(line)
         stop.wait(delay)
         delay = min(delay * 2, 30.0)
     raise InterruptedError

@@ -113,6 +113,10 @@ class KafkaNode:
             ]
         )
 
+    def format_args(self) -> list[str]:
+        """Extra arguments for the storage format (a secured node adds its SCRAM users)."""
+        return []
+
     def prepare(self) -> str:
         """Write config and format storage once; returns this cluster's id."""
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -134,6 +138,7 @@ class KafkaNode:
                 "-c",
                 str(self.properties_file),
                 "--standalone",
+                *self.format_args(),
             ],
             capture_output=True,
             text=True,

@@ -19,8 +19,10 @@ from confluent_kafka import KafkaException
 from fastapi import Depends
 
 from crossfeed.config import Settings
+from crossfeed.config.errors import ConfigError
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
+from crossfeed.kafka.diagnose import diagnose
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
 from services.coordinator import lifecycle, metrics, restarts, scheduler, updates
 from services.coordinator.api import leader_only, make_app, token_check
@@ -100,6 +102,10 @@ class Coordinator:
     # -- life cycle ----------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
+        answered, texts = clients.probe(self.conf, PROBE_TIMEOUT_S)
+        refused = None if answered else diagnose(self.control, self.conf, texts)
+        if refused:  # retrying cannot help: the configuration must change
+            raise ConfigError(f"control cluster: {refused}")
         try:
             ensure_control_topics(self.conf)
         except KafkaException as err:
@@ -435,8 +441,12 @@ class Coordinator:
 
     def _probe(self, alias: str) -> str | None:
         conf = self.settings.cluster(alias).client_config()
-        if clients.cluster_id(conf, PROBE_TIMEOUT_S):
+        answered, texts = clients.probe(conf, PROBE_TIMEOUT_S)
+        if answered:
             return None
+        refused = diagnose(alias, conf, texts)  # reachable, but our settings are wrong
+        if refused:
+            return refused
         return (
             f"no broker answers at {conf.get('bootstrap.servers')} (waited "
             f"{PROBE_TIMEOUT_S:.0f}s); start the cluster ('crossfeed local start {alias}' for "

@@ -89,6 +89,8 @@ class PullerWorker:
         self.heartbeats: HeartbeatSender | None = None
         self.address = ""
         self.source = Reachability("source", feed.source, self.source_conf)
+        # Why the start waits (a cluster that does not answer, or refuses us): /status.
+        self.start_problem: str | None = None
         # Per task, its last failed transaction, until it commits again or is dropped.
         self.commit_errors: dict[int, str] = {}
         # Commits run here, overlapping with reading (see PullerTask): one thread per task
@@ -102,8 +104,8 @@ class PullerWorker:
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self, stop: threading.Event) -> None:
-        source_id = wait_for_cluster(self.feed.source, self.source_conf, stop)
-        target_id = wait_for_cluster(self.target_alias, self.target_conf, stop)
+        source_id = wait_for_cluster(self.feed.source, self.source_conf, stop, self._at_start)
+        target_id = wait_for_cluster(self.target_alias, self.target_conf, stop, self._at_start)
         opts = self.settings.puller
         target_admin = clients.admin(self.target_conf)
         staging_max = STAGING_MAX_MESSAGE_BYTES + STAGING_HEADROOM_BYTES
@@ -550,10 +552,13 @@ class PullerWorker:
             last_error=self._problem() or "",
         )
 
+    def _at_start(self, problem: str | None) -> None:
+        self.start_problem = problem
+
     def _problem(self) -> str | None:
         """Why the instance makes no progress now, if it knows (heartbeat's last_error)."""
         if self.discovery is None:
-            return None
+            return self.start_problem
         stuck = [
             s
             for s, task in list(self.tasks.items())
@@ -581,7 +586,7 @@ class PullerWorker:
             "role": "puller",
             "instance": self.instance_id,
             "feed": self.feed.name,
-            "state": ("error" if problem else "normal") if discovery else "starting",
+            "state": "error" if problem else ("normal" if discovery else "starting"),
             "last_error": problem,
             "tasks": sorted(self.tasks),
             "partitions": {

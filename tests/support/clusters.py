@@ -14,12 +14,14 @@ Backends, chosen by ``CROSSFEED_TEST_BACKEND`` (``auto`` by default):
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from crossfeed.config import Settings
+from crossfeed.kafka import clients
 from crossfeed.local import stack
 from crossfeed.local.postgres import URI as LOCAL_POSTGRES_URI
 
@@ -31,10 +33,11 @@ class Cluster:
     alias: str
     bootstrap: str
     cluster_id: str
+    properties: dict[str, Any] = field(default_factory=dict)  # security, for a secured one
 
     @property
     def config(self) -> dict[str, Any]:
-        return {"bootstrap.servers": self.bootstrap}
+        return {"bootstrap.servers": self.bootstrap, **self.properties}
 
 
 @dataclass
@@ -61,14 +64,22 @@ class Clusters:
 
     def stop(self, alias: str, *, hard: bool = True) -> None:
         """Lose a data center (kill -9 with ``hard``); its data is kept."""
-        if self.backend == "docker":
+        if alias in self._controls:  # a fixture's own node
+            self._controls[alias].stop(hard=hard)
+        elif self.backend == "docker":
             self._controls["docker"].stop(alias, hard=hard)
         else:
             stack.stop(alias, hard=hard)
 
-    def start(self, alias: str) -> None:
+    def start(self, alias: str, timeout_s: float = 60.0) -> None:
         """Get it back: same cluster.id, same address, same data."""
-        if self.backend == "docker":
+        if alias in self._controls:  # a fixture's own node: start it, wait until it answers
+            self._controls[alias].start()
+            deadline = time.monotonic() + timeout_s
+            while clients.cluster_id(self.by_alias(alias).config, 2.0) is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{alias} did not answer again within {timeout_s}s")
+        elif self.backend == "docker":
             self._controls["docker"].start(alias)
         else:
             stack.start(alias)

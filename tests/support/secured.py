@@ -5,6 +5,9 @@ listener and Kafka's StandardAuthorizer. The PLAINTEXT listener's ANONYMOUS prin
 a super user (the controller and the test's own set-up use it); on the SASL listener,
 ``admin`` is a super user and ``limited`` has only the rights a test grants it.
 
+:func:`secured_pair` gives two more clusters, dc-a and dc-b over SASL_SSL with SCRAM
+(``crossfeed.local.secure``), for tests of crossfeed against secured clusters.
+
 Its ports follow the local stack's offset (``CROSSFEED_LOCAL_PORT_OFFSET``), its data
 lives in ``$CROSSFEED_HOME/dc-secured``; :func:`secured_cluster` starts it and stops it.
 """
@@ -15,11 +18,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from crossfeed import paths
 from crossfeed.kafka import clients
 from crossfeed.local.kafka import KafkaNode
+from crossfeed.local.secure import SecureNode, make_certs
+from tests.support.clusters import Cluster, Clusters
+from tests.support.services import free_port
 
 ALIAS = "dc-secured"
 LIMITED_USER = ("limited", "limited-secret")
@@ -96,4 +103,56 @@ def secured_cluster(timeout_s: float = 90.0) -> Iterator[Secured]:
         yield Secured(kafka)
     finally:
         if started:
+            kafka.stop()
+
+
+# -- two clusters that speak only SASL_SSL with SCRAM to crossfeed -------------------------
+
+SCRAM_USERS = {"crossfeed": "crossfeed-secret", "app": "app-secret"}
+"""``crossfeed`` is what every service and the test use; ``app`` is for a client that
+gets its password wrong."""
+
+
+def secure_nodes(workdir: Path) -> tuple[SecureNode, SecureNode]:
+    """dc-a and dc-b as secure nodes whose certificates and data live under ``workdir``
+    (fresh for each test session: the SCRAM users are written when storage is formatted).
+    Their ports are free ones, not the local stack's plus an offset: several engineers'
+    stacks share this machine, and nothing else needs to know these ports in advance."""
+    certs = make_certs(workdir / "certs")
+    return tuple(  # type: ignore[return-value]
+        SecureNode(
+            f"secure-{alias}",
+            free_port(),
+            free_port(),
+            secure_port=free_port(),
+            certs=certs,
+            users=SCRAM_USERS,
+            data_dir=workdir / alias,
+        )
+        for alias in ("dc-a", "dc-b")
+    )
+
+
+@contextmanager
+def secured_pair(workdir: Path, timeout_s: float = 90.0) -> Iterator[Clusters]:
+    """dc-a and dc-b over SASL_SSL (SCRAM-SHA-512, certificates of a CA made here) as
+    :class:`Clusters`: every ``config`` a test or a service gets is the secure one."""
+    nodes = secure_nodes(workdir)
+    for kafka in nodes:
+        kafka.start()
+    try:
+        handles = []
+        for alias, kafka in zip(("dc-a", "dc-b"), nodes, strict=True):
+            conf = kafka.client_properties("crossfeed")
+            deadline = time.monotonic() + timeout_s
+            while (cluster_id := clients.cluster_id(conf, 2.0)) is None:
+                if kafka.pid() is None or time.monotonic() > deadline:
+                    raise RuntimeError(f"secure {alias} did not come up; see {kafka.log_file}")
+                time.sleep(0.5)
+            extra = {k: v for k, v in conf.items() if k != "bootstrap.servers"}
+            handles.append(Cluster(alias, kafka.secure_bootstrap, cluster_id, extra))
+        controls = {"dc-a": nodes[0], "dc-b": nodes[1]}
+        yield Clusters(handles[0], handles[1], None, "secured", controls)
+    finally:
+        for kafka in nodes:
             kafka.stop()

@@ -1,0 +1,249 @@
+"""crossfeed against secured clusters: dc-a and dc-b speak only SASL_SSL with SCRAM-SHA-512
+to their clients, with certificates of a CA made for the test session
+(``tests/support/secured.py``, ``crossfeed/local/secure.py``).
+
+A mirror feed created through a coordinator's REST API is run by a real puller and copies
+every record exactly once; a consumer group that committed on dc-a is moved to dc-b by
+``crossfeed failover`` after dc-a is killed. Every client involved — coordinator, puller,
+translator, the CLI — gets its security properties from the configuration file alone.
+
+A wrong password, a CA the client does not know, and a plaintext client against the TLS
+listener each give one line naming the cluster alias, the listener and the likely fix:
+in a puller's log (ERROR) and ``/status``; a coordinator whose control cluster refuses it
+exits with that line.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import NewTopic
+from typer.testing import CliRunner
+
+from crossfeed.cli.main import app as cli
+from crossfeed.core.provenance import parse_src
+from crossfeed.kafka import clients
+from crossfeed.local.secure import make_certs
+from crossfeed.wire import headers
+from tests.integration.test_coordinator_mirror import create_mirror_feed, start_coordinated
+from tests.integration.test_coordinator_process import (
+    CoordinatorProcess,
+    Coordinators,
+    wait_for,
+)
+from tests.integration.test_failover import committed
+from tests.support.clusters import Clusters
+from tests.support.secured import secured_pair
+from tests.support.services import ServiceProcess
+from tests.support.verify import read_many, verify_mirror
+from tests.support.workload import ContinuousProducer
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
+    with secured_pair(tmp_path_factory.mktemp("secured")) as pair:
+        yield pair
+
+
+def create_topic(config: dict[str, Any], partitions: int) -> str:
+    name = f"sec-{uuid.uuid4().hex[:8]}"
+    admin = clients.admin(config)  # kept until the future completes
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    return name
+
+
+def consume_and_commit(config: dict[str, Any], topic: str, group: str, count: int) -> None:
+    """Read ``count`` records of ``topic`` as ``group`` and commit them, like an app."""
+    consumer = Consumer(
+        {**config, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    )
+    consumer.subscribe([topic])
+    seen = 0
+    deadline = time.monotonic() + 60
+    try:
+        while seen < count:
+            assert time.monotonic() < deadline, f"consumed {seen} of {count}"
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            seen += 1
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def copy_offsets(config: dict[str, Any], topic: str) -> dict[tuple[str, int], dict[int, int]]:
+    """Per target partition: source offset -> offset of its copy."""
+    out: dict[tuple[str, int], dict[int, int]] = {}
+    for partition, records in read_many(config, [topic])[topic].items():
+        for r in records:
+            src = r.header(headers.SRC)
+            if src:
+                out.setdefault((topic, partition), {})[parse_src(src).offset] = r.offset
+    return out
+
+
+def test_mirror_feed_coordinator_and_failover_over_sasl_ssl(
+    secure: Clusters, tmp_path: Path
+) -> None:
+    a, b = secure.a.config, secure.b.config
+    assert a["security.protocol"] == b["security.protocol"] == "SASL_SSL"
+    topic = create_topic(a, 3)
+    name = f"secure-{uuid.uuid4().hex[:6]}"
+    group_id = f"app-{uuid.uuid4().hex[:6]}"
+    coordinators = Coordinators(secure, tmp_path)
+    procs: list[ServiceProcess] = []
+    try:
+        coordinators.start(1)
+        leader = coordinators.settle(60)
+        create_mirror_feed(leader.url, name, [topic], tasks=2)
+        procs.append(start_coordinated("puller", name, 0, coordinators.config_file, tmp_path, []))
+        with ContinuousProducer(a, [topic], 300) as live:
+            time.sleep(2)  # ~600 records, ~200 a partition
+        produced = live.acked
+        assert len(produced) >= 300
+        target = read_many(b, [topic], expect=len(produced), timeout_s=90)
+        verify_mirror(
+            read_many(a, [topic]),
+            target,
+            source_cluster_id=secure.a.cluster_id,
+            target_cluster_id=secure.b.cluster_id,
+        ).assert_ok(procs[0].describe())
+
+        # A group commits on dc-a; then dc-a is lost and the operator fails over.
+        # 50 of ~200 per partition: every committed offset has a record, so a copy.
+        consume_and_commit(a, topic, group_id, 50)
+        on_a = committed(a, group_id)
+        assert on_a and sum(on_a.values()) == 50, on_a
+        secure.stop("dc-a")
+        procs[0].kill()
+        runner = CliRunner()
+        result = runner.invoke(
+            cli,
+            [
+                *("--config", str(coordinators.config_file), "failover", "--feed", name),
+                *("--server", leader.url, "--json"),
+            ],
+            catch_exceptions=False,
+        )
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.stdout)
+        # Moved now, or already by the commit stream (exact translation, nothing left).
+        groups = {g["group"]: g for g in report["groups"]}
+        assert group_id in report["moved"] or group_id in groups, json.dumps(report, indent=1)
+
+        copies = copy_offsets(b, topic)
+        expected = {tp: copies[tp][offset] for tp, offset in on_a.items()}
+        on_b = wait_for(lambda: committed(b, group_id) == expected, 30, "the group on dc-b")
+        assert on_b, (committed(b, group_id), expected)
+        # The group resumes on dc-b where it stopped: the next record is the copy of dc-a's
+        # next one, for every partition.
+        consumer = Consumer({**b, "group.id": group_id, "enable.auto.commit": False})
+        try:
+            consumer.assign([TopicPartition(t, p) for t, p in expected])
+            positions = consumer.committed([TopicPartition(t, p) for t, p in expected], 30)
+        finally:
+            consumer.close()
+        assert {(tp.topic, tp.partition): tp.offset for tp in positions} == expected
+    finally:
+        for proc in procs:
+            proc.kill()
+        coordinators.stop()
+        secure.start("dc-a")  # for the tests after this one
+
+
+# -- a misconfigured client says why, once, naming the cluster, listener and fix -----------
+
+MISTAKES = {
+    # case: (what the operator got wrong in dc-a's properties, words of the fix)
+    "wrong password": ({"sasl.password": "not-the-password"}, "dc-a.sasl.password"),
+    "unknown CA": ({"ssl.ca.location": "OTHER_CA"}, "dc-a.ssl.ca.location"),
+    "plaintext against TLS": (
+        {"security.protocol": "PLAINTEXT", "sasl.mechanism": None, "sasl.username": None},
+        "dc-a.security.protocol to SSL or SASL_SSL",
+    ),
+}
+
+
+def misconfigured(good: dict[str, Any], mistake: dict[str, Any], other_ca: Path) -> dict[str, Any]:
+    conf = {**good, **mistake}
+    if conf.get("ssl.ca.location") == "OTHER_CA":
+        conf["ssl.ca.location"] = str(other_ca)
+    if conf["security.protocol"] == "PLAINTEXT":  # a plain client has no SASL or TLS settings
+        conf = {"bootstrap.servers": good["bootstrap.servers"], "security.protocol": "PLAINTEXT"}
+    return {k: v for k, v in conf.items() if v is not None}
+
+
+@pytest.fixture(scope="module")
+def other_ca(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA that did not sign the brokers' certificates."""
+    return make_certs(tmp_path_factory.mktemp("other-ca")).ca
+
+
+@pytest.mark.parametrize("case", sorted(MISTAKES))
+def test_a_puller_that_cannot_log_in_says_why_in_its_log_and_status(
+    secure: Clusters, other_ca: Path, tmp_path: Path, case: str
+) -> None:
+    mistake, fix = MISTAKES[case]
+    bad = misconfigured(secure.a.config, mistake, other_ca)
+    config = tmp_path / "crossfeed.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {"clusters": {"dc-a": bad, "dc-b": secure.b.config}, "control_cluster": "dc-b"}
+        )
+    )
+    feed_file = tmp_path / "feed.yaml"
+    feed_file.write_text(
+        yaml.safe_dump({"name": "locked-out", "source": "dc-a", "sink-uri": "kafka://dc-b",
+                        "topics": ["anything"]})
+    )  # fmt: skip
+    puller = ServiceProcess(
+        "puller", feed="locked-out", feed_file=feed_file, config_file=config, workdir=tmp_path
+    )
+    listener = f"cluster dc-a (listener {secure.a.bootstrap}, "
+    try:
+        puller.start()
+        status = puller.wait_status(
+            lambda s: listener in (s.get("last_error") or ""), 45, f"saying why ({case})"
+        )
+        line = status["last_error"]
+        assert status["state"] == "error", status
+        assert fix in line, line
+        assert "\n" not in line
+        errors = [row for row in puller.log_text().splitlines() if " ERROR " in row]
+        assert any(line in row for row in errors), puller.failure(f"no ERROR line: {line}")
+        # Only the configured listener is named: no secret reaches the log.
+        assert "crossfeed-secret" not in puller.log_text()
+    finally:
+        puller.kill()
+
+
+def test_a_coordinator_whose_control_cluster_refuses_its_password_exits_saying_so(
+    secure: Clusters, tmp_path: Path
+) -> None:
+    config = tmp_path / "crossfeed.yaml"
+    wrong = {**secure.b.config, "sasl.password": "not-the-password"}
+    config.write_text(yaml.safe_dump({"clusters": {"dc-b": wrong}, "control_cluster": "dc-b"}))
+    proc = CoordinatorProcess("coord-locked-out", config, tmp_path)
+    try:
+        proc.start()
+        code = proc.wait_exit(45)
+        assert code == 1, proc.failure(f"exit code {code}")
+        text = proc.log_text()
+        assert (
+            f"control cluster: cluster dc-b (listener {secure.b.bootstrap}, SASL_SSL): "
+            "SASL authentication failed for user 'crossfeed'"
+        ) in text, proc.failure("no clear line")
+        assert "Traceback" not in text, proc.failure("a traceback instead of one line")
+    finally:
+        proc.kill()
