@@ -33,10 +33,11 @@ from crossfeed.core.provenance import parse_src
 from crossfeed.kafka import clients
 from crossfeed.local.secure import make_certs
 from crossfeed.wire import headers
-from tests.integration.test_coordinator_mirror import create_mirror_feed, start_coordinated
+from tests.integration.test_coordinator_mirror import start_coordinated
 from tests.integration.test_coordinator_process import (
     CoordinatorProcess,
     Coordinators,
+    create_feed,
     wait_for,
 )
 from tests.integration.test_failover import committed
@@ -106,7 +107,7 @@ def test_mirror_feed_coordinator_and_failover_over_sasl_ssl(
     try:
         coordinators.start(1)
         leader = coordinators.settle(60)
-        create_mirror_feed(leader.url, name, [topic], tasks=2)
+        create_feed(leader.url, name, 2, [topic])
         procs.append(start_coordinated("puller", name, 0, coordinators.config_file, tmp_path, []))
         with ContinuousProducer(a, [topic], 300) as live:
             time.sleep(2)  # ~600 records, ~200 a partition
