@@ -36,7 +36,7 @@ demo: setup ## the main job: replicate dc-a -> dc-b, lose dc-a, fail consumers o
 lint: setup ## ruff, mypy (strict for the crossfeed package) and the import layers (pyproject.toml)
 	@$(BIN)/ruff check .
 	@$(BIN)/ruff format --check .
-	@$(BIN)/mypy crossfeed services
+	@$(BIN)/mypy crossfeed
 	@$(BIN)/lint-imports --no-cache
 
 .PHONY: test

@@ -12,7 +12,7 @@ import os
 import sys
 
 from crossfeed.config.settings import SorterSettings
-from services.sorter import sparkconf
+from crossfeed.services.sorter import sparkconf
 
 
 def main(source: str, topic: str, target: str, out: str, checkpoint: str) -> None:

@@ -320,7 +320,7 @@ def coordinator_run(
 ) -> None:
     """Run one coordinator instance (leader or standby) with its REST API."""
     require("coordinator", "the coordinator")
-    from services.coordinator.main import run
+    from crossfeed.services.coordinator.main import run
 
     config = settings()
     try:

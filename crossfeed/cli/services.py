@@ -44,7 +44,7 @@ def puller_run(
     metrics_port: Optional[int] = PortOpt,  # noqa: UP045
 ) -> None:
     """Run one puller instance: copy source partitions into the feed's changes topic."""
-    from services.puller.main import run
+    from crossfeed.services.puller.main import run
 
     raise typer.Exit(_run(run, feed, feed_file, instance, metrics_port))
 
@@ -56,7 +56,7 @@ def sink_run(
     metrics_port: Optional[int] = PortOpt,  # noqa: UP045
 ) -> None:
     """Run one sink instance of an ordered feed: apply its sorted changes to the target."""
-    from services.sink.main import run
+    from crossfeed.services.sink.main import run
 
     raise typer.Exit(_run(run, feed, feed_file, instance, metrics_port))
 
@@ -69,7 +69,7 @@ def sorter_run(
 ) -> None:
     """Run the sorter of an ordered feed: commit order across partitions (Spark)."""
     clean_errors(require)("sorter", "the sorter")
-    from services.sorter.main import run
+    from crossfeed.services.sorter.main import run
 
     raise typer.Exit(_run(run, feed, feed_file, instance, metrics_port))
 

@@ -27,15 +27,15 @@ from pydantic import BaseModel
 
 from crossfeed import __version__
 from crossfeed.feeds import FeedSpec
-from services.coordinator import errors
-from services.coordinator.body_limit import BodyLimit
-from services.coordinator.error_handlers import install_error_handlers
-from services.coordinator.fold import StateView
-from services.coordinator.forward import ForwardToLeader, LeaderAddress
-from services.coordinator.leadership import LeaderInfo
-from services.coordinator.lifecycle import Action, LifecycleError, not_found
-from services.coordinator.members import MembersView
-from services.coordinator.views import (
+from crossfeed.services.coordinator import errors
+from crossfeed.services.coordinator.body_limit import BodyLimit
+from crossfeed.services.coordinator.error_handlers import install_error_handlers
+from crossfeed.services.coordinator.fold import StateView
+from crossfeed.services.coordinator.forward import ForwardToLeader, LeaderAddress
+from crossfeed.services.coordinator.leadership import LeaderInfo
+from crossfeed.services.coordinator.lifecycle import Action, LifecycleError, not_found
+from crossfeed.services.coordinator.members import MembersView
+from crossfeed.services.coordinator.views import (
     Capture,
     FeedInfo,
     FeedStatusInfo,

@@ -13,7 +13,7 @@ from typing import Any, Final
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
-from services.coordinator import errors
+from crossfeed.services.coordinator import errors
 
 MAX_BODY_BYTES: Final = 256 << 10
 

@@ -24,18 +24,24 @@ from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka.diagnose import diagnose
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
-from services.coordinator import lifecycle, metrics, restarts, scheduler, updates
-from services.coordinator.api import leader_only, make_app, token_check
-from services.coordinator.failover import FailoverHooks, TranslatorLoop, make_router
-from services.coordinator.fold import StateView
-from services.coordinator.leadership import LeaderInfo, Leadership, now_ms
-from services.coordinator.lifecycle import NotLeaderNow
-from services.coordinator.members import Members, MembersView
-from services.coordinator.records import FeedStatus, StoredFeed, feed_key, status_key
-from services.coordinator.rest_server import RestServer
-from services.coordinator.status import control_lost, next_status
-from services.coordinator.store import StateStore
-from services.coordinator.writer import Fenced, NotLeader, Record, StateWriter, WriteFailed
+from crossfeed.services.coordinator import lifecycle, metrics, restarts, scheduler, updates
+from crossfeed.services.coordinator.api import leader_only, make_app, token_check
+from crossfeed.services.coordinator.failover import FailoverHooks, TranslatorLoop, make_router
+from crossfeed.services.coordinator.fold import StateView
+from crossfeed.services.coordinator.leadership import LeaderInfo, Leadership, now_ms
+from crossfeed.services.coordinator.lifecycle import NotLeaderNow
+from crossfeed.services.coordinator.members import Members, MembersView
+from crossfeed.services.coordinator.records import FeedStatus, StoredFeed, feed_key, status_key
+from crossfeed.services.coordinator.rest_server import RestServer
+from crossfeed.services.coordinator.status import control_lost, next_status
+from crossfeed.services.coordinator.store import StateStore
+from crossfeed.services.coordinator.writer import (
+    Fenced,
+    NotLeader,
+    Record,
+    StateWriter,
+    WriteFailed,
+)
 
 log = logging.getLogger(__name__)
 

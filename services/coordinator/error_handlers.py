@@ -10,8 +10,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from services.coordinator import errors
-from services.coordinator.lifecycle import LifecycleError, NotLeaderNow, describe_errors
+from crossfeed.services.coordinator import errors
+from crossfeed.services.coordinator.lifecycle import LifecycleError, NotLeaderNow, describe_errors
 
 
 def install_error_handlers(app: FastAPI) -> None:

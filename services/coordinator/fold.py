@@ -24,8 +24,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from crossfeed.core.lease import accept_write
+from crossfeed.services.coordinator.records import (
+    LEASE_KEY,
+    Assignment,
+    FeedStatus,
+    Lease,
+    StoredFeed,
+)
 from crossfeed.wire import codec
-from services.coordinator.records import LEASE_KEY, Assignment, FeedStatus, Lease, StoredFeed
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
-from services.coordinator import errors
-from services.coordinator.leadership import LeaderInfo
+from crossfeed.services.coordinator import errors
+from crossfeed.services.coordinator.leadership import LeaderInfo
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from crossfeed.core.lease import LeaseAction, LeaseDecision, LeaseView, decide, holds_lease
-from services.coordinator import metrics
-from services.coordinator.records import LEASE_KEY, Lease
-from services.coordinator.store import StateStore
-from services.coordinator.writer import Fenced, NotLeader, StateWriter, WriteFailed
+from crossfeed.services.coordinator import metrics
+from crossfeed.services.coordinator.records import LEASE_KEY, Lease
+from crossfeed.services.coordinator.store import StateStore
+from crossfeed.services.coordinator.writer import Fenced, NotLeader, StateWriter, WriteFailed
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 from crossfeed.config import ConfigError, Settings
 from crossfeed.feeds import FeedOptions, FeedSpec
-from services.coordinator import errors
-from services.coordinator.fold import StateView
+from crossfeed.services.coordinator import errors
+from crossfeed.services.coordinator.fold import StateView
 
 Action = Literal["pause", "resume", "remove", "fail_over"]
 

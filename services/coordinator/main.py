@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from crossfeed import service
 from crossfeed.config import Settings
-from services.coordinator.coordinator import Coordinator
+from crossfeed.services.coordinator.coordinator import Coordinator
 
 
 def run(

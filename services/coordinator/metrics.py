@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from services.coordinator.fold import StateView
+from crossfeed.services.coordinator.fold import StateView
 
 ROLE = Gauge("crossfeed_coordinator_role", "HA role of this coordinator: 1 leader, 0 standby")
 LEASE_EPOCH = Gauge(

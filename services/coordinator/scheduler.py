@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from crossfeed.core.assignment import assign
 from crossfeed.core.partitions import TopicPartition
+from crossfeed.services.coordinator.fold import StateView
+from crossfeed.services.coordinator.records import RUNNING_STATES, Assignment, task_name
 from crossfeed.wire import topics
-from services.coordinator.fold import StateView
-from services.coordinator.records import RUNNING_STATES, Assignment, task_name
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,8 +38,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from crossfeed.core.timestamps import consistency_ts
-from services.coordinator.members import Member
-from services.coordinator.records import RUNNING_STATES, FeedStatus
+from crossfeed.services.coordinator.members import Member
+from crossfeed.services.coordinator.records import RUNNING_STATES, FeedStatus
 
 
 def merged(maps: Iterable[Mapping[str, int]]) -> dict[str, int]:

@@ -21,8 +21,8 @@ from confluent_kafka import OFFSET_BEGINNING, IsolationLevel, KafkaException, To
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 from crossfeed.kafka import clients
+from crossfeed.services.coordinator.fold import StateFold, StateView
 from crossfeed.wire import codec, topics
-from services.coordinator.fold import StateFold, StateView
 
 log = logging.getLogger(__name__)
 

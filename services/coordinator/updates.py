@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from crossfeed.feeds import FeedSpec
-from services.coordinator.lifecycle import LifecycleError
+from crossfeed.services.coordinator.lifecycle import LifecycleError
 
 FIXED: dict[str, Callable[[FeedSpec], Any]] = {
     "source": lambda s: s.source,

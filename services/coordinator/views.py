@@ -8,10 +8,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from services.coordinator.fold import StateView
-from services.coordinator.leadership import LeaderInfo
-from services.coordinator.members import Member, MembersView
-from services.coordinator.records import task_name
+from crossfeed.services.coordinator.fold import StateView
+from crossfeed.services.coordinator.leadership import LeaderInfo
+from crossfeed.services.coordinator.members import Member, MembersView
+from crossfeed.services.coordinator.records import task_name
 
 
 class FeedInfo(BaseModel):

@@ -22,8 +22,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from crossfeed.kafka import clients
+from crossfeed.services.coordinator.store import StateStore
 from crossfeed.wire import topics
-from services.coordinator.store import StateStore
 
 log = logging.getLogger(__name__)
 

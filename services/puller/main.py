@@ -5,8 +5,8 @@ from __future__ import annotations
 from crossfeed import service
 from crossfeed.config import Settings
 from crossfeed.feeds import FeedSpec
-from services.puller.membership import CoordinatorMembership, GroupMembership
-from services.puller.worker import PullerWorker
+from crossfeed.services.puller.membership import CoordinatorMembership, GroupMembership
+from crossfeed.services.puller.worker import PullerWorker
 
 
 def run(

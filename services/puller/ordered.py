@@ -25,7 +25,7 @@ from crossfeed.wire import codec, headers
 from crossfeed.wire.changes import parse_txn
 
 if TYPE_CHECKING:
-    from services.puller.task import PartitionState, PullerTask
+    from crossfeed.services.puller.task import PartitionState, PullerTask
 
 RESOLVED = headers.TYPE_RESOLVED.encode()
 FROM_WATERMARKS = (headers.RESOLVED_FROM, headers.RESOLVED_FROM_WATERMARKS.encode())

@@ -43,9 +43,9 @@ from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka.protocols import Message, TransactionalProducer
 from crossfeed.kafka.targets import record_size
+from crossfeed.services.puller import metrics, ordered
+from crossfeed.services.puller.copies import Copy, CopyProblem, Route
 from crossfeed.wire import headers, ids, records, topics
-from services.puller import metrics, ordered
-from services.puller.copies import Copy, CopyProblem, Route
 
 log = logging.getLogger(__name__)
 

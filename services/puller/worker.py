@@ -30,18 +30,18 @@ from crossfeed.kafka import topics as kafka_topics
 from crossfeed.kafka.reachability import Reachability, wait_for_cluster
 from crossfeed.kafka.targets import TargetTopics
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
-from crossfeed.wire import ids, topics
-from services.puller import metrics
-from services.puller.copies import Route
-from services.puller.discovery import Discovery
-from services.puller.membership import CoordinatorMembership, GroupMembership
-from services.puller.task import (
+from crossfeed.services.puller import metrics
+from crossfeed.services.puller.copies import Route
+from crossfeed.services.puller.discovery import Discovery
+from crossfeed.services.puller.membership import CoordinatorMembership, GroupMembership
+from crossfeed.services.puller.task import (
     FeedContext,
     PartitionState,
     PullerTask,
     TxnFailure,
     transactional_id,
 )
+from crossfeed.wire import ids, topics
 
 log = logging.getLogger(__name__)
 

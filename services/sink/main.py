@@ -31,7 +31,7 @@ def run(
     sink = feed.sink
     if sink.scheme == "postgresql":
         require("postgres", "the PostgreSQL sink")
-        from services.sink.postgres.sink import PostgresSink
+        from crossfeed.services.sink.postgres.sink import PostgresSink
 
         control_conf = settings.cluster(settings.control_alias()).client_config()
         return service.run(
@@ -43,7 +43,7 @@ def run(
     target_alias = sink.cluster
     assert target_alias is not None
     control_conf = settings.cluster(settings.control_alias()).client_config()
-    from services.sink.ordered_kafka import OrderedKafkaSink
+    from crossfeed.services.sink.ordered_kafka import OrderedKafkaSink
 
     return service.run(
         settings,

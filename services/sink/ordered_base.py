@@ -20,10 +20,10 @@ from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
 from crossfeed.kafka.reachability import wait_for_cluster
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
+from crossfeed.services.sink import metrics as shared_metrics
+from crossfeed.services.sink import ordered_metrics as metrics
+from crossfeed.services.sink.sorted_stream import Applied, Sequencer
 from crossfeed.wire import ids, topics
-from services.sink import metrics as shared_metrics
-from services.sink import ordered_metrics as metrics
-from services.sink.sorted_stream import Applied, Sequencer
 
 log = logging.getLogger(__name__)
 

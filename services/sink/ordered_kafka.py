@@ -12,7 +12,7 @@ transactions may share one Kafka transaction (``sink.commit_interval_ms``,
 The applied position (commit_ts, txn id of the last whole transaction) and checkpoint_ts
 travel as the metadata of the group offset committed with ``send_offsets_to_transaction``,
 so data and position are one atomic write; at start the owner reads them back, and the
-:class:`~services.sink.sorted_stream.Sequencer` drops every replayed transaction at or
+:class:`~crossfeed.services.sink.sorted_stream.Sequencer` drops every replayed transaction at or
 below the position.
 
 A transaction cut short (docs §3) whose records were already produced: the Kafka
@@ -40,12 +40,12 @@ from crossfeed.kafka import topics as kafka_topics
 from crossfeed.kafka.protocols import GroupConsumer, Message, TransactionalProducer
 from crossfeed.kafka.targets import TargetTopics, record_size
 from crossfeed.membership import HeartbeatContent
+from crossfeed.services.sink import metrics as shared_metrics
+from crossfeed.services.sink import ordered_metrics as metrics
+from crossfeed.services.sink.ordered_base import SORTED_PARTITION, OrderedSink
+from crossfeed.services.sink.sorted_stream import Applied, BadMarker, Kind, Step, classify
 from crossfeed.wire import ids
 from crossfeed.wire.headers import TIMESTAMP
-from services.sink import metrics as shared_metrics
-from services.sink import ordered_metrics as metrics
-from services.sink.ordered_base import SORTED_PARTITION, OrderedSink
-from services.sink.sorted_stream import Applied, BadMarker, Kind, Step, classify
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ scheduling here whatever its size:
    them as a parquet *segment* under the checkpoint directory (pending changes live on
    disk, never in a Python object or in memory), observing the batch's statistics;
 2. take the max resolved_ts per source partition from the observed marks, merge it into
-   the driver state and compute the global resolved_ts R (:mod:`services.sorter.rules`);
+   the driver state and compute the global resolved_ts R (:mod:`crossfeed.services.sorter.rules`);
 3. if R went up, release every complete transaction with R_prev < commit_ts <= R from all
    pending segments (completeness by window aggregates per transaction, no join), with
    begin/commit markers, sorted globally by (commit_ts, txn, ord)
@@ -41,10 +41,10 @@ from pyspark.sql import functions as F
 from crossfeed import dlq
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
+from crossfeed.services.sorter import rules
+from crossfeed.services.sorter.rules import DriverState, Segment, Window
+from crossfeed.services.sorter.store import Store
 from crossfeed.wire import codec, headers, topics
-from services.sorter import rules
-from services.sorter.rules import DriverState, Segment, Window
-from services.sorter.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ import sys
 from crossfeed import service
 from crossfeed.config import Settings
 from crossfeed.feeds import FeedSpec
-from services.sorter.sparkconf import SetupError
-from services.sorter.store import FeedLocked
-from services.sorter.worker import SorterFailed, SorterWorker
+from crossfeed.services.sorter.sparkconf import SetupError
+from crossfeed.services.sorter.store import FeedLocked
+from crossfeed.services.sorter.worker import SorterFailed, SorterWorker
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The sorter's decisions, with no Spark and no Kafka (docs/ordered-feeds.md §2-§3).
 
-The Spark job (:mod:`services.sorter.job`) evaluates the per-row rules below as Spark SQL
+The Spark job (:mod:`crossfeed.services.sorter.job`) evaluates the per-row rules below as Spark SQL
 expressions in the JVM; the Python functions here are their reference (unit and property
 tests hold the two to the same answers) and everything the driver decides once per
 micro-batch: per-partition resolved state, the global resolved_ts R, which rows a batch
@@ -43,7 +43,7 @@ _MARK_KEY = re.compile(r"^([^/]+)/([0-9]{1,9})$")
 BEGIN_ORD: Final = 0
 
 
-# -- per-row rules (mirrored in Spark SQL by services.sorter.job) ------------------------
+# -- per-row rules (mirrored in Spark SQL by crossfeed.services.sorter.job) ------------------------
 
 
 def parse_commit_ts(text: str | None) -> int | None:

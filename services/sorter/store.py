@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import IO
 
-from services.sorter.rules import DriverState
+from crossfeed.services.sorter.rules import DriverState
 
 KEEP_STATES = 5
 

@@ -1,6 +1,6 @@
 """One sorter instance: checks, the Spark query, heartbeats, metrics and /status.
 
-The Spark job (:mod:`services.sorter.job`) does the sorting; this module starts and stops
+The Spark job (:mod:`crossfeed.services.sorter.job`) does the sorting; this module starts and stops
 it, keeps the feed's expected source partitions fresh (source metadata, refreshed every
 ``sorter.partitions_refresh_s`` and persisted with the driver state, so a lost source
 cluster does not lose them), and reports: per-partition resolved_ts, the global R, and
@@ -23,10 +23,10 @@ from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
 from crossfeed.kafka.reachability import wait_for_cluster
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
+from crossfeed.services.sorter import metrics, rules, sparkconf
+from crossfeed.services.sorter.rules import DriverState
+from crossfeed.services.sorter.store import Store
 from crossfeed.wire import topics
-from services.sorter import metrics, rules, sparkconf
-from services.sorter.rules import DriverState
-from services.sorter.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class SorterWorker:
         self.heartbeats: HeartbeatSender | None = None
         self.job: Any = None
         self._lock = threading.Lock()
-        from services.sorter.job import PartitionsSource  # pyspark only once we run
+        from crossfeed.services.sorter.job import PartitionsSource  # pyspark only once we run
 
         self.partitions = PartitionsSource()
         self._labels = (feed.name,)
@@ -111,7 +111,7 @@ class SorterWorker:
         )
         refresher.start()
 
-        from services.sorter.job import SorterJob, build_session
+        from crossfeed.services.sorter.job import SorterJob, build_session
 
         conf = sparkconf.spark_conf(self.opts, self.feed.name, jar_list)
         log.info(

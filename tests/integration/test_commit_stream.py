@@ -31,10 +31,10 @@ from crossfeed.config import Settings
 from crossfeed.core.provenance import parse_src
 from crossfeed.feeds import FeedSpec, load_feed_file
 from crossfeed.kafka import clients
+from crossfeed.services.coordinator.failover import TranslatorLoop
 from crossfeed.translation import metrics
 from crossfeed.translation.translator import Translator
 from crossfeed.wire import headers
-from services.coordinator.failover import TranslatorLoop
 from tests.integration.test_failover import committed, wait_for
 from tests.support.secured import ADMIN_USER, LIMITED_USER, Secured, secured_cluster
 from tests.support.verify import read_many

@@ -13,9 +13,9 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from crossfeed.client.rest import CoordinatorClient
 from crossfeed.kafka import clients
+from crossfeed.services.coordinator.store import StateStore
+from crossfeed.services.coordinator.writer import Fenced, StateWriter
 from crossfeed.wire import codec, topics
-from services.coordinator.store import StateStore
-from services.coordinator.writer import Fenced, StateWriter
 from tests.integration.test_coordinator_process import (
     FAILOVER_S,
     TOKEN,

@@ -13,8 +13,8 @@ import pytest
 
 from crossfeed.client.rest import CoordinatorClient
 from crossfeed.kafka import clients
+from crossfeed.services.coordinator.records import Assignment
 from crossfeed.wire import topics
-from services.coordinator.records import Assignment
 from tests.integration.test_coordinator_process import (
     FAILOVER_S,
     TOKEN,

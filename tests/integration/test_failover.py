@@ -28,10 +28,10 @@ from crossfeed.client.rest import CoordinatorClient
 from crossfeed.core.provenance import parse_src
 from crossfeed.feeds import FeedSpec, load_feed_file
 from crossfeed.kafka import clients
+from crossfeed.services.coordinator.failover import FailoverHooks, TranslatorLoop, make_router
+from crossfeed.services.coordinator.rest_server import RestServer
 from crossfeed.translation.kafka_io import shared_admin
 from crossfeed.wire import headers
-from services.coordinator.failover import FailoverHooks, TranslatorLoop, make_router
-from services.coordinator.rest_server import RestServer
 from tests.support.verify import Record, read_many
 from tests.support.workload import produce_mixed
 

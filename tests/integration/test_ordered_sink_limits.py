@@ -146,7 +146,7 @@ def test_million_row_transaction_into_postgres_bounded_memory(clusters, services
 def _ceiling(uri: str, schema: str, rows: list[tuple[int, int, str, int]]) -> float:
     """Rows/s of the same upserts with no crossfeed in between: batched executemany of
     1,000 rows per transaction (the sink's statement, last writer wins included)."""
-    from services.sink.postgres.mapping import upsert
+    from crossfeed.services.sink.postgres.mapping import upsert
 
     sql = upsert(schema, "ceiling", ["id", "balance", "owner"], ["id"])
     with psycopg.connect(uri) as conn:

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from crossfeed.services.sorter import rules
 from crossfeed.wire import headers
-from services.sorter import rules
 
 pytestmark = [pytest.mark.spark]
 
@@ -56,7 +56,7 @@ def reference(hdrs: list[tuple[str, bytes]], key: bytes | None) -> dict[str, obj
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[object]:
-    from services.sorter.job import build_session
+    from crossfeed.services.sorter.job import build_session
 
     session = build_session(
         {
@@ -85,7 +85,7 @@ def test_parse_matches_the_python_rules(spark: object) -> None:
         TimestampType,
     )
 
-    from services.sorter.job import parse
+    from crossfeed.services.sorter.job import parse
 
     schema = StructType(
         [

@@ -32,9 +32,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 
 
 def test_the_wheel_holds_the_package_its_schemas_and_license(installed: Installed):
-    # Until the rename of services/ into crossfeed/services (docs: Installing), the wheel
-    # still ships the services as a top-level package of their own.
-    assert installed.top_level_names() == {"crossfeed", "services"}
+    # The services ship as crossfeed.services: no generic top-level name in site-packages.
+    assert installed.top_level_names() == {"crossfeed"}
     assert "Apache License" in installed.read(".dist-info/licenses/LICENSE")
     metadata = installed.read(".dist-info/METADATA")
     assert "License-Expression: Apache-2.0" in metadata

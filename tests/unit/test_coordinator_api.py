@@ -8,14 +8,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from crossfeed.feeds import FeedSpec
-from services.coordinator.api import make_app
-from services.coordinator.errors import CODES
-from services.coordinator.fold import StateView
-from services.coordinator.leadership import LeaderInfo
-from services.coordinator.lifecycle import Action, NotLeaderNow, restartable, transition
-from services.coordinator.members import Live, Member, MembersView
-from services.coordinator.records import FeedStatus, StoredFeed
-from services.coordinator.updates import check_update
+from crossfeed.services.coordinator.api import make_app
+from crossfeed.services.coordinator.errors import CODES
+from crossfeed.services.coordinator.fold import StateView
+from crossfeed.services.coordinator.leadership import LeaderInfo
+from crossfeed.services.coordinator.lifecycle import Action, NotLeaderNow, restartable, transition
+from crossfeed.services.coordinator.members import Live, Member, MembersView
+from crossfeed.services.coordinator.records import FeedStatus, StoredFeed
+from crossfeed.services.coordinator.updates import check_update
 
 pytestmark = pytest.mark.unit
 
@@ -223,7 +223,7 @@ def test_crossfeed_status_prints_the_commit_mode_of_each_feed() -> None:
     from typer.testing import CliRunner
 
     from crossfeed.cli.main import app as cli
-    from services.coordinator.rest_server import RestServer
+    from crossfeed.services.coordinator.rest_server import RestServer
 
     control = FakeControl()
     control.feeds["orders"] = StoredFeed(FeedSpec.model_validate(FEED), 1)

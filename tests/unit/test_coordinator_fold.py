@@ -6,8 +6,8 @@ import pytest
 
 from crossfeed.core.lease import LeaseView
 from crossfeed.feeds import FeedSpec
-from services.coordinator.fold import StateFold
-from services.coordinator.records import (
+from crossfeed.services.coordinator.fold import StateFold
+from crossfeed.services.coordinator.records import (
     LEASE_KEY,
     Assignment,
     FeedStatus,

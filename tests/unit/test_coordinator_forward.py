@@ -10,9 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from crossfeed.client.rest import ApiError, CoordinatorClient
-from services.coordinator.api import make_app
-from services.coordinator.members import MembersView
-from services.coordinator.rest_server import RestServer
+from crossfeed.services.coordinator.api import make_app
+from crossfeed.services.coordinator.members import MembersView
+from crossfeed.services.coordinator.rest_server import RestServer
 from tests.unit.test_coordinator_api import FEED, TOKEN, FakeControl, auth, coordinator
 
 DEAD = "http://127.0.0.1:9"  # nothing listens on the discard port

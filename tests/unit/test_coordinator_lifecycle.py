@@ -10,16 +10,16 @@ from pydantic import ValidationError
 
 from crossfeed.config import Settings
 from crossfeed.feeds import FeedSpec
-from services.coordinator.fold import StateView
-from services.coordinator.lifecycle import (
+from crossfeed.services.coordinator.fold import StateView
+from crossfeed.services.coordinator.lifecycle import (
     LifecycleError,
     check_new_feed,
     describe_errors,
     transition,
 )
-from services.coordinator.members import Member
-from services.coordinator.records import FeedStatus, StoredFeed
-from services.coordinator.status import control_lost, next_status
+from crossfeed.services.coordinator.members import Member
+from crossfeed.services.coordinator.records import FeedStatus, StoredFeed
+from crossfeed.services.coordinator.status import control_lost, next_status
 
 pytestmark = pytest.mark.unit
 

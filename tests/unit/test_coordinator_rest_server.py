@@ -7,7 +7,7 @@ import socket
 import httpx
 from fastapi import FastAPI
 
-from services.coordinator.rest_server import RestServer
+from crossfeed.services.coordinator.rest_server import RestServer
 
 
 def test_a_client_that_connects_before_the_server_thread_runs_is_answered() -> None:

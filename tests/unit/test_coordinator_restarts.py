@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crossfeed.feeds import FeedSpec
-from services.coordinator.lifecycle import LifecycleError, restartable
-from services.coordinator.restarts import Held, OwnerBeat, puller_task_numbers, still_held
-from services.coordinator.updates import check_update
+from crossfeed.services.coordinator.lifecycle import LifecycleError, restartable
+from crossfeed.services.coordinator.restarts import Held, OwnerBeat, puller_task_numbers, still_held
+from crossfeed.services.coordinator.updates import check_update
 
 pytestmark = pytest.mark.unit
 

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 import pytest
 
 from crossfeed.feeds import FeedSpec
-from services.coordinator.fold import StateView
-from services.coordinator.records import Assignment, FeedStatus, StoredFeed
-from services.coordinator.scheduler import Round, plan, plan_feed
+from crossfeed.services.coordinator.fold import StateView
+from crossfeed.services.coordinator.records import Assignment, FeedStatus, StoredFeed
+from crossfeed.services.coordinator.scheduler import Round, plan, plan_feed
 
 pytestmark = pytest.mark.unit
 

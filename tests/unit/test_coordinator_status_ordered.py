@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from services.coordinator.records import FeedStatus
-from services.coordinator.status import next_status
+from crossfeed.services.coordinator.records import FeedStatus
+from crossfeed.services.coordinator.status import next_status
 from tests.unit.test_coordinator_lifecycle import member
 
 pytestmark = pytest.mark.unit

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.coordinator.members import Member
-from services.coordinator.views import held_back
+from crossfeed.services.coordinator.members import Member
+from crossfeed.services.coordinator.views import held_back
 
 pytestmark = pytest.mark.unit
 
@@ -47,7 +47,7 @@ def test_no_laggard_no_entry() -> None:
 def test_a_heartbeat_from_before_the_resolved_field_is_read_as_the_new_fields() -> None:
     """0.1.0 pullers and sorters put resolved_ts (and laggards as 'laggard:<p>') into
     checkpoints; a coordinator reading them during a rolling upgrade sees the same."""
-    from services.coordinator.members import Member as M
+    from crossfeed.services.coordinator.members import Member as M
 
     base = {
         "instance_id": "s",

@@ -9,7 +9,7 @@ import pytest
 
 from crossfeed.demo import display
 from crossfeed.demo.scenario import Demo, Names
-from services.coordinator.views import FeedStatusInfo
+from crossfeed.services.coordinator.views import FeedStatusInfo
 
 pytestmark = pytest.mark.unit
 

@@ -354,11 +354,11 @@ def feed_of(text: str, where: str) -> FeedSpec:
 # -- metrics ----------------------------------------------------------------------------------
 
 METRICS_MODULES = (
-    "services.puller.metrics",
-    "services.sink.metrics",
-    "services.sink.ordered_metrics",
-    "services.sorter.metrics",
-    "services.coordinator.metrics",
+    "crossfeed.services.puller.metrics",
+    "crossfeed.services.sink.metrics",
+    "crossfeed.services.sink.ordered_metrics",
+    "crossfeed.services.sorter.metrics",
+    "crossfeed.services.coordinator.metrics",
     "crossfeed.translation.metrics",
     "crossfeed.build_info",
 )

@@ -73,7 +73,7 @@ def test_the_client_library_and_the_cli_import_no_extra():
     code = (
         "import sys\n"
         "import crossfeed.client, crossfeed.cli.main\n"
-        "import services.puller.main, services.sink.main\n"
+        "import crossfeed.services.puller.main, crossfeed.services.sink.main\n"
         f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
     )
     out = subprocess.run(

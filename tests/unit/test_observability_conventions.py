@@ -13,12 +13,12 @@ import pytest
 from prometheus_client import REGISTRY
 
 import crossfeed.build_info
+import crossfeed.services.coordinator.metrics
+import crossfeed.services.puller.metrics
+import crossfeed.services.sink.metrics
+import crossfeed.services.sink.ordered_metrics
+import crossfeed.services.sorter.metrics
 import crossfeed.translation.metrics
-import services.coordinator.metrics
-import services.puller.metrics
-import services.sink.metrics
-import services.sink.ordered_metrics
-import services.sorter.metrics
 from crossfeed import __version__, service
 from crossfeed import log as logsetup
 from crossfeed.config import Settings
@@ -28,11 +28,11 @@ pytestmark = pytest.mark.unit
 MODULES = (
     crossfeed.build_info,
     crossfeed.translation.metrics,
-    services.coordinator.metrics,
-    services.puller.metrics,
-    services.sink.metrics,
-    services.sink.ordered_metrics,
-    services.sorter.metrics,
+    crossfeed.services.coordinator.metrics,
+    crossfeed.services.puller.metrics,
+    crossfeed.services.sink.metrics,
+    crossfeed.services.sink.ordered_metrics,
+    crossfeed.services.sorter.metrics,
 )
 
 
@@ -73,7 +73,7 @@ def test_json_log_lines_carry_the_feed_and_the_instance() -> None:
     handler = logging.getLogger().handlers[0]
     out = io.StringIO()
     handler.setStream(out)  # type: ignore[attr-defined]
-    logging.getLogger("services.puller.worker").info("task %d started", 3)
+    logging.getLogger("crossfeed.services.puller.worker").info("task %d started", 3)
     logging.getLogger("x").info("moved", extra={"feed": "other", "task": "other/1"})
     first, second = (json.loads(line) for line in out.getvalue().splitlines())
     assert first["msg"] == "task 3 started"
@@ -93,7 +93,7 @@ def test_a_service_process_logs_its_feed_and_instance_in_json(
 ) -> None:
     class Worker:
         def run(self, stop: threading.Event) -> None:
-            logging.getLogger("services.puller.worker").info("copying")
+            logging.getLogger("crossfeed.services.puller.worker").info("copying")
 
         def status(self) -> dict[str, Any]:
             return {}

@@ -14,9 +14,9 @@ from crossfeed.client.producer import watermark_headers, watermark_value
 from crossfeed.core.partitions import TopicPartition
 from crossfeed.dlq import FeedStopped
 from crossfeed.feeds import FeedSpec
+from crossfeed.services.puller.ordered import next_resolved, staged_size
+from crossfeed.services.puller.task import FeedContext, PullerTask, TxnFailure
 from crossfeed.wire import codec, headers
-from services.puller.ordered import next_resolved, staged_size
-from services.puller.task import FeedContext, PullerTask, TxnFailure
 
 pytestmark = pytest.mark.unit
 

@@ -9,9 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crossfeed.wire import codec
-from services.sink.postgres.batch import Batch
-from services.sink.postgres.mapping import (
+from crossfeed.services.sink.postgres.batch import Batch
+from crossfeed.services.sink.postgres.mapping import (
     COMMIT_TS_COLUMN,
     PG_TYPES,
     Column,
@@ -26,6 +25,7 @@ from services.sink.postgres.mapping import (
     plan,
     upsert,
 )
+from crossfeed.wire import codec
 from tests.support.sorted_stream import change_event
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,5 @@
-"""Unit and property tests for services.sink.sorted_stream (docs/ordered-feeds.md §3-§4)."""
+"""Unit and property tests for crossfeed.services.sink.sorted_stream
+(docs/ordered-feeds.md §3-§4)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crossfeed.wire import headers
-from services.sink.sorted_stream import (
+from crossfeed.services.sink.sorted_stream import (
     DATA_MARKER,
     NOTHING,
     Applied,
@@ -22,6 +22,7 @@ from services.sink.sorted_stream import (
     classify,
     split_txn,
 )
+from crossfeed.wire import headers
 
 pytestmark = pytest.mark.unit
 
@@ -288,7 +289,7 @@ def test_resolved_never_ahead_of_what_completed(data) -> None:
 
 
 def test_source_timestamp_comes_back_from_the_sorter_header_which_is_dropped() -> None:
-    from services.sink.ordered_kafka import source_timestamp
+    from crossfeed.services.sink.ordered_kafka import source_timestamp
 
     hdrs = [("a", b"1"), ("crossfeed-timestamp", b"1700000000123"), ("b", None)]
     assert source_timestamp(42, hdrs) == (1_700_000_000_123, [("a", b"1"), ("b", None)])

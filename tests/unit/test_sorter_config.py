@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from crossfeed.config import Settings
-from services.sorter import sparkconf
-from services.sorter.store import FeedLocked, Store
+from crossfeed.services.sorter import sparkconf
+from crossfeed.services.sorter.store import FeedLocked, Store
 
 pytestmark = pytest.mark.unit
 
@@ -93,7 +93,7 @@ def test_sorter_settings_from_env(monkeypatch):
 
 
 def test_store_state_and_lock(tmp_path):
-    from services.sorter.rules import DriverState
+    from crossfeed.services.sorter.rules import DriverState
 
     store = Store(tmp_path / "f").open()
     assert store.latest() == DriverState()

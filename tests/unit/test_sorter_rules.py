@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.sorter import rules
-from services.sorter.rules import DriverState, Segment, Src, TxnRef, Window
+from crossfeed.services.sorter import rules
+from crossfeed.services.sorter.rules import DriverState, Segment, Src, TxnRef, Window
 
 pytestmark = pytest.mark.unit
 

@@ -17,9 +17,9 @@ from crossfeed.core.partitions import TopicPartition
 from crossfeed.core.task_txn import Next, Outcome
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka.protocols import Header, Message, TransactionalProducer
+from crossfeed.services.puller.copies import Route
+from crossfeed.services.puller.task import FeedContext, PullerTask, TxnFailure
 from crossfeed.wire import codec, headers, topics
-from services.puller.copies import Route
-from services.puller.task import FeedContext, PullerTask, TxnFailure
 
 pytestmark = pytest.mark.unit
 
@@ -277,7 +277,7 @@ def _data(txn: str, ts: int, seq: int, count: int) -> list[Header]:
 
 def _sink() -> tuple[Any, FakeProducer, FakeGroupConsumer]:
     from crossfeed.config import Settings
-    from services.sink.ordered_kafka import OrderedKafkaSink
+    from crossfeed.services.sink.ordered_kafka import OrderedKafkaSink
 
     settings = Settings(clusters={"dc-b": {"bootstrap.servers": "127.0.0.1:1"}})
     feed = FeedSpec.model_validate(

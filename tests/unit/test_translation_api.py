@@ -14,10 +14,10 @@ from rich.console import Console
 from crossfeed.cli.translation_render import failback_report, failover_report, group_table
 from crossfeed.config import Settings
 from crossfeed.feeds import FeedSpec
+from crossfeed.services.coordinator.error_handlers import install_error_handlers
+from crossfeed.services.coordinator.failover import FailoverHooks, make_router
+from crossfeed.services.coordinator.failover.reverse import reverse_name, reverse_spec
 from crossfeed.translation.translator import GroupTranslation, PartitionTranslation
-from services.coordinator.error_handlers import install_error_handlers
-from services.coordinator.failover import FailoverHooks, make_router
-from services.coordinator.failover.reverse import reverse_name, reverse_spec
 
 pytestmark = pytest.mark.unit
 

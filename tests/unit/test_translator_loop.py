@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from crossfeed.services.coordinator.failover.loop import _Runner
 from crossfeed.translation.results import TickReport
-from services.coordinator.failover.loop import _Runner
 
 pytestmark = pytest.mark.unit
 

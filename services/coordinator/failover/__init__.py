@@ -2,7 +2,7 @@
 
 What the coordinator wires, once:
 
-    from services.coordinator.failover import FailoverHooks, TranslatorLoop, make_router
+    from crossfeed.services.coordinator.failover import FailoverHooks, TranslatorLoop, make_router
 
     loop = TranslatorLoop(settings)            # at start
     app.include_router(make_router(FailoverHooks(
@@ -22,8 +22,8 @@ Modules: ``loop`` (the translators), ``failover`` and ``failback`` (the procedur
 ``replay`` (copying extra data), ``reverse`` (the reverse feed), ``api`` (the routes).
 """
 
-from services.coordinator.failover.api import make_router
-from services.coordinator.failover.hooks import FailoverHooks
-from services.coordinator.failover.loop import TranslatorLoop, translatable
+from crossfeed.services.coordinator.failover.api import make_router
+from crossfeed.services.coordinator.failover.hooks import FailoverHooks
+from crossfeed.services.coordinator.failover.loop import TranslatorLoop, translatable
 
 __all__ = ["FailoverHooks", "TranslatorLoop", "make_router", "translatable"]

@@ -22,14 +22,12 @@ from confluent_kafka import KafkaException
 from fastapi import APIRouter, Body, HTTPException, Query, Request
 
 from crossfeed.config import ConfigError
-from crossfeed.translation.kafka_io import Unreachable
-from crossfeed.translation.translator import Translator, translate_once
-from services.coordinator import metrics
-from services.coordinator.failover.common import resolve_feed
-from services.coordinator.failover.failback import run_failback
-from services.coordinator.failover.failover import run_failover
-from services.coordinator.failover.hooks import FailoverHooks
-from services.coordinator.failover.models import (
+from crossfeed.services.coordinator import metrics
+from crossfeed.services.coordinator.failover.common import resolve_feed
+from crossfeed.services.coordinator.failover.failback import run_failback
+from crossfeed.services.coordinator.failover.failover import run_failover
+from crossfeed.services.coordinator.failover.hooks import FailoverHooks
+from crossfeed.services.coordinator.failover.models import (
     FailbackReport,
     FailbackRequest,
     FailoverReport,
@@ -37,7 +35,9 @@ from services.coordinator.failover.models import (
     FeedRef,
     GroupOut,
 )
-from services.coordinator.lifecycle import LifecycleError
+from crossfeed.services.coordinator.lifecycle import LifecycleError
+from crossfeed.translation.kafka_io import Unreachable
+from crossfeed.translation.translator import Translator, translate_once
 
 
 @contextlib.contextmanager

@@ -9,11 +9,11 @@ from fastapi import HTTPException
 
 from crossfeed.config import ConfigError
 from crossfeed.feeds import FeedSpec, parse_feed
+from crossfeed.services.coordinator.failover.hooks import FailoverHooks
+from crossfeed.services.coordinator.failover.models import GroupOut, PartitionOut
+from crossfeed.services.coordinator.lifecycle import LifecycleError
 from crossfeed.translation.kafka_io import Unreachable
 from crossfeed.translation.translator import PartitionTranslation
-from services.coordinator.failover.hooks import FailoverHooks
-from services.coordinator.failover.models import GroupOut, PartitionOut
-from services.coordinator.lifecycle import LifecycleError
 
 STAGING_SCAN_LIMIT = 100_000
 

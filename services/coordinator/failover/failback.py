@@ -30,21 +30,25 @@ from fastapi import HTTPException
 
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
-from crossfeed.translation import kafka_io
-from crossfeed.translation.kafka_io import TP, Unreachable, shared_admin
-from crossfeed.translation.rpo import PartitionRpo
-from crossfeed.translation.translator import Translator
-from services.coordinator.failover.common import grouped, resolve_feed
-from services.coordinator.failover.hooks import FailoverHooks
-from services.coordinator.failover.models import (
+from crossfeed.services.coordinator.failover.common import grouped, resolve_feed
+from crossfeed.services.coordinator.failover.hooks import FailoverHooks
+from crossfeed.services.coordinator.failover.models import (
     ExtraOut,
     FailbackReport,
     FailbackRequest,
     ReverseOut,
     RpoOut,
 )
-from services.coordinator.failover.replay import Copied, ExtraRange, replay
-from services.coordinator.failover.reverse import reverse_name, reverse_spec, seed_positions
+from crossfeed.services.coordinator.failover.replay import Copied, ExtraRange, replay
+from crossfeed.services.coordinator.failover.reverse import (
+    reverse_name,
+    reverse_spec,
+    seed_positions,
+)
+from crossfeed.translation import kafka_io
+from crossfeed.translation.kafka_io import TP, Unreachable, shared_admin
+from crossfeed.translation.rpo import PartitionRpo
+from crossfeed.translation.translator import Translator
 
 log = logging.getLogger(__name__)
 

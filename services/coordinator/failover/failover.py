@@ -22,10 +22,10 @@ from typing import Literal
 
 from fastapi import HTTPException
 
+from crossfeed.services.coordinator.failover.common import grouped, resolve_feed
+from crossfeed.services.coordinator.failover.hooks import FailoverHooks
+from crossfeed.services.coordinator.failover.models import FailoverReport, FailoverRequest, RpoOut
 from crossfeed.translation.translator import Translator
-from services.coordinator.failover.common import grouped, resolve_feed
-from services.coordinator.failover.hooks import FailoverHooks
-from services.coordinator.failover.models import FailoverReport, FailoverRequest, RpoOut
 
 log = logging.getLogger(__name__)
 

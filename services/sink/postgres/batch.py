@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from services.sink.postgres.mapping import RowChange
+from crossfeed.services.sink.postgres.mapping import RowChange
 
 
 class Batch:

@@ -8,7 +8,7 @@ Whole source transactions only: a database transaction holds one or several of t
 so a reader of the database never sees a torn source transaction. The applied position,
 checkpoint_ts and the sorted offset to resume from are a row of ``crossfeed_position``
 written in that same database transaction: a restart resumes exactly there, and the
-:class:`~services.sink.sorted_stream.Sequencer` drops replays at or below it. Every
+:class:`~crossfeed.services.sink.sorted_stream.Sequencer` drops replays at or below it. Every
 ``syncpoint.interval`` seconds the commit also adds a ``crossfeed_syncpoint`` row
 (feed, consistency_ts, target time): the database then held the source's state as of
 consistency_ts (TiCDC's syncpoint).
@@ -49,15 +49,13 @@ from crossfeed.dlq import FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.membership import HeartbeatContent
-from crossfeed.wire import codec
-from crossfeed.wire.codec import CodecError
-from services.sink import metrics as shared_metrics
-from services.sink import ordered_metrics as metrics
-from services.sink.ordered_base import SORTED_PARTITION, OrderedSink
-from services.sink.postgres import mapping
-from services.sink.postgres.batch import Batch
-from services.sink.postgres.mapping import Misfit, RowChange, TableSchema
-from services.sink.sorted_stream import (
+from crossfeed.services.sink import metrics as shared_metrics
+from crossfeed.services.sink import ordered_metrics as metrics
+from crossfeed.services.sink.ordered_base import SORTED_PARTITION, OrderedSink
+from crossfeed.services.sink.postgres import mapping
+from crossfeed.services.sink.postgres.batch import Batch
+from crossfeed.services.sink.postgres.mapping import Misfit, RowChange, TableSchema
+from crossfeed.services.sink.sorted_stream import (
     Applied,
     BadMarker,
     Kind,
@@ -65,6 +63,8 @@ from services.sink.sorted_stream import (
     Step,
     classify,
 )
+from crossfeed.wire import codec
+from crossfeed.wire.codec import CodecError
 
 log = logging.getLogger(__name__)
 
