@@ -30,6 +30,10 @@ class Discovery:
     target: AdminClient
     ready: dict[str, int] = field(default_factory=dict)  # source topic -> partitions
     errors: dict[str, str] = field(default_factory=dict)  # source topic -> error message
+    # Selected source topics whose target topic exists but does not answer yet (just
+    # created, leaders being elected): the puller looks again soon, not a whole
+    # topic_refresh_s later (a new topic's first seconds went uncopied).
+    waiting: set[str] = field(default_factory=set)
 
     def refresh(self) -> set[TopicPartition]:
         """Look again; returns source partitions that became ready since the last call."""
@@ -37,6 +41,7 @@ class Discovery:
         ordered = self.feed.mode == "ordered"
         target_counts = {} if ordered else kafka_topics.partition_counts(self.target)
         new: set[TopicPartition] = set()
+        self.waiting.clear()
         for topic in self.feed.selector.select(source_counts):
             partitions = source_counts[topic]
             if self.ready.get(topic) == partitions:
@@ -58,7 +63,8 @@ class Discovery:
                     # leaders): ask for its own partition count rather than assume ours.
                     counted = kafka_topics.partition_count(self.target, target_topic)
                     if counted is None:
-                        continue  # not readable yet: the next refresh looks again
+                        self.waiting.add(topic)  # not readable yet: looked at again soon
+                        continue
                     target_partitions = counted
             else:
                 target_partitions = target_counts[target_topic]

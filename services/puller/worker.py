@@ -49,6 +49,7 @@ CONSUME_BATCH = 5000  # records per consume call
 READ_WAIT_S = 0.05  # longest a consume call waits for source records
 SOURCE_UP_WINDOW_S = 3.0  # statistics arrive every second; allow for two missing
 STUCK_COMMIT_S = 5.0  # a commit under way this long: the target is not answering
+WAITING_REFRESH_S = 0.5  # topic listing again while a new target topic does not answer
 STAGING_MAX_MESSAGE_BYTES = topics.STAGING_MAX_MESSAGE_BYTES
 STAGING_HEADROOM_BYTES = topics.STAGING_HEADROOM_BYTES
 
@@ -189,7 +190,10 @@ class PullerWorker:
         if updated is not None and updated.model_dump() != self.feed.model_dump():
             self._apply_update(updated)
         now = time.monotonic()
-        if now - self.last_refresh >= self.settings.puller.topic_refresh_s:
+        interval = self.settings.puller.topic_refresh_s
+        if self.discovery.waiting:  # a target topic not answering yet: look again soon
+            interval = min(interval, WAITING_REFRESH_S)
+        if now - self.last_refresh >= interval:
             self._refresh()
             self.last_refresh = now
         if not self.tasks:
