@@ -85,6 +85,14 @@ def fail_over_and_back(
         producer.start()
         app.start(clusters.a.bootstrap)
         app.wait_for("reading on dc-a", lambda r: len(r) > 100, timeout_s=90)
+
+        def topic_copied() -> bool:
+            """dc-a is lost mid-copy, not before the feed has started (a new topic's
+            first copies may wait for its target topic to answer)."""
+            rows = [r for r in translator.rpo() if r.topic == topic]
+            return len(rows) == PARTITIONS and all(r.replicated_to for r in rows)
+
+        wait_for("the feed copying every partition", topic_copied, timeout_s=60)
         wait_for("the feed copying what the client needs", copying, timeout_s=60)
         time.sleep(RUN_S)
 
