@@ -203,6 +203,9 @@ def console_consumer(workdir: Path, group: str, topic: str) -> AppProcess:
             *("--isolation-level", "read_committed"),
             *("--formatter-property", "print.partition=true"),
             *("--formatter-property", "print.key=true"),
+            # As plain_app: a shorter session, so failback waits less for the member
+            # that died with dc-a (the default is 45 s).
+            *("--consumer-property", "session.timeout.ms=10000"),
         ]
         return java(CONSOLE_CONSUMER, args, workdir=workdir, heap="-Xmx256m", log_level="WARN")
 

@@ -18,6 +18,9 @@ def main(bootstrap: str, group: str, topic: str) -> None:
             "group.id": group,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            # Killed with dc-a, it stays a member there until its session times out, and
+            # failback waits for that: 10 s rather than the default 45 keeps the test short.
+            "session.timeout.ms": 10_000,
         }
     )
     stopping = []
