@@ -22,6 +22,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from crossfeed.kafka import client_overrides
+
 ALIAS_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 HOST_PORT_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
 SECURITY_PROTOCOLS = {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}
@@ -46,6 +48,7 @@ class ClusterConfig(BaseModel):
                     f"bootstrap.servers entry {server!r} is not host:port; "
                     "write e.g. 127.0.0.1:19092"
                 )
+        client_overrides.check(props)
         protocol = props.get("security.protocol")
         if protocol is not None and protocol.upper() not in SECURITY_PROTOCOLS:
             raise ValueError(
@@ -60,6 +63,18 @@ class ClusterConfig(BaseModel):
     def client_config(self, **overrides: object) -> dict[str, object]:
         """librdkafka configuration for this cluster, with per-client overrides."""
         return {**self.properties, **overrides}
+
+
+def _flat_properties(props: dict[Any, Any]) -> dict[str, str]:
+    """Cluster properties as librdkafka strings; a nested ``consumer:``/``producer:``/
+    ``admin:`` mapping becomes ``consumer.<key>`` (the flat form means the same)."""
+    out: dict[str, str] = {}
+    for key, value in props.items():
+        if str(key) in client_overrides.CLIENT_KINDS and isinstance(value, dict):
+            out.update({f"{key}.{k}": str(v) for k, v in value.items()})
+        else:
+            out[str(key)] = str(value)
+    return out
 
 
 FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("crossfeed_file_data", default=None)
@@ -263,7 +278,7 @@ class Settings(BaseSettings):
                     "starting with a letter (e.g. dc-a)"
                 )
             if isinstance(props, dict) and "properties" not in props:
-                props = {"properties": {str(k): str(v) for k, v in props.items()}}
+                props = {"properties": _flat_properties(props)}
             out[str(alias)] = props
         return out
 

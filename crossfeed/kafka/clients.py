@@ -15,14 +15,22 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
 from crossfeed.kafka import protocols
+from crossfeed.kafka.client_overrides import for_client
 
 QUIET = logging.getLogger("crossfeed.kafka.quiet")
 QUIET.setLevel(logging.CRITICAL)
 QUIET.propagate = False
 
 
-def _merge(cluster: Mapping[str, Any], overrides: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    conf: dict[str, Any] = {**cluster, **overrides}
+def _merge(
+    cluster: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+    kind: str,
+    defaults: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """crossfeed's defaults for this kind of client, then the cluster's properties (with
+    its ``<kind>.*`` overrides, see :mod:`client_overrides`), then what the caller needs."""
+    conf: dict[str, Any] = {**(defaults or {}), **for_client(cluster, kind), **overrides}
     conf.setdefault("logger", logging.getLogger(f"crossfeed.kafka.{kind}"))
     return conf
 
@@ -33,8 +41,11 @@ def admin(cluster: Mapping[str, Any], **overrides: Any) -> AdminClient:
 
 def producer(cluster: Mapping[str, Any], **overrides: Any) -> Producer:
     """An idempotent producer; add ``transactional.id`` for transactions."""
-    defaults = {"enable.idempotence": True, "linger.ms": 5, "compression.type": "lz4"}
-    return Producer(_merge(cluster, {**defaults, **overrides}, "producer"))
+    # Tunable (a cluster's or its producer.* properties win): batching and compression.
+    defaults = {"linger.ms": 5, "compression.type": "lz4"}
+    # Not tunable: transactions and exactly-once copies need it.
+    required = {"enable.idempotence": True}
+    return Producer(_merge(cluster, {**required, **overrides}, "producer", defaults))
 
 
 def transactional_producer(
@@ -60,16 +71,19 @@ def transactional_producer(
 
 def consumer(cluster: Mapping[str, Any], **overrides: Any) -> Consumer:
     """A read_committed consumer that never auto-commits (crossfeed commits itself)."""
-    defaults = {
+    # Not tunable through cluster properties: what crossfeed's guarantees rest on (aborted
+    # transactions never copied, positions committed by crossfeed alone).
+    required = {
         "isolation.level": "read_committed",
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
-        # Once the prefetch queue is full librdkafka pauses fetching a partition this long
-        # (default 1000 ms): a reader that drains its queue in 100 ms then sat idle for
-        # 900, which held the puller to ~64 MB/s. Fetch again as soon as there is room.
-        "fetch.queue.backoff.ms": 10,
     }
-    return Consumer(_merge(cluster, {**defaults, **overrides}, "consumer"))
+    # Tunable (a cluster's or its consumer.* properties win).
+    # Once the prefetch queue is full librdkafka pauses fetching a partition this long
+    # (default 1000 ms): a reader that drains its queue in 100 ms then sat idle for
+    # 900, which held the puller to ~64 MB/s. Fetch again as soon as there is room.
+    defaults = {"fetch.queue.backoff.ms": 10}
+    return Consumer(_merge(cluster, {**required, **overrides}, "consumer", defaults))
 
 
 class _Collect(logging.Handler):

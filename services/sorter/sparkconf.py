@@ -16,6 +16,7 @@ from pathlib import Path
 
 from crossfeed import paths
 from crossfeed.config.settings import SorterSettings
+from crossfeed.kafka.client_overrides import for_client
 from crossfeed.wire import topics
 
 STAGING_MAX_MESSAGE_BYTES = topics.STAGING_MAX_MESSAGE_BYTES
@@ -128,8 +129,10 @@ def spark_conf(settings: SorterSettings, feed: str, jar_list: list[str]) -> dict
 
 def kafka_options(cluster: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
     """Java Kafka client properties (``kafka.``-prefixed for Spark) from a cluster's
-    librdkafka properties: bootstrap servers, security protocol, SASL and a PEM CA pass
-    over; anything else goes in ``sorter.kafka_options``."""
+    librdkafka properties as a consumer sees them (``consumer.*`` overrides applied):
+    bootstrap servers, security protocol, SASL and a PEM CA pass over; anything else
+    goes in ``sorter.kafka_options``."""
+    cluster = for_client(cluster, "consumer")  # Spark's Kafka source only reads
     out = {"bootstrap.servers": cluster["bootstrap.servers"]}
     protocol = cluster.get("security.protocol")
     if protocol:
