@@ -11,6 +11,8 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from crossfeed.core.secrets import masked
+
 
 def serve(
     status: Callable[[], dict[str, Any]], port: int = 0, host: str = "127.0.0.1"
@@ -23,7 +25,7 @@ def serve(
                 body, ctype, code = generate_latest(), CONTENT_TYPE_LATEST, 200
             elif self.path in ("/status", "/healthz"):
                 data = status()
-                body = json.dumps(data, default=str).encode()
+                body = json.dumps(masked(data), default=str).encode()  # no password shown
                 ctype = "application/json"
                 code = 200 if self.path == "/status" or data.get("state") != "failed" else 503
             else:

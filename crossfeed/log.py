@@ -16,8 +16,17 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from crossfeed.core.secrets import mask_text
+
 _context: dict[str, str] = {}
 """What every JSON line of this process says about where it came from."""
+
+
+class MaskingFormatter(logging.Formatter):
+    """Text lines with URI passwords and ``password=`` values masked."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return mask_text(super().format(record))
 
 
 class JsonFormatter(logging.Formatter):
@@ -27,14 +36,14 @@ class JsonFormatter(logging.Formatter):
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": mask_text(record.getMessage()),
         }
         line.update(_context)
         for key in ("feed", "instance", "task"):
             if hasattr(record, key):
                 line[key] = getattr(record, key)
         if record.exc_info:
-            line["exc"] = self.formatException(record.exc_info)
+            line["exc"] = mask_text(self.formatException(record.exc_info))
         return json.dumps(line)
 
 
@@ -51,7 +60,7 @@ def setup(
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)-5s %(name)s: %(message)s", "%H:%M:%S")
+            MaskingFormatter("%(asctime)s %(levelname)-5s %(name)s: %(message)s", "%H:%M:%S")
         )
     root = logging.getLogger()
     root.handlers[:] = [handler]

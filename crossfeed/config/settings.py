@@ -11,8 +11,10 @@ file either nested (``clusters: {dc-a: {bootstrap.servers: ...}}``) or flat
 
 from __future__ import annotations
 
+import os
 import re
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -22,6 +24,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from crossfeed.core import secrets
 from crossfeed.kafka import client_overrides
 
 ALIAS_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
@@ -49,6 +52,7 @@ class ClusterConfig(BaseModel):
                     "write e.g. 127.0.0.1:19092"
                 )
         client_overrides.check(props)
+        props = {key: _resolved(key, value) for key, value in props.items()}
         protocol = props.get("security.protocol")
         if protocol is not None and protocol.upper() not in SECURITY_PROTOCOLS:
             raise ValueError(
@@ -63,6 +67,21 @@ class ClusterConfig(BaseModel):
     def client_config(self, **overrides: object) -> dict[str, object]:
         """librdkafka configuration for this cluster, with per-client overrides."""
         return {**self.properties, **overrides}
+
+
+def resolve_references(value: str, where: str) -> str:
+    """``value`` with its ``${env:NAME}``/``${file:PATH}`` references read now, from this
+    process's environment and files (crossfeed/core/secrets.py): passwords stay out of
+    configuration files and stored feeds. SecretError (a ValueError) names what is
+    missing."""
+    return secrets.resolve(value, os.environ, lambda path: Path(path).read_text(), where=where)
+
+
+def _resolved(key: str, value: str) -> str:
+    try:
+        return resolve_references(value, key)
+    except secrets.SecretError as err:
+        raise ValueError(str(err)) from None
 
 
 def _flat_properties(props: dict[Any, Any]) -> dict[str, str]:
@@ -263,6 +282,11 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, _FileSource(settings_cls))
+
+    @field_validator("api_token")
+    @classmethod
+    def _token_reference(cls, value: str | None) -> str | None:
+        return None if value is None else _resolved("api_token", value)
 
     @field_validator("clusters", mode="before")
     @classmethod

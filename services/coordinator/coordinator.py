@@ -347,6 +347,7 @@ class Coordinator:
             stored = self.store.snapshot().feeds.get(spec.name)
             if stored is None or self.store.snapshot().state(spec.name) == "removed":
                 raise NotLeaderNow()  # removed meanwhile: the client's retry creates it
+            spec = updates.unmasked(stored.spec, spec)
             if not updates.check_update(stored.spec, spec):
                 return "unchanged"
             self._write_or_moved(

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from crossfeed.core.secrets import mask_text
 from crossfeed.feeds import FeedSpec
 from crossfeed.services.coordinator.lifecycle import LifecycleError
 
@@ -27,6 +28,14 @@ FIXED: dict[str, Callable[[FeedSpec], Any]] = {
 }
 
 
+def unmasked(current: FeedSpec, new: FeedSpec) -> FeedSpec:
+    """``new`` with the stored sink URI where it gives the URI as GET shows it (password
+    masked): an update made from a GET's answer keeps the real password."""
+    if new.sink_uri != current.sink_uri and new.sink_uri == mask_text(current.sink_uri):
+        return new.model_copy(update={"sink_uri": current.sink_uri})
+    return new
+
+
 def check_update(current: FeedSpec, new: FeedSpec) -> bool:
     """True if ``new`` differs from ``current``; refuses a change of a fixed field."""
     for field, value in FIXED.items():
@@ -35,8 +44,9 @@ def check_update(current: FeedSpec, new: FeedSpec) -> bool:
             raise LifecycleError(
                 409,
                 f"changefeed {current.name!r}: {field} cannot change once the feed exists "
-                f"({before!r} -> {after!r}); create a feed under another name instead "
-                f"(or remove {current.name!r} first, which forgets its position)",
+                f"({mask_text(repr(before))} -> {mask_text(repr(after))}); create a feed "
+                f"under another name instead (or remove {current.name!r} first, which "
+                "forgets its position)",
                 "immutable_field",
             )
     return bool(current.model_dump() != new.model_dump())

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from crossfeed.core.secrets import mask_text, masked
 from crossfeed.services.coordinator.fold import StateView
 from crossfeed.services.coordinator.leadership import LeaderInfo
 from crossfeed.services.coordinator.members import Member, MembersView
@@ -121,16 +122,16 @@ def feed_info(view: StateView, name: str) -> FeedInfo:
     return FeedInfo(
         name=name,
         source=record["source"],
-        sink_uri=record["sink_uri"],
+        sink_uri=mask_text(record["sink_uri"]),  # answers never carry a password
         mode=record["mode"],
         topics=record["topics"],
         exclude=record["exclude"],
         rename_format=record["rename_format"],
         start=record["start"],
-        config=record["config"],
+        config=masked(record["config"]),
         created_at_ms=stored.created_at_ms,
         state=status.state if status else "normal",
-        last_error=status.last_error if status else None,
+        last_error=mask_text(status.last_error) if status and status.last_error else None,
     )
 
 
@@ -151,7 +152,7 @@ def feed_status(
     return FeedStatusInfo(
         name=name,
         state=status.state if status else "normal",
-        last_error=status.last_error if status else None,
+        last_error=mask_text(status.last_error) if status and status.last_error else None,
         tasks=[
             TaskInfo(task=task_name(name, s), owner=owner.get(s))
             for s in range(spec.config.staging_partitions)
@@ -199,7 +200,7 @@ def captures(members: MembersView) -> list[Capture]:
             tasks=list(m.tasks),
             started_at_ms=m.started_at_ms,
             heartbeat_age_ms=entry.age_ms,
-            last_error=m.last_error,
+            last_error=mask_text(m.last_error),
         )
         for _, entry in sorted(members.live.items())
         for m in (entry.member,)

@@ -178,6 +178,33 @@ def test_put_creates_then_updates_idempotently(standby: str, name: str) -> None:
         assert (paused.value.status_code, paused.value.error_code) == (409, "invalid_state")
 
 
+def test_a_sink_password_is_never_answered_nor_logged_and_survives_an_update(
+    pair: Coordinators, standby: str, name: str
+) -> None:
+    secret = f"pw-{uuid.uuid4().hex[:10]}"
+    uri = f"postgresql://app:{secret}@127.0.0.1:25432/app?schema=s"
+    body = feed(name, mode="ordered", **{"sink-uri": uri})
+    with CoordinatorClient(standby, TOKEN) as api:
+        created = api.put_feed(body)
+        shown = "postgresql://app:****@127.0.0.1:25432/app?schema=s"
+        assert created["sink_uri"] == shown
+        got = api.get_feed(name)
+        listed = api.request("GET", "/v1/changefeeds")
+        status = api.request("GET", "/v1/status")
+        # An update made from what GET shows (password masked) keeps the real password:
+        # sending the real URI afterwards is "the same feed", not a change of sink.
+        again = {**body, "sink-uri": got["feed"]["sink_uri"], "topics": [f"{name}-.*", "t2"]}
+        assert api.put_feed(again)["topics"] == [f"{name}-.*", "t2"]
+        assert api.put_feed({**again, "sink-uri": uri})["sink_uri"] == shown
+        with pytest.raises(ApiError) as changed:
+            api.put_feed({**again, "sink-uri": uri.replace(secret, "other")})
+        assert changed.value.error_code == "immutable_field"
+    answers = json.dumps([created, got, listed, status]) + changed.value.message
+    assert secret not in answers and "other@" not in answers
+    for coordinator in pair.procs:
+        assert secret not in coordinator.log_text(), coordinator.describe()
+
+
 # -- CLI ----------------------------------------------------------------------------------
 
 

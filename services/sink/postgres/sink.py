@@ -45,6 +45,7 @@ from confluent_kafka import OFFSET_BEGINNING
 from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed.config import Settings
+from crossfeed.config.settings import resolve_references
 from crossfeed.dlq import FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
@@ -95,7 +96,9 @@ class PostgresSink(OrderedSink):
         super().__init__(settings, feed, instance_id, control_conf)
         sink = feed.sink
         assert sink.dsn is not None
-        self.dsn = sink.dsn
+        # A ${env:NAME} or ${file:PATH} password in the URI is read here, in the sink's own
+        # environment: the stored feed (and every answer about it) holds only the reference.
+        self.dsn = resolve_references(sink.dsn, "the sink URI")
         self.schema = sink.schema_name or "public"
         self.alias = settings.staging_alias(None)
         self.kafka_conf = settings.cluster(self.alias).client_config()
