@@ -84,7 +84,9 @@ def api_errors(func: F) -> F:
 
 def client(server: str | None) -> CoordinatorClient:
     config = settings()
-    return CoordinatorClient(server or config.server, config.api_token)
+    return CoordinatorClient(
+        server or config.server, config.api_token, ca_file=config.server_ca_file
+    )
 
 
 def printed_raw(rows: list[dict[str, Any]], as_json: bool, if_none: str) -> bool:
@@ -317,6 +319,9 @@ def coordinator_run(
     metrics_port: Optional[int] = typer.Option(  # noqa: UP045
         None, "--metrics-port", help="port of /metrics and /status (0: any free)"
     ),
+    insecure: bool = typer.Option(
+        False, "--insecure", help="listen on a non-loopback address without an API token"
+    ),
 ) -> None:
     """Run one coordinator instance (leader or standby) with its REST API."""
     require("coordinator", "the coordinator")
@@ -324,7 +329,7 @@ def coordinator_run(
 
     config = settings()
     try:
-        code = run(config, instance, host, port, metrics_port)
+        code = run(config, instance, host, port, metrics_port, insecure)
     except (OSError, RuntimeError) as err:
         fail(str(err))
     raise typer.Exit(code)

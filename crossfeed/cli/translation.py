@@ -33,7 +33,12 @@ TIMEOUT_S = 900.0
 
 def call(server: str | None, method: str, path: str, body: Any = None) -> Any:
     config = settings()
-    with CoordinatorClient(server or config.server, config.api_token, timeout_s=TIMEOUT_S) as api:
+    with CoordinatorClient(
+        server or config.server,
+        config.api_token,
+        timeout_s=TIMEOUT_S,
+        ca_file=config.server_ca_file,
+    ) as api:
         return api.request(method, path, body)
 
 

@@ -11,6 +11,7 @@ URLs could not be reached and how to start a coordinator.
 
 from __future__ import annotations
 
+import ssl
 import time
 from typing import Any
 from urllib.parse import quote
@@ -41,6 +42,11 @@ def servers_of(server: str) -> list[str]:
     return urls
 
 
+def trusting(ca_file: str | None) -> ssl.SSLContext | bool:
+    """What an https client verifies coordinators with: ``ca_file``, else the system CAs."""
+    return ssl.create_default_context(cafile=ca_file) if ca_file else True
+
+
 class CoordinatorClient:
     """``/v1`` of the coordinators in ``server`` (any of them serves any call)."""
 
@@ -50,12 +56,19 @@ class CoordinatorClient:
         token: str | None = None,
         timeout_s: float = 30.0,
         retry_s: float = 5.0,
+        ca_file: str | None = None,
     ) -> None:
+        """``ca_file``: the PEM CA to trust for https coordinators (else the system's)."""
         self.servers = servers_of(server)
         self.current = 0  # the server that answered last
         self.retry_s = retry_s
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(headers=headers, timeout=timeout_s, follow_redirects=False)
+        self._http = httpx.Client(
+            headers=headers,
+            timeout=timeout_s,
+            follow_redirects=False,
+            verify=trusting(ca_file),
+        )
 
     def close(self) -> None:
         self._http.close()

@@ -228,6 +228,10 @@ class CoordinatorSettings(_Section):
 
     host: str = Field("127.0.0.1", description="REST API listen address")
     port: int = Field(8300, ge=1, le=65535, description="REST API port (TiCDC's)")
+    tls_cert_file: str | None = Field(
+        None, description="PEM certificate (chain) of the REST API: set with tls_key_file for https"
+    )
+    tls_key_file: str | None = Field(None, description="PEM private key of tls_cert_file")
     failover_timeout_s: Seconds = Field(
         10.0, description="an instance silent this long loses its tasks; a leader its lease"
     )
@@ -252,6 +256,9 @@ class Settings(BaseSettings):
         "http://127.0.0.1:8300", description="coordinator REST API the admin commands talk to"
     )
     api_token: str | None = Field(None, description="bearer token required on mutating calls")
+    server_ca_file: str | None = Field(
+        None, description="PEM CA that signed the coordinators' REST certificates (https)"
+    )
     control_cluster: str | None = Field(
         None,
         description="alias of the cluster holding _crossfeed.state and the heartbeats, used "

@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
 from crossfeed import __version__
+from crossfeed.client.rest import trusting
 from crossfeed.feeds import FeedSpec
 from crossfeed.services.coordinator import errors
 from crossfeed.services.coordinator.body_limit import BodyLimit
@@ -141,7 +142,11 @@ def leader_only(control: Control) -> Callable[[Request], Response | None]:
     return still_leading
 
 
-def make_app(control: Control, token: str | None) -> FastAPI:
+def make_app(
+    control: Control, token: str | None, *, https: bool = False, ca_file: str | None = None
+) -> FastAPI:
+    """``https``: the coordinators serve TLS, so a standby forwards to the leader over
+    https, trusting ``ca_file`` (else the system CAs)."""
     app = FastAPI(
         title="crossfeed coordinator",
         version=__version__,
@@ -167,7 +172,12 @@ def make_app(control: Control, token: str | None) -> FastAPI:
             responses=mutation_errors,
         )
 
-    app.add_middleware(ForwardToLeader, leader=leader_address(control))
+    app.add_middleware(
+        ForwardToLeader,
+        leader=leader_address(control),
+        scheme="https" if https else "http",
+        verify=trusting(ca_file),
+    )
     app.add_middleware(BodyLimit)  # added last: it runs first, also for forwarded bodies
 
     install_error_handlers(app)

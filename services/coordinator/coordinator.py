@@ -87,7 +87,10 @@ class Coordinator:
         self.held: dict[str, dict[int, restarts.Held]] = {}
         # Offset translation runs on the leader, one translator per running mirror feed.
         self.translators = TranslatorLoop(settings)
-        app = make_app(self, settings.api_token)
+        tls = settings.coordinator.tls_cert_file, settings.coordinator.tls_key_file
+        app = make_app(
+            self, settings.api_token, https=tls[0] is not None, ca_file=settings.server_ca_file
+        )
         app.include_router(
             make_router(
                 FailoverHooks(
@@ -102,7 +105,7 @@ class Coordinator:
                 )
             )
         )
-        self.rest = RestServer(app, host, port)
+        self.rest = RestServer(app, host, port, tls_files=tls)
         self.heartbeats: HeartbeatSender | None = None
 
     # -- life cycle ----------------------------------------------------------------------
@@ -136,9 +139,10 @@ class Coordinator:
             lambda: HeartbeatContent(address=address),
         ).start()
         log.info(
-            "coordinator %s: REST API on http://%s (docs at /docs), control cluster %s, "
+            "coordinator %s: REST API on %s://%s (docs at /docs), control cluster %s, "
             "failover timeout %.1fs",
             self.instance_id,
+            self.rest.scheme,
             address,
             self.control,
             self.timeout_ms / 1000,

@@ -16,6 +16,7 @@ answer is 503 (``no_leader``, ``unavailable``).
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -51,9 +52,19 @@ def refusal(code: str, message: str) -> Response:
 class ForwardToLeader:
     """ASGI middleware: on a standby, mutations are answered by the leader."""
 
-    def __init__(self, app: Any, leader: LeaderAddress) -> None:
+    def __init__(
+        self,
+        app: Any,
+        leader: LeaderAddress,
+        scheme: str = "http",
+        verify: ssl.SSLContext | bool = True,
+    ) -> None:
+        """``scheme``/``verify``: how the leader's REST API is reached (https with the
+        coordinators' CA when they serve TLS)."""
         self.app = app
         self.leader = leader
+        self.scheme = scheme
+        self.verify = verify
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or not is_mutation(scope["method"], scope["path"]):
@@ -92,13 +103,13 @@ class ForwardToLeader:
         except HTTPException as err:  # the body limit (body_limit.py) refused it
             content = errors.body(errors.code_for(err.status_code), str(err.detail))
             return JSONResponse(status_code=err.status_code, content=content)
-        url = f"http://{address}{scope['path']}"
+        url = f"{self.scheme}://{address}{scope['path']}"
         if scope.get("query_string"):
             url += "?" + scope["query_string"].decode("latin-1")
         sent = {k: v for k, v in headers.items() if k in ("authorization", "content-type")}
         sent[FORWARDED_BY] = info.me
         try:
-            async with httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S) as client:
+            async with httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S, verify=self.verify) as client:
                 answer = await client.request(scope["method"], url, content=body, headers=sent)
         except httpx.HTTPError as err:
             return refusal(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from crossfeed import service
 from crossfeed.config import Settings
+from crossfeed.services.coordinator import exposure
 from crossfeed.services.coordinator.coordinator import Coordinator
 
 
@@ -13,8 +14,13 @@ def run(
     host: str | None = None,
     port: int | None = None,
     metrics_port: int | None = None,
+    insecure: bool = False,
 ) -> int:
-    """Run until SIGTERM/SIGINT; returns the exit code."""
+    """Run until SIGTERM/SIGINT; returns the exit code. RuntimeError if the REST API may
+    not listen where asked (see exposure.py)."""
+    problem = exposure.refusal(host or settings.coordinator.host, settings.api_token, insecure)
+    if problem:
+        raise RuntimeError(problem)
     instance_id = service.instance_id("coordinator", instance)
 
     def make() -> Coordinator:

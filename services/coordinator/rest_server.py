@@ -17,7 +17,20 @@ log = logging.getLogger(__name__)
 
 
 class RestServer:
-    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+    def __init__(
+        self,
+        app: FastAPI,
+        host: str,
+        port: int,
+        tls_files: tuple[str | None, str | None] = (None, None),
+    ) -> None:
+        """``tls_files``: (certificate, key) PEM files to serve https; both or neither."""
+        cert, key = tls_files
+        if (cert is None) != (key is None):
+            raise RuntimeError(
+                "coordinator.tls_cert_file and coordinator.tls_key_file go together: "
+                "set both to serve the REST API over https, or neither"
+            )
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -35,7 +48,15 @@ class RestServer:
         self.sock.listen(128)
         self.host = host
         self.port = int(self.sock.getsockname()[1])
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        self.scheme = "https" if cert else "http"
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            ssl_certfile=cert,
+            ssl_keyfile=key,
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, name="rest", daemon=True

@@ -1225,3 +1225,16 @@ def test_dashboard_is_importable(path):
         if panel["type"] != "row":
             assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
     assert len(ids) == len(set(ids))
+
+
+def test_kubernetes_coordinators_require_their_api_token_from_a_secret() -> None:
+    """A coordinator pod listens on its pod IP, which it refuses without a token."""
+    docs = load_docs(Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "coordinator.yaml")
+    pods = [d for d in docs if d and d.get("kind") == "StatefulSet"] or [
+        d for d in docs if d and d.get("kind") == "Deployment"
+    ]
+    assert pods, "no coordinator workload in deploy/k8s/coordinator.yaml"
+    container = pods[0]["spec"]["template"]["spec"]["containers"][0]
+    token = {e["name"]: e for e in container["env"]}["CROSSFEED_API_TOKEN"]
+    ref = token["valueFrom"]["secretKeyRef"]
+    assert ref["name"] and ref["key"] and not ref.get("optional", False)
