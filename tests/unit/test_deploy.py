@@ -1238,3 +1238,39 @@ def test_kubernetes_coordinators_require_their_api_token_from_a_secret() -> None
     token = {e["name"]: e for e in container["env"]}["CROSSFEED_API_TOKEN"]
     ref = token["valueFrom"]["secretKeyRef"]
     assert ref["name"] and ref["key"] and not ref.get("optional", False)
+
+
+def _pod_specs(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod specs of a workload (a SparkApplication's driver and executor included)."""
+    if doc.get("kind") in ("Deployment", "StatefulSet", "Job"):
+        return [doc["spec"]["template"]["spec"]]
+    if doc.get("kind") == "SparkApplication":
+        spec = doc["spec"]
+        return [
+            {"volumes": spec.get("volumes", []), **spec[role]} for role in ("driver", "executor")
+        ]
+    return []
+
+
+def test_kubernetes_credentials_come_from_a_secret_never_a_configmap() -> None:
+    from crossfeed.core.secrets import masked
+
+    workloads = 0
+    for path in sorted(K8S.glob("*.yaml")):
+        for doc in load_docs(path):
+            if doc.get("kind") == "ConfigMap":
+                for key, text in doc.get("data", {}).items():
+                    parsed = yaml.safe_load(text) if key.endswith(".yaml") else {key: text}
+                    if isinstance(parsed, dict):
+                        assert masked(parsed) == parsed, f"{path.name}: {key} holds a secret"
+            for pod in _pod_specs(doc):
+                workloads += 1
+                volumes = {v["name"]: v for v in pod.get("volumes", [])}
+                assert volumes["credentials"]["secret"]["secretName"] == "crossfeed-credentials"
+                mounts = [
+                    m for c in pod.get("containers", [pod]) for m in c.get("volumeMounts", [])
+                ]
+                assert any(m["name"] == "credentials" and m.get("readOnly") for m in mounts), (
+                    f"{path.name}: no read-only credentials mount"
+                )
+    assert workloads >= 6  # coordinator, puller, sink, feed job, sorter driver and executor
