@@ -10,6 +10,10 @@ passed, dc-a is killed (kill -9) and the clock starts once its process is gone
 runs (:mod:`failover_sides`), then the same group starts on dc-b (auto.offset.reset
 earliest: a partition with no translated offset is read from the start, as it would be).
 
+With ``side.opt_in`` the application's consumer is the client library's
+``TimestampedConsumer`` recording every commit on dc-b too (the opt-in); otherwise a
+plain confluent-kafka consumer.
+
 * ``ready_s``: kill → every partition has delivered a record on dc-b;
 * ``re_read``: records at or before the group's last committed position on dc-a that it
   reads again on dc-b; ``skipped``: records after it, present on dc-b, never read.
@@ -27,6 +31,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions
 from crossfeed.bench.cleanup import Janitor, delete_groups
 from crossfeed.bench.failover_sides import FailoverSide
 from crossfeed.bench.measure import create_topics
+from crossfeed.client import TimestampedConsumer
 from crossfeed.kafka import clients
 
 HEAD_START_S = 3.0
@@ -76,12 +81,24 @@ class _Loop:
 class App:
     """The application on dc-a: a producer and a consumer group that trails it."""
 
-    def __init__(self, conf: dict[str, Any], topic: str, group: str, partitions: int, rate: float):
+    def __init__(
+        self,
+        conf: dict[str, Any],
+        topic: str,
+        group: str,
+        partitions: int,
+        rate: float,
+        destination: dict[str, Any] | None = None,
+    ):
+        """``destination``: the client config of dc-b for the client library's opt-in
+        (None: a plain consumer)."""
         self.topic, self.partitions, self.rate = topic, partitions, rate
         self.producer = clients.producer(conf, **{"linger.ms": 5})
-        self.consumer = clients.consumer(
-            conf, **{"group.id": group, "fetch.wait.max.ms": 50, "max.poll.interval.ms": 60000}
-        )
+        settings = {"group.id": group, "fetch.wait.max.ms": 50, "max.poll.interval.ms": 60000}
+        self.consumer: Any = clients.consumer(conf, **settings)
+        if destination is not None:
+            self.consumer.close()  # the same settings, through the client library
+            self.consumer = TimestampedConsumer(opted_in(conf, settings, destination))
         self.sent = 0
         self.read = 0
         self.committed: dict[int, int] = {}
@@ -146,6 +163,19 @@ class App:
         self.consumer.close()
 
 
+def opted_in(
+    conf: dict[str, Any], settings: dict[str, Any], destination: dict[str, Any]
+) -> dict[str, Any]:
+    """A TimestampedConsumer's config: what ``clients.consumer`` sets, and the opt-in."""
+    base = {
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    }
+    recorded = {f"timestamps.destination.{k}": v for k, v in destination.items()}
+    return {**conf, **base, **settings, **recorded}
+
+
 def translated(conf: dict[str, Any], group: str, partitions: int) -> bool:
     """True once dc-b holds a committed offset of ``group`` for every partition."""
     admin = clients.admin(conf)
@@ -205,7 +235,7 @@ def run(
     timeline: dict[str, float] = {}
     try:
         side.start(topic, group)
-        app = App(source, topic, group, partitions, rate)
+        app = App(source, topic, group, partitions, rate, target if side.opt_in else None)
         time.sleep(HEAD_START_S)
         app.start_consuming()
         deadline = time.monotonic() + TRANSLATED_TIMEOUT_S
@@ -235,6 +265,9 @@ def run(
         re_read, skipped = reread_skipped(app.committed, read["first"])
         return {
             "system": side.name,
+            "consumer": "TimestampedConsumer, commits recorded on dc-b"
+            if side.opt_in
+            else "confluent-kafka Consumer",
             "rate_per_s": rate,
             "consumed_on_source": app.read,
             "produced_on_source": app.sent,

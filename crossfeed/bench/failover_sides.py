@@ -8,6 +8,11 @@ measures through. A side that cannot run says why (``unavailable``), never a zer
   (1 s), as the coordinator leader runs it, and writes the destination group offsets;
   after losing dc-a, ``crossfeed failover``'s last step runs: one final translation from
   what is known (``Translator.final``), then the group starts on dc-b.
+* crossfeed-optin: the same, with the application's group on the client library's
+  ``TimestampedConsumer`` and its opt-in (``timestamps.destination.*``: every commit is
+  also recorded on dc-b before ``commit()`` returns).
+
+``opt_in`` tells the scenario which consumer the application uses.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ log = logging.getLogger(__name__)
 
 class FailoverSide(Protocol):
     name: str
+    opt_in: bool
 
     def unavailable(self) -> str | None:
         """Why this side cannot be measured, or None."""
@@ -43,6 +49,7 @@ class FailoverSide(Protocol):
 
 class Mm2Side:
     name = "mm2"
+    opt_in = False
 
     def __init__(self, mm2: MirrorMaker2) -> None:
         self.mm2 = mm2
@@ -77,9 +84,11 @@ def crossfeed_translation() -> tuple[Any, str | None]:
 
 
 class CrossfeedSide:
-    name = "crossfeed"
-
-    def __init__(self, crossfeed: Crossfeed, interval_s: float = 1.0) -> None:
+    def __init__(
+        self, crossfeed: Crossfeed, interval_s: float = 1.0, *, opt_in: bool = False
+    ) -> None:
+        self.name = "crossfeed-optin" if opt_in else "crossfeed"
+        self.opt_in = opt_in
         self.crossfeed = crossfeed
         self.interval_s = interval_s
         self.translator: Any = None

@@ -11,6 +11,7 @@ NAMES = {
     "ceiling": "dc-b ceiling",
     "crossfeed": "crossfeed",
     "crossfeed-2p": "crossfeed (2 pullers)",
+    "crossfeed-optin": "crossfeed, client library with the opt-in",
     "mm2": "MirrorMaker 2",
 }
 
@@ -123,8 +124,9 @@ def summary(path: Path) -> str:
             )
     if "failover" in data:
         lines.append("consumer failover (kill -9 dc-a → the group reading on dc-b):")
-        for name in ("crossfeed", "mm2"):
-            lines += _failover_lines(name, data["failover"].get(name, {}))
+        for name in ("crossfeed", "crossfeed-optin", "mm2"):
+            if name in data["failover"] or name != "crossfeed-optin":
+                lines += _failover_lines(name, data["failover"].get(name, {}))
     if "scale" in data:
         lines += _scale_lines(data["scale"])
     ordered = data.get("ordered", {})

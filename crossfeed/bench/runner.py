@@ -294,7 +294,8 @@ def _failover(
     say: Say,
     into: dict[str, Any],
 ) -> None:
-    unavailable = {"crossfeed": crossfeed_translation()[1], "mm2": None}
+    translator = crossfeed_translation()[1]
+    unavailable = {"crossfeed": translator, "crossfeed-optin": translator, "mm2": None}
     for name, reason in unavailable.items():
         if reason:
             say(f"failover, {name}: not available: {reason}")
@@ -307,6 +308,8 @@ def _failover(
         sides: list[FailoverSide] = []
         if not unavailable["crossfeed"]:
             sides.append(CrossfeedSide(Crossfeed(janitor, f"{tag}-cf", a, b)))
+            optin = Crossfeed(janitor, f"{tag}-cfo", a, b)
+            sides.append(CrossfeedSide(optin, opt_in=True))
         sides.append(Mm2Side(MirrorMaker2(janitor, f"{tag}-mm2", a, b)))
         if rep % 2:
             sides.reverse()

@@ -36,7 +36,6 @@ from typing import Any, Final
 
 from confluent_kafka import (
     Consumer,
-    KafkaError,
     KafkaException,
     Message,
     Producer,
@@ -44,6 +43,12 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from crossfeed.client.connection import connection_settings, create_topic
+from crossfeed.client.destination import (
+    DestinationRecorder,
+    DestinationSettings,
+    split_destination,
+)
 from crossfeed.wire import codec, headers, topics
 
 log = logging.getLogger(__name__)
@@ -55,9 +60,6 @@ FLUSH_S: Final = 5.0
 """A synchronous commit waits this long at most for its timestamps to be written."""
 MAX_REMEMBERED: Final = 100_000
 """Consumed records remembered per partition between commits (offset and timestamp)."""
-# Settings a client needs to reach the same cluster; the timestamps producer inherits them.
-_CONNECTION_KEYS: Final = ("bootstrap.servers", "security.protocol", "client.dns.lookup")
-_CONNECTION_PREFIXES: Final = ("sasl.", "ssl.")
 
 Header = tuple[str, bytes | None]
 
@@ -96,11 +98,7 @@ def split_config(
             topic[key[len(TOPIC_PREFIX) :]] = value
         else:
             consumer[key] = value
-    inherited = {
-        key: value
-        for key, value in consumer.items()
-        if key in _CONNECTION_KEYS or key.startswith(_CONNECTION_PREFIXES)
-    }
+    inherited = connection_settings(consumer)  # the timestamps producer's cluster is the same
     defaults = {"enable.idempotence": True, "acks": "all", "linger.ms": 5}
     return consumer, {**defaults, **inherited, **producer}, topic
 
@@ -152,22 +150,25 @@ class _Recorder:
         producer_conf: dict[str, Any],
         topic_conf: dict[str, Any],
         user_on_commit: Callable[[Any, list[TopicPartition]], None] | None,
+        destination: DestinationSettings | None = None,
     ) -> None:
         self.group = group
         self.user_on_commit = user_on_commit
         self.partitions = int(topic_conf.get("num.partitions", DEFAULT_PARTITIONS))
         self.replication = int(topic_conf.get("replication.factor", -1))
-        admin_conf = {
-            k: v
-            for k, v in producer_conf.items()
-            if k in _CONNECTION_KEYS or k.startswith(_CONNECTION_PREFIXES)
-        }
+        admin_conf = connection_settings(producer_conf)
         # Kept for the consumer's life, for the same reason (an admin client dropped while
         # librdkafka completes one of its futures is destroyed on librdkafka's thread).
         self.admin = AdminClient(admin_conf)
         self.producer = Producer(producer_conf)
         self.consumed: dict[tuple[str, int], _Consumed] = {}
         self.topic_ready = False
+        self.destination = (
+            DestinationRecorder(destination, self.partitions, self.replication)
+            if destination is not None
+            else None
+        )
+        self.source_cluster: str | None = None
 
     def remember(self, msg: Message) -> None:
         where = (str(msg.topic()), int(msg.partition() or 0))
@@ -183,14 +184,15 @@ class _Recorder:
             self.user_on_commit(err, partitions)
 
     def record(self, partitions: list[TopicPartition]) -> None:
+        """Record the commits (successful ones) of ``partitions``; with the opt-in, also
+        on the destination, waiting (bounded) until it has them."""
         now = int(time.time() * 1000)
+        recorded = False
         for tp in partitions:
             if tp.error is not None or tp.offset < 0:
                 continue
             consumed = self.consumed.get((tp.topic, tp.partition))
             timestamp = consumed.before(tp.offset) if consumed is not None else None
-            if timestamp is None:
-                continue  # nothing consumed below the offset by this instance
             value = codec.encode(
                 "ConsumerTimestamp",
                 {
@@ -198,11 +200,50 @@ class _Recorder:
                     "topic": tp.topic,
                     "partition": tp.partition,
                     "committed_offset": tp.offset,
-                    "timestamp_ms": timestamp,
+                    "timestamp_ms": -1 if timestamp is None else timestamp,
                     "committed_at_ms": now,
                 },
             )
-            self.produce(f"{self.group}/{tp.topic}/{tp.partition}".encode(), value)
+            if timestamp is not None:  # else nothing consumed below it by this instance
+                self.produce(f"{self.group}/{tp.topic}/{tp.partition}".encode(), value)
+            recorded = self.record_on_destination(tp, value) or recorded
+        if recorded and self.destination is not None:
+            self.destination.wait()
+
+    def record_on_destination(self, tp: TopicPartition, value: bytes) -> bool:
+        """Queue the commit's record on the destination (the opt-in); False if off, or
+        if the source's cluster.id (part of the key) cannot be learnt now."""
+        if self.destination is None:
+            return False
+        cluster = self.cluster_id()
+        if cluster is None:
+            self.destination.count("failed")
+            log.warning("commit of %s not recorded on the destination: no cluster.id", tp)
+            return False
+        key = topics.destination_timestamp_key(cluster, self.group, tp.topic, tp.partition)
+        self.destination.record(key, value)
+        return True
+
+    def cluster_id(self) -> str | None:
+        """The source's cluster.id (asked once; the source just answered a commit)."""
+        if self.source_cluster is None:
+            try:
+                found = self.admin.list_topics(timeout=5).cluster_id
+            except KafkaException as err:
+                log.warning("cannot learn the cluster.id of the consumer's cluster: %s", err)
+                return None
+            self.source_cluster = str(found) if found else None
+        return self.source_cluster
+
+    def poll(self) -> None:
+        self.producer.poll(0)
+        if self.destination is not None:
+            self.destination.poll()
+
+    def flush(self) -> None:
+        self.producer.flush(FLUSH_S)
+        if self.destination is not None:
+            self.destination.close(FLUSH_S)
 
     def produce(self, key: bytes, value: bytes) -> None:
         if not self.topic_ready and not self.ensure_topic():
@@ -222,18 +263,8 @@ class _Recorder:
             replication_factor=self.replication,
             config={"cleanup.policy": "compact"},
         )
-        try:
-            futures = self.admin.create_topics([topic], operation_timeout=10)
-            futures[topics.CONSUMER_TIMESTAMPS].result(15)
-        except KafkaException as err:
-            if not err.args or err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                log.warning("cannot create %s: %s", topics.CONSUMER_TIMESTAMPS, err)
-                return False
-        except Exception as err:  # a timeout: the cluster does not answer now
-            log.warning("cannot create %s: %s", topics.CONSUMER_TIMESTAMPS, err)
-            return False
-        self.topic_ready = True
-        return True
+        self.topic_ready = create_topic(self.admin, topic, 10, "the consumer's cluster")
+        return self.topic_ready
 
 
 class TimestampedConsumer:
@@ -245,17 +276,29 @@ class TimestampedConsumer:
     """
 
     def __init__(self, config: Mapping[str, Any]) -> None:
-        consumer_conf, producer_conf, topic_conf = split_config(config)
+        rest, destination = split_destination(config)
+        consumer_conf, producer_conf, topic_conf = split_config(rest)
         group = consumer_conf.get("group.id")
         if not group:
             raise ValueError("TimestampedConsumer needs a group.id: timestamps are per group")
         self.group: str = str(group)
         self._recorder = _Recorder(
-            self.group, producer_conf, topic_conf, consumer_conf.pop("on_commit", None)
+            self.group,
+            producer_conf,
+            topic_conf,
+            consumer_conf.pop("on_commit", None),
+            destination,
         )
         consumer_conf["on_commit"] = self._recorder.on_commit
         self._consumer = Consumer(consumer_conf)
         self._recorder.ensure_topic()
+
+    def destination_stats(self) -> dict[str, int] | None:
+        """The opt-in's counts — ``recorded`` (acknowledged by the destination),
+        ``failed`` (never will be), ``waits_expired`` (commits that stopped waiting) —
+        or None when it is off."""
+        destination = self._recorder.destination
+        return dict(destination.stats) if destination is not None else None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._consumer, name)
@@ -264,7 +307,7 @@ class TimestampedConsumer:
         msg = self._consumer.poll(timeout)
         if msg is not None and msg.error() is None:
             self._recorder.remember(msg)
-        self._recorder.producer.poll(0)
+        self._recorder.poll()
         return msg
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
@@ -272,7 +315,7 @@ class TimestampedConsumer:
         for msg in batch:
             if msg.error() is None:
                 self._recorder.remember(msg)
-        self._recorder.producer.poll(0)
+        self._recorder.poll()
         return batch
 
     def commit(
@@ -282,7 +325,9 @@ class TimestampedConsumer:
         asynchronous: bool = True,
     ) -> list[TopicPartition] | None:
         """Commit like ``Consumer.commit``; a synchronous commit also waits (briefly) until
-        its timestamps are written, so they survive losing the cluster right after."""
+        its timestamps are written, so they survive losing the cluster right after — with
+        the opt-in, on the destination first (at most ``timestamps.destination.wait.ms``).
+        """
         kwargs: dict[str, Any] = {"asynchronous": asynchronous}
         if message is not None:
             kwargs["message"] = message
@@ -297,7 +342,7 @@ class TimestampedConsumer:
 
     def close(self) -> None:
         self._consumer.close()  # may commit (auto-commit): on_commit runs first
-        self._recorder.producer.flush(FLUSH_S)
+        self._recorder.flush()
 
 
 def _log_failure(err: Any, msg: Message) -> None:

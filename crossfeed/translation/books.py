@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from crossfeed.core.offset_ranges import OffsetRun, OffsetSyncIndex, TranslationKind
+from crossfeed.translation.latest import ON_DESTINATION, Known
 from crossfeed.translation.rules import ConsumerStamp
-from crossfeed.wire import codec
+from crossfeed.wire import codec, topics
 
 MAX_RUNS: Final = 20_000
 """Runs kept per source partition at most (a transactional sink makes one per commit)."""
@@ -169,6 +170,48 @@ class StampBook:
 
     def groups(self) -> set[str]:
         return {g for g, _, _ in self._stamps}
+
+
+class RecordedBook:
+    """The newest commit per (source cluster, group, topic, partition) that the client
+    library's opt-in recorded on the destination (``_crossfeed.consumer-timestamps``)."""
+
+    def __init__(self) -> None:
+        self._stamps: dict[tuple[str, str, str, int], ConsumerStamp] = {}
+
+    def __len__(self) -> int:
+        return len(self._stamps)
+
+    def apply(self, key: str, value: bytes | None) -> None:
+        """Fold one record (a tombstone forgets its entry; a foreign key is skipped)."""
+        parsed = topics.parse_destination_timestamp_key(key)
+        if parsed is None:
+            raise ValueError(f"not a {topics.DESTINATION_TIMESTAMPS} key: {key!r}")
+        if not value:
+            self._stamps.pop(parsed, None)
+            return
+        record = codec.decode("ConsumerTimestamp", value)
+        self._stamps[parsed] = ConsumerStamp(
+            int(record["committed_offset"]),
+            int(record["timestamp_ms"]),
+            int(record["committed_at_ms"]),
+        )
+
+    def of_cluster(self, source_cluster: str | None) -> list[tuple[tuple[str, str, int], Known]]:
+        """The commits made on one source cluster, as positions (none for an unknown id)."""
+        return [
+            (
+                (g, t, p),
+                Known(s.committed_offset, s.committed_at_ms, s.committed_at_ms, ON_DESTINATION),
+            )
+            for (c, g, t, p), s in self._stamps.items()
+            if c == source_cluster
+        ]
+
+    def stamp(
+        self, source_cluster: str | None, group: str, topic: str, partition: int
+    ) -> ConsumerStamp | None:
+        return self._stamps.get((source_cluster or "", group, topic, partition))
 
 
 def stamp_key(group: str, topic: str, partition: int) -> str:

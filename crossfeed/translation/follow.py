@@ -28,7 +28,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from crossfeed.kafka import clients
-from crossfeed.translation.books import StampBook, SyncBook
+from crossfeed.translation.books import RecordedBook, StampBook, SyncBook
 from crossfeed.translation.commit_log import TOPIC as CONSUMER_OFFSETS
 from crossfeed.translation.commit_log import CommitBook
 from crossfeed.translation.kafka_io import QUIET_CONF
@@ -86,6 +86,8 @@ class Follower(Generic[T]):
         the topic does not exist (there is nothing to read) unless it is ``required``."""
         self.problem: str | None = None
         """Why the topic cannot be read now (None while it is read)."""
+        self.missing = False
+        """The topic was not there at the last look (looked at again every RETRY_S)."""
         self.read_at_ms = -1
         """Wall-clock time of the last batch read without error (-1: none yet), an empty
         one too: records written before then, up to a fetch round trip, were read. A
@@ -112,6 +114,17 @@ class Follower(Generic[T]):
 
     def wait(self, timeout_s: float) -> bool:
         return self.caught_up.wait(timeout_s)
+
+    def wait_read_after(self, at_ms: int, timeout_s: float) -> bool:
+        """Wait until a batch was read after ``at_ms`` (so what was written before then is
+        in the book) and everything there was at the start was read; True at once when
+        the topic does not exist. False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while not self.missing and (not self.caught_up.is_set() or self.read_at_ms < at_ms):
+            if time.monotonic() >= deadline:
+                return False
+            self._stop.wait(0.01)
+        return True
 
     def _run(self) -> None:
         complained = False
@@ -143,7 +156,8 @@ class Follower(Generic[T]):
     def _follow(self, consumer: Any) -> None:
         meta = consumer.list_topics(self.topic, timeout=5)
         info = meta.topics.get(self.topic)
-        if info is None or info.error is not None or not info.partitions:
+        self.missing = info is None or info.error is not None or not info.partitions
+        if self.missing:
             if self.required:
                 # Not caught up: there is nothing to follow (the topic appears with the
                 # cluster's first group commit) or no right to read it; say which.
@@ -223,6 +237,19 @@ def follow_syncs(target_conf: Mapping[str, Any]) -> Follower[SyncBook]:
 def follow_stamps(source_conf: Mapping[str, Any]) -> Follower[StampBook]:
     """A started tail of ``__consumer_timestamps`` on one source cluster."""
     return Follower(source_conf, topics.CONSUMER_TIMESTAMPS, StampBook(), "consumer-ts").start()
+
+
+def follow_recorded(target_conf: Mapping[str, Any]) -> Follower[RecordedBook]:
+    """A started tail of ``_crossfeed.consumer-timestamps`` on one target cluster: the
+    commits the client library's opt-in recorded there (short batches: a failover waits
+    for what was written just before it)."""
+    return Follower(
+        target_conf,
+        topics.DESTINATION_TIMESTAMPS,
+        RecordedBook(),
+        "recorded-commits",
+        batch_wait_s=COMMITS_BATCH_WAIT_S,
+    ).start()
 
 
 def follow_commits(

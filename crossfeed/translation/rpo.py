@@ -13,8 +13,10 @@ syncs, and — if the source could be read in time — a scan of the records bet
 
 The same for consumer positions, per group partition (:func:`position_rpo`): a group
 resumes on the target at the translation of its *last known* commit. That is its last
-commit when the source answered at the failover. Otherwise commits made after the last
-one known are lost with the source, and the group reads those records again:
+commit when the source answered at the failover, or when the commit was recorded on the
+destination by a ``TimestampedConsumer`` with the opt-in (``timestamps.destination.*``:
+each commit is on the target before ``commit()`` returns). Otherwise commits made after
+the last one known are lost with the source, and the group reads those records again:
 
 * ``reread_max``: an upper bound of the records it may read again — the target offsets
   between where it resumes and the end of the copies (a group cannot re-read what was
@@ -34,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from crossfeed.translation.books import Frontier
+from crossfeed.translation.latest import ON_DESTINATION
 from crossfeed.translation.scan import RangeScan
 
 
@@ -105,7 +108,8 @@ class PositionRpo:
     last_commit: bool
     """The position translated is the group's last commit on the source."""
     known_from: str
-    """Where it was learnt: listed, commit-log, consumer-timestamps or checkpoint."""
+    """Where it was learnt: listed, commit-log, consumer-timestamps,
+    destination-timestamps or checkpoint."""
     known_until_ms: int
     commit_age_s: float | None
     reread_max: int
@@ -126,17 +130,20 @@ def position_rpo(
     """One group partition's position RPO at a failover at ``now_ms``.
 
     ``source_reachable``: the source answered in the failover's own round, which listed
-    the group's offsets then (so the position is its last commit). ``method``/``exact``:
+    the group's offsets then (so the position is its last commit); a position
+    ``known_from`` the destination's recorded commits is the last commit too.
+    ``method``/``exact``:
     the translation's (``rules.Method``); ``target_frontier``: the target offset right
     after the partition's last copy (None without offset syncs); ``committed_at_ms``: when
     the last known commit was made (-1 unknown)."""
     age = max(0.0, (now_ms - committed_at_ms) / 1000) if committed_at_ms >= 0 else None
+    last_commit = source_reachable or known_from == ON_DESTINATION
     if target_offset is None:
         reread = -1
-    elif method == "frontier" or (source_reachable and exact):
+    elif method == "frontier" or (last_commit and exact):
         reread = 0
     elif target_frontier is None:
         reread = -1
     else:
         reread = max(0, target_frontier - target_offset)
-    return PositionRpo(source_reachable, known_from, known_until_ms, age, reread)
+    return PositionRpo(last_commit, known_from, known_until_ms, age, reread)

@@ -18,6 +18,7 @@ from typing import Any, Final
 from crossfeed.kafka import clients
 from crossfeed.translation import kafka_io
 from crossfeed.translation.kafka_io import TP, Unreachable
+from crossfeed.translation.latest import CHECKPOINT, SOURCE_TIMESTAMPS, Known, latest
 from crossfeed.translation.reader import RangeReader
 from crossfeed.translation.rules import ConsumerStamp
 from crossfeed.translation.scan import RangeScan, Seen
@@ -34,19 +35,6 @@ Where = tuple[str, str, int]
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass(frozen=True, slots=True)
-class Known:
-    """A committed offset and when it was learnt (ms)."""
-
-    offset: int
-    seen_at_ms: int
-    committed_at_ms: int = -1
-    """When the commit was made, where that is known (commit log, consumer timestamps)."""
-    via: str = "listed"
-    """listed, commit-log, consumer-timestamps or checkpoint (the failover report's
-    ``known_from``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +168,12 @@ class SourceView:
             except Unreachable as err:
                 self.lost(err)
 
-    def group(self, group: str, stamps: list[tuple[Where, ConsumerStamp]]) -> dict[TP, Known]:
+    def group(
+        self,
+        group: str,
+        stamps: list[tuple[Where, ConsumerStamp]],
+        recorded: Iterable[tuple[Where, Known]] = (),
+    ) -> dict[TP, Known]:
         """One group's positions: listed now if the source answers, else what is known."""
         if self.worth_asking():
             try:
@@ -192,16 +185,19 @@ class SourceView:
                 return {tp: Known(o, stamp) for tp, o in mine.items()}
             except Unreachable as err:
                 self.lost(err)
-        merged = self.merged(stamps, lambda g: g == group)
+        merged = self.merged(stamps, lambda g: g == group, recorded)
         return {(t, p): known for (_, t, p), known in merged.items()}
 
     def merged(
         self,
         stamps: list[tuple[Where, ConsumerStamp]],
         wanted_group: Callable[[str], bool] | None = None,
+        recorded: Iterable[tuple[Where, Known]] = (),
     ) -> dict[Where, Known]:
-        """Listed offsets, overridden — while the source is down — by newer commits the
-        consumer wrapper recorded (they can be newer than the last listing)."""
+        """Each group partition's commit to translate (``latest.py``): what the source
+        said, replaced — while the source is down — by a newer commit the client library
+        recorded, in ``stamps`` (``__consumer_timestamps`` of the source) or ``recorded``
+        (more, e.g. the destination's copies)."""
         wanted_group = wanted_group or self.wanted_group
         out = {
             (g, t, p): known
@@ -211,17 +207,24 @@ class SourceView:
         }
         if self.up:
             return out
-        for (g, t, p), stamp in stamps:
-            if not (wanted_group(g) and self.wanted_topic(t)):
-                continue
-            known = out.get((g, t, p))
-            if known is None or stamp.committed_at_ms > known.seen_at_ms:
-                out[(g, t, p)] = Known(
+        others: dict[Where, list[Known]] = {}
+        for where, stamp in stamps:
+            others.setdefault(where, []).append(
+                Known(
                     stamp.committed_offset,
                     stamp.committed_at_ms,
                     stamp.committed_at_ms,
-                    "consumer-timestamps",
+                    SOURCE_TIMESTAMPS,
                 )
+            )
+        for where, known in recorded:
+            others.setdefault(where, []).append(known)
+        for (g, t, p), candidates in others.items():
+            if not (wanted_group(g) and self.wanted_topic(t)):
+                continue
+            chosen = latest(out.get((g, t, p)), candidates, source_up=False)
+            if chosen is not None:
+                out[(g, t, p)] = chosen
         return out
 
     def committed(self, group: str, tp: TP, known: Known | None) -> None:
@@ -237,7 +240,7 @@ class SourceView:
 
     def remember(self, group: str, tp: TP, offset: int, at_ms: int) -> None:
         """A position learnt elsewhere (a checkpoint written before); listing wins."""
-        self.positions.setdefault(group, {}).setdefault(tp, Known(offset, at_ms, via="checkpoint"))
+        self.positions.setdefault(group, {}).setdefault(tp, Known(offset, at_ms, via=CHECKPOINT))
 
     def remember_end(self, tp: TP, end: int, at_ms: int) -> None:
         self.ends.setdefault(tp, SourceEnd(end, -1, at_ms))

@@ -46,19 +46,26 @@ from crossfeed.config import Settings
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.translation import kafka_io, metrics
-from crossfeed.translation.books import Frontier, StampBook, SyncBook, SyncEntry
+from crossfeed.translation.books import Frontier, RecordedBook, StampBook, SyncBook, SyncEntry
 from crossfeed.translation.checkpoints import FEED_ROW, read_checkpoints
 from crossfeed.translation.commit_log import Commit, CommitBook, commit_mode
 from crossfeed.translation.destination import Destination
 from crossfeed.translation.filters import TranslationFilter
-from crossfeed.translation.follow import Follower, follow_commits, follow_stamps, follow_syncs
+from crossfeed.translation.follow import (
+    Follower,
+    follow_commits,
+    follow_recorded,
+    follow_stamps,
+    follow_syncs,
+)
 from crossfeed.translation.kafka_io import TP, Unreachable
+from crossfeed.translation.latest import COMMIT_LOG, Known
 from crossfeed.translation.reader import RangeReader
 from crossfeed.translation.results import GroupTranslation, PartitionTranslation, TickReport
 from crossfeed.translation.rpo import PartitionRpo, partition_rpo, position_rpo
 from crossfeed.translation.rules import FRONTIER_SCAN_LIMIT, ConsumerStamp, Method, decide
 from crossfeed.translation.scan import RangeScan, Seen, classify
-from crossfeed.translation.source import Known, SourceView, Where, now_ms
+from crossfeed.translation.source import SourceView, Where, now_ms
 from crossfeed.wire import topics
 
 log = logging.getLogger(__name__)
@@ -67,6 +74,10 @@ FEED_ROWS_EVERY_S: Final = 5.0
 TRUNCATE_EVERY_S: Final = 30.0
 FINAL_PROBE_S: Final = 1.0
 """How long the final round (failover) waits for the source to accept a connection."""
+RECORDED_MARGIN_MS: Final = 100
+RECORDED_WAIT_S: Final = 1.0
+"""With the source down, the final round first waits (this long at most) until the
+commits recorded on the destination up to RECORDED_MARGIN_MS after its start are read."""
 
 
 class Translator:
@@ -79,6 +90,7 @@ class Translator:
         *,
         syncs: Follower[SyncBook] | None = None,
         stamps: Follower[StampBook] | None = None,
+        recorded: Follower[RecordedBook] | None = None,
         translation_filter: TranslationFilter | None = None,
         stream_commits: bool = True,
         commits_topic: str | None = None,
@@ -104,6 +116,8 @@ class Translator:
         self._own_stamps = stamps is None
         self._syncs = syncs
         self._stamps = stamps
+        self._own_recorded = recorded is None
+        self._recorded = recorded
         self._lock = threading.RLock()
         self._started = False
         self._closed = False
@@ -132,6 +146,8 @@ class Translator:
                 self._syncs = follow_syncs(self.target_conf)
             if self._stamps is None:
                 self._stamps = follow_stamps(self.source_conf)
+            if self._recorded is None:
+                self._recorded = follow_recorded(self.target_conf)
             if self._stream_commits and self._commits is None:
                 # Per feed, not shared: the book keeps only this feed's groups and topics.
                 book = CommitBook(self.filter.group, self._wanted)
@@ -162,6 +178,8 @@ class Translator:
                 self._syncs.stop()
             if self._own_stamps and self._stamps is not None:
                 self._stamps.stop()
+            if self._own_recorded and self._recorded is not None:
+                self._recorded.stop()
             if self._commits is not None:
                 self._commits.stop()
             self._arrived.set()  # the arrivals thread sees _closed and ends
@@ -185,6 +203,12 @@ class Translator:
     def stamps(self) -> Follower[StampBook]:
         assert self._stamps is not None, "start() the translator first"
         return self._stamps
+
+    @property
+    def recorded(self) -> Follower[RecordedBook]:
+        """Commits the client library's opt-in recorded on the target."""
+        assert self._recorded is not None, "start() the translator first"
+        return self._recorded
 
     @property
     def destination(self) -> Destination:
@@ -222,6 +246,8 @@ class Translator:
         round that looks at every destination group again, even one it moved before.
         ``exact_only``: move a group partition only where the translation is exact."""
         reachable = self.source.probe(FINAL_PROBE_S)  # before the lock: a tick may hold it
+        if not reachable:
+            self._read_recorded_commits()
         with self._lock:
             self.source.probed(reachable, FINAL_PROBE_S)
             # Listed even while the commit log is followed: a source that answers gives
@@ -229,6 +255,21 @@ class Translator:
             report = self._round(recheck=True, exact_only=exact_only, list_groups=True)
             results = self._with_positions(self._results.values(), report.source_reachable)
             return sorted(results, key=_order), report
+
+    def _read_recorded_commits(self) -> None:
+        """The source is gone: the last commits recorded on the target may have been
+        written a moment ago; wait (bounded) until they are read."""
+        recorded = self._recorded
+        if recorded is None or recorded.wait_read_after(
+            now_ms() + RECORDED_MARGIN_MS, RECORDED_WAIT_S
+        ):
+            return
+        log.warning(
+            "feed %s: %s on %s not read up to now; translating from what was read",
+            self.feed.name,
+            topics.DESTINATION_TIMESTAMPS,
+            self.target_alias,
+        )
 
     def _with_positions(
         self, results: Iterable[PartitionTranslation], source_reachable: bool
@@ -242,7 +283,7 @@ class Translator:
         for r in results:
             frontier = frontiers.get((r.topic, r.partition))
             known_until = r.known_at_ms
-            if r.known_from == "commit-log":
+            if r.known_from == COMMIT_LOG:
                 known_until = max(known_until, read_at)
             position = position_rpo(
                 source_reachable=source_reachable,
@@ -370,7 +411,7 @@ class Translator:
                     f"could not read {topics.OFFSET_SYNCS} on {self.target_alias} within 30s"
                 )
             self._ensure_ids()
-            positions = self.source.group(group, self._stamp_items())
+            positions = self.source.group(group, self._stamp_items(), self._recorded_items())
             results = [
                 self._translate_one(group, topic, partition, known)
                 for (topic, partition), known in sorted(positions.items())
@@ -425,8 +466,12 @@ class Translator:
         with self.stamps.locked() as book:
             return book.items()
 
+    def _recorded_items(self) -> list[tuple[Where, Known]]:
+        with self.recorded.locked() as book:
+            return book.of_cluster(self.source.cluster_id)
+
     def _positions(self) -> dict[Where, Known]:
-        return self.source.merged(self._stamp_items())
+        return self.source.merged(self._stamp_items(), recorded=self._recorded_items())
 
     def _seed_from_checkpoints(self) -> None:
         """Start from the positions and source ends this feed's translator last wrote, so a
@@ -464,6 +509,9 @@ class Translator:
         target = target or (self.feed.target_topic(topic), partition)
         with self.stamps.locked() as stamps:
             stamp = stamps.get(group, topic, partition)
+        if stamp is None:  # the copy on the target, if the group has the opt-in
+            with self.recorded.locked() as recorded:
+                stamp = recorded.stamp(self.source.cluster_id, group, topic, partition)
         outcome = decide(offset, found, stamp, _Lookups(self, topic, partition, target))
         return PartitionTranslation(
             group=group,
@@ -656,7 +704,7 @@ def filter_of(feed: FeedSpec) -> TranslationFilter:
 def _known(commit: Commit) -> Known:
     """A commit read from the log is known as of its commit time (broker clock): the
     consumer-timestamp merge compares that with the commits the wrapper recorded."""
-    return Known(commit.offset, commit.committed_at_ms, commit.committed_at_ms, "commit-log")
+    return Known(commit.offset, commit.committed_at_ms, commit.committed_at_ms, COMMIT_LOG)
 
 
 def _order(r: PartitionTranslation) -> Where:

@@ -8,6 +8,11 @@ STATE: Final = "_crossfeed.state"
 HEARTBEATS: Final = "_crossfeed.heartbeats"
 DLQ: Final = "_crossfeed.dlq"
 CONSUMER_TIMESTAMPS: Final = "__consumer_timestamps"
+DESTINATION_TIMESTAMPS: Final = "_crossfeed.consumer-timestamps"
+"""On a feed's target: the commits a TimestampedConsumer with the opt-in made on the
+source, keyed ``<source cluster.id>/<group>/<topic>/<partition>``. Not the source's
+``__consumer_timestamps`` name: on the target that topic holds the commits made *there*
+(read by the reverse feed's translator), and a replicator may copy the source's into it."""
 
 STAGING_MAX_MESSAGE_BYTES: Final = 64 << 20
 """A source record up to this size fits one staging record of ``.changes``."""
@@ -63,7 +68,7 @@ def internal_config(topic: str) -> dict[str, str]:
         return dlq_config()
     if topic == OFFSET_SYNCS:
         return offset_syncs_config()
-    if topic in (STATE, HEARTBEATS, CHECKPOINTS):
+    if topic in (STATE, HEARTBEATS, CHECKPOINTS, DESTINATION_TIMESTAMPS):
         return dict(_COMPACTED)
     if topic.startswith("_crossfeed.") and topic.endswith(".changes"):
         return staging_config()
@@ -86,3 +91,22 @@ def sorted_(feed: str) -> str:
 def is_internal(topic: str) -> bool:
     """Topics no feed may select: crossfeed's own and Kafka's (``__*``)."""
     return topic.startswith("_crossfeed.") or topic.startswith("__")
+
+
+def destination_timestamp_key(source_cluster: str, group: str, topic: str, partition: int) -> str:
+    """The key of a commit recorded in ``_crossfeed.consumer-timestamps``: the source
+    cluster first (cluster ids hold no ``/``), then ``__consumer_timestamps``' key."""
+    if not source_cluster or "/" in source_cluster:
+        raise ValueError(f"not a cluster id: {source_cluster!r}")
+    return f"{source_cluster}/{group}/{topic}/{partition}"
+
+
+def parse_destination_timestamp_key(key: str) -> tuple[str, str, str, int] | None:
+    """(source cluster, group, topic, partition) of such a key; None if it is not one.
+    The group is what lies between the first ``/`` and the topic (groups may hold ``/``)."""
+    cluster, _, rest = key.partition("/")
+    head, _, number = rest.rpartition("/")
+    group, _, topic = head.rpartition("/")
+    if not cluster or not group or not topic or not number.isdigit():
+        return None
+    return cluster, group, topic, int(number)

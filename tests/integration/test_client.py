@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions
 
 from crossfeed.client import ChangeProducer, TimestampedConsumer, is_watermark, user_headers
 from crossfeed.client.producer import Change
@@ -123,3 +125,92 @@ def test_change_producer_stamps_commit_ts_transactions_and_watermarks(
     consumer.close()
     assert sum(1 for m in got if is_watermark(m)) == 3
     assert all(user_headers(m) in ([], [("app", b"x")]) for m in got)
+
+
+def _recorded(config: dict[str, Any], group: str) -> dict[str, list[dict[str, Any]]]:
+    """Every commit of ``group`` recorded in _crossfeed.consumer-timestamps, by key."""
+    name = topics.DESTINATION_TIMESTAMPS
+    out: dict[str, list[dict[str, Any]]] = {}
+    for records in read_many(config, [name])[name].values():
+        for r in records:
+            key = (r.key or b"").decode()
+            parsed = topics.parse_destination_timestamp_key(key)
+            if parsed is not None and parsed[1] == group and r.value:
+                out.setdefault(key, []).append(codec.decode("ConsumerTimestamp", r.value))
+    return out
+
+
+def _opted_in(clusters: Any, topic: str, group: str, destination: str, wait_ms: int) -> Any:
+    """A subscribed TimestampedConsumer on dc-a with the opt-in, committing by hand."""
+    consumer = TimestampedConsumer(
+        {
+            **clusters.a.config,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "timestamps.destination.bootstrap.servers": destination,
+            "timestamps.destination.wait.ms": wait_ms,
+        }
+    )
+    consumer.subscribe([topic])
+    return consumer
+
+
+def _filled(clusters: Any, topic_factory: Any, producer_factory: Any, partitions: int) -> str:
+    """A dc-a topic with 10 records in each partition."""
+    topic = topic_factory(clusters.a, partitions=partitions)
+    producer = producer_factory(clusters.a)
+    for i in range(10 * partitions):
+        producer.produce(topic, value=f"v{i}".encode(), partition=i % partitions)
+    producer.flush(10)
+    return topic
+
+
+def test_with_the_opt_in_each_commit_is_on_the_destination_when_commit_returns(
+    clusters, topic_factory, producer_factory, unique
+):
+    topic = _filled(clusters, topic_factory, producer_factory, 2)
+    group = unique("mirrored")
+    consumer = _opted_in(clusters, topic, group, clusters.b.bootstrap, 5000)
+    got = _poll(consumer, 20)
+    committed = consumer.commit(asynchronous=False)
+    # Nothing more is sent after commit() returned: what dc-b holds now was acknowledged.
+    stats = consumer.destination_stats()
+    recorded = _recorded(clusters.b.config, group)
+    consumer.close()
+
+    source_id = clients.cluster_id(clusters.a.config)
+    assert committed is not None and {tp.offset for tp in committed} == {10}
+    assert stats == {"recorded": 2, "failed": 0, "waits_expired": 0}
+    assert sorted(recorded) == [f"{source_id}/{group}/{topic}/{p}" for p in (0, 1)]
+    for p in (0, 1):
+        [value] = recorded[f"{source_id}/{group}/{topic}/{p}"]
+        last = [m for m in got if m.partition() == p][-1]
+        assert (value["committed_offset"], value["timestamp_ms"]) == (10, last.timestamp()[1])
+    admin = shared_admin(clusters.b.config).client()
+    assert config_value(admin, topics.DESTINATION_TIMESTAMPS, "cleanup.policy") == "compact"
+
+
+def test_a_destination_that_does_not_answer_costs_one_wait_and_never_a_commit(
+    clusters, topic_factory, producer_factory, unique
+):
+    topic = _filled(clusters, topic_factory, producer_factory, 1)
+    group = unique("nowhere")
+    consumer = _opted_in(clusters, topic, group, "127.0.0.1:9", 300)  # nothing listens there
+    took = []
+    for n in range(5):
+        msg = _poll(consumer, 1)[0]
+        began = time.monotonic()
+        consumer.commit(message=msg, asynchronous=False)
+        took.append(time.monotonic() - began)
+        assert msg.offset() == n
+    stats = consumer.destination_stats()
+    admin = clients.admin(clusters.a.config)
+    listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    offsets = {tp.partition: tp.offset for tp in listed[group].result(10).topic_partitions}
+    threading.Thread(target=consumer.close, daemon=True).start()
+
+    assert offsets == {0: 5}, "every commit reached the source"
+    assert stats is not None and stats["waits_expired"] == 1 and stats["recorded"] == 0, stats
+    assert 0.25 <= took[0] < 2.0, took  # the first commit waited wait.ms ...
+    assert max(took[1:]) < 0.25, took  # ... the others did not wait for a dead destination

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crossfeed.client.consumer import _Consumed, split_config, user_headers
+from crossfeed.client.destination import split_destination
 from crossfeed.client.producer import Change, ChangeProducer
 from crossfeed.wire import codec, headers
 
@@ -133,3 +134,45 @@ def test_watermarks_cover_every_partition_and_fence_later_changes() -> None:
         producer.transaction([Change("t", b"1")], txn_id="a/b")
     with pytest.raises(ValueError, match="at least one"):
         producer.transaction([])
+
+
+def test_the_destination_opt_in_is_off_without_its_keys() -> None:
+    rest, destination = split_destination({"bootstrap.servers": "a:9092", "group.id": "g"})
+    assert destination is None and rest == {"bootstrap.servers": "a:9092", "group.id": "g"}
+
+
+def test_the_destination_opt_in_takes_its_own_keys_and_nothing_of_the_consumer() -> None:
+    rest, destination = split_destination(
+        {
+            "bootstrap.servers": "a:9092",
+            "sasl.username": "app",
+            "group.id": "g",
+            "timestamps.destination.bootstrap.servers": "b:9092",
+            "timestamps.destination.sasl.username": "app-b",
+            "timestamps.destination.wait.ms": 250,
+        }
+    )
+    assert rest == {"bootstrap.servers": "a:9092", "sasl.username": "app", "group.id": "g"}
+    assert destination is not None
+    assert destination.wait_s == 0.25
+    assert destination.producer["bootstrap.servers"] == "b:9092"
+    assert destination.producer["sasl.username"] == "app-b"
+    assert destination.producer["acks"] == "all" and "wait.ms" not in destination.producer
+    _, default = split_destination({"timestamps.destination.bootstrap.servers": "b:9092"})
+    assert default is not None and default.wait_s == 1.0
+
+
+@pytest.mark.parametrize("wait", [-1, "soon", 1.5, True, None])
+def test_a_bad_destination_wait_is_refused_with_what_to_write(wait: Any) -> None:
+    with pytest.raises(ValueError, match=r"timestamps\.destination\.wait\.ms must be a whole"):
+        split_destination(
+            {
+                "timestamps.destination.bootstrap.servers": "b:9092",
+                "timestamps.destination.wait.ms": wait,
+            }
+        )
+
+
+def test_destination_settings_without_a_destination_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"timestamps\.destination\.bootstrap\.servers is needed"):
+        split_destination({"timestamps.destination.wait.ms": 100})

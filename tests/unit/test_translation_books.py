@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from crossfeed.core.offset_ranges import OffsetRun
 from crossfeed.translation.books import (
     Frontier,
+    RecordedBook,
     StampBook,
     SyncBook,
     frontier_of,
@@ -18,6 +19,7 @@ from crossfeed.translation.books import (
     stamp_key,
 )
 from crossfeed.translation.filters import TranslationFilter
+from crossfeed.translation.latest import Known
 from crossfeed.translation.rpo import PositionRpo, partition_rpo, position_rpo
 from crossfeed.translation.rules import ConsumerStamp
 from crossfeed.translation.scan import Kind, RangeScan, Seen, classify, summarize
@@ -273,3 +275,39 @@ def test_position_bound_never_exceeds_the_copies_after_the_resume_point(
     assert p.last_commit is reachable
     if reachable and exact:
         assert p.reread_max == 0
+
+
+def test_a_position_recorded_on_the_destination_is_the_last_commit_with_the_source_gone() -> None:
+    p = _position(known_from="destination-timestamps")
+    assert (p.last_commit, p.reread_max) == (True, 0)
+    # Not exact (past the copies, say): the bound stays the copies after the resume point.
+    rough = _position(known_from="destination-timestamps", exact=False, method="timestamp")
+    assert (rough.last_commit, rough.reread_max) == (True, 30)
+
+
+def _recorded_value(offset: int, at_ms: int, timestamp_ms: int = 5) -> bytes:
+    return codec.encode(
+        "ConsumerTimestamp",
+        {
+            "group": "g",
+            "topic": "t",
+            "partition": 1,
+            "committed_offset": offset,
+            "timestamp_ms": timestamp_ms,
+            "committed_at_ms": at_ms,
+        },
+    )
+
+
+def test_recorded_book_keeps_the_newest_commit_per_source_cluster() -> None:
+    book = RecordedBook()
+    book.apply(f"{A}/g/t/1", _recorded_value(10, 100))
+    book.apply(f"{A}/g/t/1", _recorded_value(12, 110))
+    book.apply(f"{B}/g/t/1", _recorded_value(99, 120))  # the same group on another source
+    assert book.of_cluster(A) == [(("g", "t", 1), Known(12, 110, 110, "destination-timestamps"))]
+    assert book.of_cluster(None) == []
+    assert book.stamp(A, "g", "t", 1) == ConsumerStamp(12, 5, 110)
+    book.apply(f"{A}/g/t/1", None)  # a tombstone forgets it
+    assert book.of_cluster(A) == [] and len(book) == 1
+    with pytest.raises(ValueError, match="consumer-timestamps key"):
+        book.apply("g/t/x", _recorded_value(1, 1))

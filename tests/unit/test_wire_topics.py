@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from crossfeed.wire import topics
 
@@ -31,3 +33,35 @@ def test_a_returned_config_is_a_copy() -> None:
 def test_other_topics_are_refused(name: str) -> None:
     with pytest.raises(ValueError, match="internal topics"):
         topics.internal_config(name)
+
+
+def test_the_destination_timestamps_topic_is_compacted_and_internal() -> None:
+    assert topics.internal_config(topics.DESTINATION_TIMESTAMPS)["cleanup.policy"] == "compact"
+    assert topics.is_internal(topics.DESTINATION_TIMESTAMPS)
+    assert topics.DESTINATION_TIMESTAMPS != topics.CONSUMER_TIMESTAMPS
+
+
+names = st.text(st.characters(blacklist_characters="/", blacklist_categories=("Cs",)), min_size=1)
+
+
+@given(
+    names,
+    st.text(st.characters(blacklist_categories=("Cs",)), min_size=1),
+    names,
+    st.integers(0, 2**31 - 1),
+)
+def test_a_destination_timestamp_key_reads_back(
+    cluster: str, group: str, topic: str, partition: int
+) -> None:
+    key = topics.destination_timestamp_key(cluster, group, topic, partition)
+    assert topics.parse_destination_timestamp_key(key) == (cluster, group, topic, partition)
+
+
+@pytest.mark.parametrize("key", ["", "c", "c/g/t", "c//t/1", "c/g/t/x", "/g/t/1"])
+def test_other_keys_are_not_destination_timestamp_keys(key: str) -> None:
+    assert topics.parse_destination_timestamp_key(key) is None
+
+
+def test_a_cluster_id_with_a_slash_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a cluster id"):
+        topics.destination_timestamp_key("a/b", "g", "t", 0)

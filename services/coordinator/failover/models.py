@@ -15,12 +15,14 @@ class PositionOut(BaseModel):
 
     last_commit: bool = Field(
         description="the translated position is the group's last commit on the source "
-        "(the source answered at the failover); false: commits made after the last one "
+        "(the source answered at the failover, or the client library recorded the commit "
+        "on the target: timestamps.destination.*); false: commits made after the last one "
         "known were lost with the source"
     )
     known_from: str = Field(
         description="where the position was learnt: listed (admin request), commit-log "
-        "(the source's __consumer_offsets), consumer-timestamps, checkpoint"
+        "(the source's __consumer_offsets), consumer-timestamps, destination-timestamps "
+        "(_crossfeed.consumer-timestamps on the target), checkpoint"
     )
     known_until_ms: int = Field(
         description="the group's commits are known up to this time (epoch ms): the last "
