@@ -18,6 +18,7 @@ are read again than the failover report's ``reread_max``.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -164,6 +165,7 @@ def fail_over_and_back(
         "later_b": later_b,
         "after_failback": app.records(2),
         "failback_s": waited,
+        "failback": back,
     }
 
 
@@ -214,7 +216,10 @@ def check_failback(seen: dict[str, Any]) -> None:
     assert {v for _, v in after} == seen["later_b"], sorted({v for _, v in after})[:10]
     for p in range(PARTITIONS):
         first_seen = list(dict.fromkeys(v for q, v in after if q == p))
-        assert first_seen == [f"b2-{p}:{n}" for n in range(DC_B_WRITES // PARTITIONS)], first_seen
+        # On failure, the failback report says where each partition was moved (kept: a
+        # faust run once began one partition a record late, not yet explained).
+        expected = [f"b2-{p}:{n}" for n in range(DC_B_WRITES // PARTITIONS)]
+        assert first_seen == expected, (first_seen, json.dumps(seen["failback"]["groups"]))
 
 
 @pytest.mark.parametrize("client", ["plain", "console"])
