@@ -97,6 +97,3 @@ def resolve(
 
     return _REFERENCE.sub(one, value)
 
-
-def has_reference(value: str) -> bool:
-    return bool(_REFERENCE.search(value))
