@@ -151,7 +151,13 @@ class PullerSettings(_Section):
         description="longest a transaction stays open while catching up a backlog (a quarter "
         "of the newest record's age, at most this)",
     )
-    resolved_interval_ms: int = Field(1000, ge=10, description="how often resolved marks go out")
+    resolved_interval_ms: int = Field(
+        1000,
+        ge=10,
+        description="how often a task with nothing to copy still commits resolved marks (while "
+        "records flow, every transaction carries them); an idle partition's resolved_ts, which "
+        "holds an ordered feed back, advances this often",
+    )
     topic_refresh_s: Seconds = Field(
         5.0, description="how often new matching topics are looked for"
     )

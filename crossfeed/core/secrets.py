@@ -96,4 +96,3 @@ def resolve(
             ) from None
 
     return _REFERENCE.sub(one, value)
-
