@@ -116,7 +116,8 @@ def rpo_table(rows: list[Mapping[str, Any]], title: str) -> Table:
 def failover_report(report: Mapping[str, Any]) -> Iterator[RenderableType]:
     yield Text(
         f"feed {report['feed']} failed over: {report['source']} -> {report['target']} "
-        f"(stopped by the {report['stopped_by']})",
+        f"(stopped by the {report['stopped_by']}; {report.get('fenced_tasks', 0)} puller "
+        f"task(s) fenced on {report['target']})",
         style="bold",
     )
     yield rpo_table(report["partitions"], f"records on {report['source']} never replicated")

@@ -406,6 +406,50 @@ def _already_there(report: dict[str, Any]) -> set[str]:
     }
 
 
+def test_failover_aborts_the_transaction_a_killed_puller_left_open(
+    clusters, services, topic_factory, producer_factory
+):
+    """A puller killed mid-transaction leaves it open on dc-b, and read_committed readers
+    of dc-b stop at its first record until the broker times it out (15 s after it began,
+    up to 10 s more for the broker's sweep) — dc-b's own new writes included. Failover
+    fences every puller task: the transaction is aborted at once."""
+    topic = topic_factory(clusters.a, partitions=1)
+    on_a = producer_factory(clusters.a)
+    for i in range(100):
+        on_a.produce(topic, value=f"a-{i}".encode())
+    on_a.flush(10)
+    # Transactions that stay open (the copies go out as they are read, uncommitted).
+    slow = {
+        **FAST,
+        "puller": {"commit_interval_ms": 600_000, "backlog_commit_interval_ms": 600_000},
+    }
+    feed = services.start_feed("fence", clusters, [topic], settings=slow, wait=False)
+    spec = load_feed_file(feed.feed_file)
+    b = clusters.b.config
+
+    def read(isolation: str) -> list[bytes]:
+        try:
+            got = read_many(b, [topic], timeout_s=2, isolation=isolation)
+        except Exception:  # the target topic may not exist yet
+            return []
+        return [r.value or b"" for rs in got[topic].values() for r in rs]
+
+    wait_for("copies in an open transaction", lambda: len(read("read_uncommitted")) == 100)
+    opened = time.monotonic()  # the transaction began before this
+    feed.stop_all(hard=True)
+    assert read("read_committed") == []
+    with failover_routes(clusters, [spec]) as (url, _loop):
+        report = failover_cli(feed, url)
+    assert report["fenced_tasks"] == spec.config.staging_partitions, report
+    on_b = producer_factory(clusters.b)
+    on_b.produce(topic, value=b"b-0")
+    on_b.flush(10)
+    visible = wait_for("dc-b's own write, read_committed", lambda: read("read_committed"), 10)
+    # Before the broker could have aborted it on its own: failover did.
+    assert time.monotonic() - opened < 14, time.monotonic() - opened
+    assert visible == [b"b-0"]
+
+
 # -- failback -------------------------------------------------------------------------------
 
 

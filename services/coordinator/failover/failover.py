@@ -3,7 +3,10 @@
 1. Stop F: a feed the coordinator runs is set to ``failed_over`` (its puller tasks stop);
    a feed-file feed's processes are the operator's to stop (the report says so). Nothing
    waits in between: a mirror feed's pullers write the target topics directly, and what
-   they committed is all the target will ever have from them.
+   they committed is all the target will ever have from them. Every puller task is
+   fenced on the target (``fence.py``, while step 2 runs): what a dead puller left open
+   is aborted at once, not after its timeout, so read_committed consumers of the target
+   are not held back, and a puller still running commits nothing more.
 2. Translate every group one last time from what is known — the translator's memory
    (last listed offsets, consumer timestamps already read), else the checkpoints written
    before — and move each group that has no members on the target forward to its
@@ -18,11 +21,13 @@
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 from fastapi import HTTPException
 
 from crossfeed.services.coordinator.failover.common import grouped, resolve_feed
+from crossfeed.services.coordinator.failover.fence import fence_pullers
 from crossfeed.services.coordinator.failover.hooks import FailoverHooks
 from crossfeed.services.coordinator.failover.models import FailoverReport, FailoverRequest, RpoOut
 from crossfeed.translation.translator import Translator
@@ -40,6 +45,7 @@ def run_failover(hooks: FailoverHooks, request: FailoverRequest) -> FailoverRepo
     translator = hooks.take_translator(feed.name) or Translator(
         hooks.settings, feed, stream_commits=False
     )
+    background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fence")
     try:
         if managed and hooks.mark_failed_over is not None:
             hooks.mark_failed_over(feed.name)
@@ -50,12 +56,23 @@ def run_failover(hooks: FailoverHooks, request: FailoverRequest) -> FailoverRepo
                 "processes yourself if they still run"
             )
         log.info("failover of feed %s (%s -> %s) started", feed.name, feed.source, target)
+        fencing = background.submit(
+            fence_pullers, hooks.settings.cluster(target).client_config(), feed
+        )
         if not translator.wait_ready(30):
             raise HTTPException(503, f"cannot read the offset syncs on {target} (waited 30s)")
         results, tick = translator.final()
         rows = [RpoOut.of(r) for r in translator.rpo()]
+        fenced = fencing.result()
     finally:
         translator.close()
+        background.shutdown(wait=True)
+    if fenced.failed:
+        notes.append(
+            f"puller task(s) {sorted(fenced.failed)} could not be fenced on {target} "
+            f"({next(iter(fenced.failed.values()))}): a transaction one of them left open "
+            "holds read_committed consumers back until the broker times it out (15-25 s)"
+        )
     if tick.source_reachable:
         notes.append(
             f"{feed.source} still answers: consumers still running there keep committing on "
@@ -86,6 +103,7 @@ def run_failover(hooks: FailoverHooks, request: FailoverRequest) -> FailoverRepo
         positions_at_last_commit=sum(1 for p in positions if p.last_commit),
         positions_stale=sum(1 for p in positions if not p.last_commit),
         reread_max_records=sum(p.reread_max for p in positions if p.reread_max > 0),
+        fenced_tasks=len(fenced.tasks),
         notes=notes,
     )
     log.info(

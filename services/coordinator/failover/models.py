@@ -158,6 +158,10 @@ class FailoverReport(BaseModel):
     reread_max_records: int = Field(
         description="sum over group partitions of reread_max (those with a known bound)"
     )
+    fenced_tasks: int = Field(
+        0,
+        description="puller tasks taken over on the target (what they left open is aborted)",
+    )
     notes: list[str]
 
 
