@@ -216,8 +216,7 @@ def check_failback(seen: dict[str, Any]) -> None:
     assert {v for _, v in after} == seen["later_b"], sorted({v for _, v in after})[:10]
     for p in range(PARTITIONS):
         first_seen = list(dict.fromkeys(v for q, v in after if q == p))
-        # On failure, the failback report says where each partition was moved (kept: a
-        # faust run once began one partition a record late, not yet explained).
+        # On failure, the failback report says where each partition was moved.
         expected = [f"b2-{p}:{n}" for n in range(DC_B_WRITES // PARTITIONS)]
         assert first_seen == expected, (first_seen, json.dumps(seen["failback"]["groups"]))
 
@@ -236,10 +235,8 @@ def test_a_consumer_fails_over_and_back(
     check_failback(seen)
 
 
-# In `make slow`, not `make test`: 2.5-3 minutes, and one run in four on this machine
-# failed: after failback the app on dc-a began one partition a record late (b2-2:1, the
-# first later write b2-2:0 never read: a skip; the group's dc-b commit pointed at it).
-# Not yet explained (failback translation or faust's own seek); the assertion stands.
+# In `make slow`, not `make test`: 3-4 minutes (faust's 60 s session timeout holds the
+# failback back: the member that died with dc-a must leave first).
 @pytest.mark.slow
 def test_a_faust_application_fails_over_and_back_with_its_table(
     clusters, services, topic_factory, unique, tmp_path: Path

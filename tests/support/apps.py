@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -153,11 +154,21 @@ class AppProcess:
         return AssertionError(f"{self.name}: {message}\n--- {log} ---\n{tail}")
 
 
+# faust draws a start-up spinner on the same standard output (cursor hide/show escapes,
+# backspaces), so the first record's line can begin with them: "\x1b[?25l3 1502 ...".
+_TERMINAL_CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08]")
+
+
+def faust_fields(line: str) -> list[str]:
+    """The fields of one line of the faust example's output, terminal controls removed."""
+    return _TERMINAL_CONTROL.sub("", line).split()
+
+
 def faust_app(workdir: Path, app_id: str, topic: str, partitions: int) -> AppProcess:
     """The faust example worker; its lines are ``<partition> <offset> <key> <value> <count>``."""
 
     def parse(line: str) -> tuple[int, str] | None:
-        parts = line.split()
+        parts = faust_fields(line)
         if len(parts) != 5 or not parts[0].isdigit():
             return None
         return int(parts[0]), parts[3]
@@ -180,7 +191,7 @@ def faust_counts(app: AppProcess, run: int = -1) -> list[tuple[str, int]]:
     """``(key, count)`` per line of the faust app's run ``run``, in order."""
     out = []
     for line in app.outputs[run].read_text(errors="replace").splitlines():
-        parts = line.split()
+        parts = faust_fields(line)
         if len(parts) == 5 and parts[0].isdigit():
             out.append((parts[2], int(parts[4])))
     return out
