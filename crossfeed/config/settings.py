@@ -205,7 +205,10 @@ class SorterSettings(_Section):
         "1g", description="spark.driver.memory (local mode: also the executors' memory)"
     )
     trigger_interval_ms: int = Field(
-        500, ge=0, description="micro-batch trigger interval; 0: the next batch at once"
+        100,
+        ge=0,
+        description="micro-batch trigger interval; 0: the next batch at once (an idle feed "
+        "then asks Kafka for new offsets every 10 ms)",
     )
     max_offsets_per_trigger: int = Field(
         200_000, ge=1, description="changes read per micro-batch, at most (maxOffsetsPerTrigger)"
