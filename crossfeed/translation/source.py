@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from confluent_kafka import KafkaException
+
 from crossfeed.kafka import clients
 from crossfeed.translation import kafka_io
 from crossfeed.translation.kafka_io import TP, Unreachable
@@ -27,6 +29,7 @@ log = logging.getLogger(__name__)
 
 RETRY_S: Final = 5.0
 STARTS_EVERY_S: Final = 30.0
+LIST_EVERY_S: Final = 10.0
 SCAN_CACHE: Final = 4096
 
 Where = tuple[str, str, int]
@@ -69,6 +72,9 @@ class SourceView:
         self.starts: dict[TP, int] = {}
         self._retry_at = 0.0
         self._starts_at = 0.0
+        self.listed: set[TP] = set()
+        """Every partition of the source's wanted topics, as last listed."""
+        self._listed_at = 0.0
         self._scans: OrderedDict[tuple[str, int, int, int, int], RangeScan] = OrderedDict()
 
     def open(self) -> None:
@@ -142,11 +148,30 @@ class SourceView:
                 }
                 # A group that no longer has offsets on the source is forgotten.
                 self.positions = {g: p for g, p in positions.items() if p}
-            self.refresh_ends(partitions(), stamp)
+            self._list_wanted()
+            self.refresh_ends(set(partitions()) | self.listed, stamp)
         except Unreachable as err:
             self.lost(err)
             return
         self.answered()
+
+    def _list_wanted(self) -> None:
+        """List the partitions of the wanted topics (every LIST_EVERY_S): a partition the
+        feed has not copied yet — a topic created a moment before the source was lost —
+        still has its records counted in the RPO."""
+        if time.monotonic() - self._listed_at < LIST_EVERY_S:
+            return
+        try:
+            meta = self.admin.client().list_topics(timeout=3.0)
+        except KafkaException as err:
+            raise Unreachable(f"list topics: {err}") from None
+        self.listed = {
+            (name, p)
+            for name, info in meta.topics.items()
+            if info.error is None and self.wanted_topic(name)
+            for p in info.partitions
+        }
+        self._listed_at = time.monotonic()
 
     def refresh_ends(self, tps: Iterable[TP], stamp: int | None = None) -> None:
         """End offsets and newest timestamps of ``tps`` (raises Unreachable)."""

@@ -441,6 +441,9 @@ def test_failover_aborts_the_transaction_a_killed_puller_left_open(
     with failover_routes(clusters, [spec]) as (url, _loop):
         report = failover_cli(feed, url)
     assert report["fenced_tasks"] == spec.config.staging_partitions, report
+    # Never copied (aborted), so all of it is the RPO, although the feed had no copy of
+    # the partition at all: the translator lists the topics the feed selects.
+    assert report["unreplicated_records"] == 100, report["partitions"]
     on_b = producer_factory(clusters.b)
     on_b.produce(topic, value=b"b-0")
     on_b.flush(10)
