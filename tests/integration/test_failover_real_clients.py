@@ -171,7 +171,7 @@ def fail_over_and_back(
 
 def all_committed(cluster: Any, group: str, topic: str) -> bool:
     """Has ``group`` committed the end of every partition of ``topic`` on ``cluster``?"""
-    done = committed(cluster.config, group)
+    done = committed(cluster.config, group, stable=True)  # faust commits in transactions
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "crossfeed-probe"})
     try:
         ends = {
