@@ -85,7 +85,7 @@ class ClusterAdmin:
         try:
             return request(admin)
         except Unreachable as err:
-            message = str(err)
+            failed = err.detached()
         finally:
             _in_call.where = None
         # Out of the except block, and with a new exception: the failed one's traceback
@@ -98,7 +98,7 @@ class ClusterAdmin:
         timer = threading.Timer(RETIRE_AFTER_S, retired.clear)  # the last reference
         timer.daemon = True
         timer.start()
-        raise Unreachable(message)
+        raise failed
 
 
 _ADMINS: dict[tuple[tuple[tuple[str, str], ...], bool], ClusterAdmin] = {}
@@ -118,6 +118,21 @@ def shared_admin(conf: Mapping[str, Any], *, quiet: bool = False) -> ClusterAdmi
 
 class Unreachable(Exception):
     """The cluster did not answer in time (or refused the request)."""
+
+    def detached(self) -> Unreachable:
+        """The same failure without a traceback (which would keep the client alive)."""
+        return Unreachable(str(self))
+
+
+class PartlyAnswered(Unreachable):
+    """Some of the requests of one call failed; ``answered`` holds the others' results."""
+
+    def __init__(self, message: str, answered: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.answered = answered
+
+    def detached(self) -> PartlyAnswered:
+        return PartlyAnswered(str(self), self.answered)
 
 
 def _wait(future: Any, timeout_s: float, what: str) -> Any:
@@ -206,7 +221,12 @@ def group_offsets(
     cluster: ClusterAdmin, groups: Iterable[str], timeout_s: float = TIMEOUT_S
 ) -> dict[str, dict[TP, int]]:
     """Committed offsets of each group (stable: pending transactional commits included
-    once committed). The admin API takes one group per request; they run concurrently."""
+    once committed). The admin API takes one group per request; they run concurrently.
+
+    A group whose request fails (its coordinator partition still loading after a broker
+    restart, a request timed out on a busy broker) does not hide the others: when some
+    answered, :class:`PartlyAnswered` carries their offsets; only when none did is the
+    cluster Unreachable."""
     wanted = list(groups)
 
     def request(admin: AdminClient) -> dict[str, dict[TP, int]]:
@@ -219,13 +239,25 @@ def group_offsets(
             for group in wanted
         }
         out: dict[str, dict[TP, int]] = {}
+        failures: list[str] = []
+        deadline = time.monotonic() + timeout_s + 1
         for group, future in futures.items():
-            listing = _result(future, timeout_s + 1, f"offsets of group {group!r}")
+            left = max(0.0, deadline - time.monotonic())  # they all run at once
+            try:
+                listing = _result(future, left, f"offsets of group {group!r}")
+            except Unreachable as err:
+                failures.append(str(err))
+                continue
             out[group] = {
                 (tp.topic, tp.partition): tp.offset
                 for tp in listing.topic_partitions or []
                 if tp.offset >= 0 and tp.error is None
             }
+        if failures and not out:
+            raise Unreachable(failures[0])
+        if failures:
+            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+            raise PartlyAnswered(f"{failures[0]}{more}", out)
         return out
 
     return cluster.call(request) if wanted else {}

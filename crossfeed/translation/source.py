@@ -19,7 +19,7 @@ from confluent_kafka import KafkaException
 
 from crossfeed.kafka import clients
 from crossfeed.translation import kafka_io
-from crossfeed.translation.kafka_io import TP, Unreachable
+from crossfeed.translation.kafka_io import TP, PartlyAnswered, Unreachable
 from crossfeed.translation.latest import CHECKPOINT, SOURCE_TIMESTAMPS, Known, latest
 from crossfeed.translation.reader import RangeReader
 from crossfeed.translation.rules import ConsumerStamp
@@ -75,6 +75,7 @@ class SourceView:
         self.listed: set[TP] = set()
         """Every partition of the source's wanted topics, as last listed."""
         self._listed_at = 0.0
+        self._unanswered: set[str] = set()
         self._scans: OrderedDict[tuple[str, int, int, int, int], RangeScan] = OrderedDict()
 
     def open(self) -> None:
@@ -140,20 +141,47 @@ class SourceView:
                 if self.cluster_id is None:
                     raise Unreachable("no cluster.id")
             if list_groups:
-                wanted = [g for g in kafka_io.list_groups(self.admin, 3.0) if self.wanted_group(g)]
-                listed = kafka_io.group_offsets(self.admin, wanted)
-                positions = {
-                    g: {tp: Known(o, stamp) for tp, o in offs.items() if self.wanted_topic(tp[0])}
-                    for g, offs in listed.items()
-                }
-                # A group that no longer has offsets on the source is forgotten.
-                self.positions = {g: p for g, p in positions.items() if p}
+                self._list_positions(stamp)
             self._list_wanted()
             self.refresh_ends(set(partitions()) | self.listed, stamp)
         except Unreachable as err:
             self.lost(err)
             return
         self.answered()
+
+    def _list_positions(self, stamp: int) -> None:
+        """Every wanted group's committed offsets (raises Unreachable). A group whose
+        request failed keeps what was known of it; one that answered with no offsets of
+        the wanted topics is forgotten."""
+        wanted = [g for g in kafka_io.list_groups(self.admin, 3.0) if self.wanted_group(g)]
+        try:
+            listed = kafka_io.group_offsets(self.admin, wanted)
+        except PartlyAnswered as err:
+            listed = err.answered
+            self._report_unanswered(wanted, listed, err)
+        else:
+            self._unanswered = set()
+        positions = {g: p for g, p in self.positions.items() if g in wanted}
+        for g, offs in listed.items():
+            positions[g] = {
+                tp: Known(o, stamp) for tp, o in offs.items() if self.wanted_topic(tp[0])
+            }
+        self.positions = {g: p for g, p in positions.items() if p}
+
+    def _report_unanswered(
+        self, wanted: list[str], listed: Mapping[str, object], err: PartlyAnswered
+    ) -> None:
+        unanswered = {g for g in wanted if g not in listed}
+        if unanswered - self._unanswered:
+            log.warning(
+                "feed %s: source %s did not give the offsets of %d group(s) this round (%s); "
+                "their last known offsets stay in use",
+                self.feed,
+                self.alias,
+                len(unanswered),
+                err,
+            )
+        self._unanswered = unanswered
 
     def _list_wanted(self) -> None:
         """List the partitions of the wanted topics (every LIST_EVERY_S): a partition the

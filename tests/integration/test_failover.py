@@ -287,6 +287,8 @@ def test_failover_moves_every_kind_of_group_to_its_exact_record(
         def translated(group: str) -> Any:
             out = crossfeed(*cli_args, "groups", "translate", "--group", group, *where)
             done = out["partitions"] and all(p["exact"] for p in out["partitions"])
+            if not done:
+                print(f"not yet exact: {out}")  # shown if the wait fails
             return out if done else None
 
         for name in ("head", "lag", "wrapped"):
