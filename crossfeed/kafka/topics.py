@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,19 @@ def partition_counts(admin: AdminClient, timeout_s: float = 10.0) -> dict[str, i
     """Every topic of the cluster with its partition count."""
     meta = admin.list_topics(timeout=timeout_s)
     return {name: len(t.partitions) for name, t in meta.topics.items() if t.error is None}
+
+
+def partitions_of(
+    admin: AdminClient, wanted: Callable[[str], bool], timeout_s: float = 10.0
+) -> list[tuple[str, int]]:
+    """Every (topic, partition) of the cluster's topics that ``wanted`` selects, sorted."""
+    meta = admin.list_topics(timeout=timeout_s)
+    return sorted(
+        (name, p)
+        for name, info in meta.topics.items()
+        if info.error is None and wanted(name)
+        for p in info.partitions
+    )
 
 
 def partition_count(admin: AdminClient, name: str, timeout_s: float = 10.0) -> int | None:

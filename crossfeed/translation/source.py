@@ -18,6 +18,7 @@ from typing import Any, Final
 from confluent_kafka import KafkaException
 
 from crossfeed.kafka import clients
+from crossfeed.kafka.topics import partitions_of
 from crossfeed.translation import kafka_io
 from crossfeed.translation.kafka_io import TP, PartlyAnswered, Unreachable
 from crossfeed.translation.latest import CHECKPOINT, SOURCE_TIMESTAMPS, Known, latest
@@ -190,15 +191,9 @@ class SourceView:
         if time.monotonic() - self._listed_at < LIST_EVERY_S:
             return
         try:
-            meta = self.admin.client().list_topics(timeout=3.0)
+            self.listed = set(partitions_of(self.admin.client(), self.wanted_topic, 3.0))
         except KafkaException as err:
             raise Unreachable(f"list topics: {err}") from None
-        self.listed = {
-            (name, p)
-            for name, info in meta.topics.items()
-            if info.error is None and self.wanted_topic(name)
-            for p in info.partitions
-        }
         self._listed_at = time.monotonic()
 
     def refresh_ends(self, tps: Iterable[TP], stamp: int | None = None) -> None:

@@ -30,6 +30,7 @@ from fastapi import HTTPException
 
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
+from crossfeed.kafka.topics import partitions_of
 from crossfeed.services.coordinator.failover.common import grouped, resolve_feed
 from crossfeed.services.coordinator.failover.hooks import FailoverHooks
 from crossfeed.services.coordinator.failover.models import (
@@ -180,13 +181,7 @@ def run_failback(hooks: FailoverHooks, request: FailbackRequest) -> FailbackRepo
 
 def _selected(conf: dict[str, Any], feed: FeedSpec) -> list[TP]:
     """Every partition of the topics the feed selects, as the cluster has them now."""
-    meta = shared_admin(conf).client().list_topics(timeout=10)
-    return sorted(
-        (name, p)
-        for name, info in meta.topics.items()
-        if info.error is None and feed.selector.selects(name)
-        for p in info.partitions
-    )
+    return partitions_of(shared_admin(conf).client(), feed.selector.selects)
 
 
 def _wait_for_partitions(alias: str, conf: dict[str, Any], tps: list[TP]) -> None:

@@ -32,17 +32,17 @@ PARALLEL = 8
 
 
 @dataclass
-class Fenced:
+class FenceResult:
     """What fencing the feed's tasks did: the tasks taken over, and errors by task."""
 
     tasks: list[int] = field(default_factory=list)
     failed: dict[int, str] = field(default_factory=dict)
 
 
-def fence_pullers(target_conf: dict[str, Any], feed: FeedSpec) -> Fenced:
+def fence_pullers(target_conf: dict[str, Any], feed: FeedSpec) -> FenceResult:
     """Take over every puller task's transactional.id of ``feed`` on the target."""
     tasks = list(range(feed.config.staging_partitions))
-    out = Fenced()
+    out = FenceResult()
 
     def fence(task: int) -> str | None:
         try:
