@@ -162,7 +162,8 @@ class SourceView:
             self._report_unanswered(wanted, listed, err)
         else:
             self._unanswered = set()
-        positions = {g: p for g, p in self.positions.items() if g in wanted}
+        still = set(wanted)  # a group no longer on the source is forgotten
+        positions = {g: p for g, p in self.positions.items() if g in still}
         for g, offs in listed.items():
             positions[g] = {
                 tp: Known(o, stamp) for tp, o in offs.items() if self.wanted_topic(tp[0])
