@@ -211,10 +211,20 @@ class SorterSettings(_Section):
         "then asks Kafka for new offsets every 10 ms)",
     )
     max_offsets_per_trigger: int = Field(
-        200_000, ge=1, description="changes read per micro-batch, at most (maxOffsetsPerTrigger)"
+        50_000,
+        ge=1,
+        description="changes read per micro-batch, at most (maxOffsetsPerTrigger); at most "
+        "driver_release_rows keeps a backlog on the driver path",
     )
     shuffle_partitions: int = Field(
         2, ge=1, description="spark.sql.shuffle.partitions (the release itself is one partition)"
+    )
+    driver_release_rows: int = Field(
+        50_000,
+        ge=0,
+        description="a micro-batch whose rows plus the changes still pending are at most "
+        "this many is released by the driver itself after one Spark job (the Kafka read); "
+        "bigger ones by Spark jobs (a sort that spills to disk). 0: always Spark",
     )
     max_segments: int = Field(
         64,

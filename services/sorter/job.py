@@ -2,14 +2,21 @@
 
 One query reads ``_crossfeed.<feed>.changes`` with Spark's Kafka source (read_committed,
 headers) and hands every micro-batch to :meth:`SorterJob.process_batch` (foreachBatch).
-Per batch, all per-row work runs as Spark SQL expressions in the JVM; the Python driver
-only sees what Spark *observes* on the rows it writes (counts, and the batch's resolved
-marks) and decides. A batch is two Spark jobs at most, because each job costs 0.2-1 s of
-scheduling here whatever its size:
+Each Spark job costs 0.2-1 s of planning and scheduling here whatever its size, so a batch
+takes one of two paths with the same rules and output:
+
+* the driver path, while the batch and the changes pending are few
+  (``sorter.driver_release_rows``): one Spark job reads the batch into the driver as
+  Arrow, and :mod:`driver_release` and :mod:`arrow_segments` do the steps below in Python;
+* the Spark path otherwise: all per-row work runs as Spark SQL expressions in the JVM
+  (an external sort, bounded memory); the Python driver only sees what Spark *observes*
+  on the rows it writes (counts, and the batch's resolved marks) and decides. Two Spark
+  jobs:
 
 1. parse the batch's rows (kind, commit_ts, transaction, source partition) and write
    them as a parquet *segment* under the checkpoint directory (pending changes live on
-   disk, never in a Python object or in memory), observing the batch's statistics;
+   disk; the driver path keeps at most driver_release_rows of them in memory too),
+   observing the batch's statistics;
 2. take the max resolved_ts per source partition from the observed marks, merge it into
    the driver state and compute the global resolved_ts R (:mod:`crossfeed.services.sorter.rules`);
 3. if R went up, release every complete transaction with R_prev < commit_ts <= R from all
@@ -41,7 +48,8 @@ from pyspark.sql import functions as F
 from crossfeed import dlq
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
-from crossfeed.services.sorter import rules
+from crossfeed.services.sorter import arrow_segments, driver_release, rules
+from crossfeed.services.sorter.arrow_segments import Pending
 from crossfeed.services.sorter.rules import DriverState, Segment, Window
 from crossfeed.services.sorter.store import Store
 from crossfeed.wire import codec, headers, topics
@@ -52,6 +60,11 @@ TXN_RE = r"^([^/:]+)/([0-9]{1,9})/([0-9]{1,9})$"
 SRC_RE = r"^([^/]*)/([^/]+)/([0-9]{1,9})/([0-9]{1,19})$"
 MARK_KEY_RE = r"^([^/]+)/([0-9]{1,9})$"
 TS_RE = r"^[0-9]{1,18}$"
+
+ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner chooses
+
+# What the driver path reads of a batch (Spark's Kafka source columns).
+RAW_COLUMNS = ("key", "value", "headers", "topic", "partition", "offset", "timestamp")
 
 # Writer defaults measured here: 55k rec/s Kafka-to-Kafka vs 33-44k with the client's.
 WRITER_DEFAULTS = {
@@ -117,7 +130,8 @@ def parse(df: DataFrame) -> DataFrame:
         F.when(
             typ == headers.TYPE_RESOLVED,
             F.when(
-                ~key_text.rlike(MARK_KEY_RE), F.lit("resolved mark key is not topic/partition")
+                key_text.isNull() | ~key_text.rlike(MARK_KEY_RE),
+                F.lit("resolved mark key is not topic/partition"),
             ).when(commit_ts.isNull(), F.lit(f"resolved mark without a valid {headers.COMMIT_TS}")),
         )
         .when(typ.isNotNull(), F.concat(F.lit(f"unknown {headers.TYPE} "), typ))
@@ -196,6 +210,7 @@ class SorterJob:
         max_offsets_per_trigger: int,
         trigger_interval_ms: int,
         max_segments: int,
+        driver_release_rows: int,
         on_batch: Callable[[BatchReport, DriverState], None],
     ) -> None:
         self.spark = spark
@@ -207,6 +222,9 @@ class SorterJob:
         self.max_offsets_per_trigger = max_offsets_per_trigger
         self.trigger_interval_ms = trigger_interval_ms
         self.max_segments = max_segments
+        self.driver_release_rows = driver_release_rows
+        self.last_rows = 0  # rows of the previous batch (a big one: the next goes to Spark)
+        self.cache: tuple[str, Pending] | None = None  # the segment this process wrote last
         self.on_batch = on_batch
         self.changes_topic = topics.changes(feed.name)
         self.sorted_topic = topics.sorted_(feed.name)
@@ -245,7 +263,7 @@ class SorterJob:
         )
 
     def process_batch(self, df: DataFrame, batch_id: int) -> None:
-        self._step(batch_id, "segment")
+        self._step(batch_id, "read")
         started = time.monotonic()
         report = BatchReport(batch_id)
         prev = self.store.load_before(batch_id)
@@ -260,6 +278,164 @@ class SorterJob:
             advanced_at=dict(prev.advanced_at),
             released_ts=prev.released_ts,
         )
+        if self._driver_may_take(prev):
+            # One Spark job (the Kafka read) and the rest in the driver; a batch that turns
+            # out big goes the Spark way with the rows already read.
+            lap = time.monotonic()
+            table = df.select(*RAW_COLUMNS).toArrow()
+            report.timings["read"] = time.monotonic() - lap
+            self.last_rows = table.num_rows
+            if table.num_rows + prev.pending_rows <= self.driver_release_rows:
+                self._driver_batch(table, prev, state, report)
+                self._finish(report, state, started)
+                return
+            df = self.spark.createDataFrame(table)
+        self._spark_batch(df, prev, state, report)
+        self.last_rows = report.rows
+        self._finish(report, state, started)
+
+    def _driver_may_take(self, prev: DriverState) -> bool:
+        limit = self.driver_release_rows
+        return limit > 0 and self.last_rows <= limit and prev.pending_rows <= limit
+
+    def _finish(self, report: BatchReport, state: DriverState, started: float) -> None:
+        self.store.save(state)
+        report.pending_rows = state.pending_rows
+        report.segments = len(state.segments)
+        report.seconds = time.monotonic() - started
+        self._step(report.batch_id, None)
+        self.on_batch(report, state)
+
+    def _advance(self, state: DriverState, marks: dict[str, int]) -> Window:
+        """Merge the batch's marks into ``state``; the window (R_prev, R] it releases."""
+        now = time.time()
+        fresh = self.partitions.keys
+        if fresh is not None:
+            state.resolved = rules.forget_removed(state.resolved, state.expected, fresh)
+            state.expected = sorted(fresh)
+            state.expected_at_s = self.partitions.at_s
+        before = dict(state.resolved)
+        state.resolved = rules.merge_resolved(state.resolved, marks)
+        state.advanced_at = rules.advance_times(
+            before, state.resolved, state.expected, state.advanced_at, now
+        )
+        candidate = (
+            rules.global_resolved(state.resolved, state.expected)
+            if state.expected or fresh is not None
+            else None  # the source's partitions were never read: R cannot be known yet
+        )
+        return Window(state.released_ts, rules.next_resolved(state.released_ts, candidate))
+
+    # -- the driver path ----------------------------------------------------------------
+
+    def _driver_batch(
+        self, table: Any, prev: DriverState, state: DriverState, report: BatchReport
+    ) -> None:
+        """The batch's rows are in ``table``; parse, release and keep the rest pending
+        here (driver_release.py), with the Spark path's rules and output."""
+        self._step(report.batch_id, "release")
+        lap = time.monotonic()
+        rows, parsed = arrow_segments.parse_table(table)
+        marks = rules.max_marks(
+            (r.part, r.commit_ts)
+            for r in rows
+            if r.kind == "mark" and r.part is not None and r.commit_ts is not None
+        )
+        report.rows = len(rows)
+        report.marks = sum(1 for r in rows if r.kind == "mark")
+        window = self._advance(state, marks)
+        low = window.low
+        letters: list[driver_release.Record] = []
+        fresh = []  # the batch's rows still to release: data, not late
+        for r in rows:
+            late = r.kind == "data" and window.is_late(r.commit_ts)  # type: ignore[arg-type]
+            if r.kind == "bad":
+                letters.append(
+                    driver_release.dead_letter(r, self.feed.name, "UnreadableChange", r.error or "")
+                )
+            elif late:
+                letters.append(driver_release.late_letter(r, self.feed.name, window))
+            fresh.append(r.kind == "data" and not late)
+        pending = Pending(rows, parsed).where(fresh)
+        name = f"seg-{report.batch_id:012d}"
+        kept = list(prev.segments)
+        garbage: list[str] = []
+        released = driver_release.Released()
+        compact = rules.should_compact([*kept, Segment(name, 0, 0)], self.max_segments)
+        if not window.empty or compact:
+            # Every pending row is read; what stays pending becomes this batch's segment.
+            pending = Pending.concat([*(self._pending(s, low) for s in kept), pending])
+            if compact and window.empty:
+                log.info(
+                    "compacted %d pending segments into %s (%d changes)",
+                    len(kept),
+                    name,
+                    len(pending.rows),
+                )
+                report.compacted = True
+            garbage, kept = [s.name for s in kept], []
+        if not window.empty:
+            inside = [r.commit_ts <= window.high for r in pending.rows]  # type: ignore[operator]
+            released = driver_release.release(
+                [r for r, i in zip(pending.rows, inside, strict=True) if i],
+                window,
+                self.feed.name,
+            )
+            pending = pending.where([not i for i in inside])
+        self.cache = None
+        if pending.rows:
+            kept.append(arrow_segments.write(self.store, name, pending.table))
+            self.cache = (name, pending)
+        report.timings["parse"] = time.monotonic() - lap
+        lap = time.monotonic()
+        records = [*letters, *released.records]
+        self._produce(records, window.high if not window.empty else None)
+        report.timings["write"] = time.monotonic() - lap
+        report.released_events = released.events
+        report.released_txns = released.txns
+        report.dead_letters = released.dead_letters + len(letters)
+        if not window.empty:
+            state.released_ts = window.high
+        report.resolved_ts = state.released_ts
+        state.segments = kept
+        state.garbage = garbage
+
+    def _pending(self, segment: Segment, above: int) -> Pending:
+        """A segment's rows above ``above``: those the previous batch wrote are still in
+        memory (the steady state: one pending segment, this process's); others are read."""
+        if self.cache is not None and self.cache[0] == segment.name:
+            cached = self.cache[1]
+            return cached.where([r.commit_ts > above for r in cached.rows])  # type: ignore[operator]
+        return Pending.of(arrow_segments.read(self.store, [segment], above))
+
+    def _produce(self, records: list[driver_release.Record], resolved_ts: int | None) -> None:
+        """``records`` in order (`.sorted` into its one partition), then the resolved mark;
+        an error if any is not delivered (the batch fails and Spark runs it again)."""
+        failed: list[str] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failed.append(str(err))
+
+        for topic, key, value, hdrs in records:
+            # `.sorted` has one partition; a dead letter goes where the partitioner says
+            partition = 0 if topic == self.sorted_topic else ANY_PARTITION
+            clients.produce_copy(self.producer, topic, value, key, partition, delivered, 0, hdrs)
+        if resolved_ts is not None:
+            self._resolved_mark(resolved_ts, flush=False)
+        if self.producer.flush(60) != 0 or failed:
+            raise RuntimeError(
+                f"could not write {len(records)} released records: "
+                f"{failed[0] if failed else 'not delivered in 60 s'}"
+            )
+
+    # -- the Spark path -----------------------------------------------------------------
+
+    def _spark_batch(
+        self, df: DataFrame, prev: DriverState, state: DriverState, report: BatchReport
+    ) -> None:
+        batch_id = report.batch_id
+        self._step(batch_id, "segment")
         lap = time.monotonic()
 
         # 1. the batch's rows as a segment on disk, and its statistics observed by the
@@ -292,24 +468,8 @@ class SorterJob:
         lap = time.monotonic()
 
         # 2. resolved state and R
-        now = time.time()
-        fresh = self.partitions.keys
-        if fresh is not None:
-            state.resolved = rules.forget_removed(state.resolved, prev.expected, fresh)
-            state.expected = sorted(fresh)
-            state.expected_at_s = self.partitions.at_s
-        before = dict(state.resolved)
-        state.resolved = rules.merge_resolved(state.resolved, marks)
-        state.advanced_at = rules.advance_times(
-            before, state.resolved, state.expected, state.advanced_at, now
-        )
-        candidate = (
-            rules.global_resolved(state.resolved, state.expected)
-            if state.expected or fresh is not None
-            else None  # the source's partitions were never read: R cannot be known yet
-        )
-        high = rules.next_resolved(low, candidate)
-        window = Window(low, high)
+        window = self._advance(state, marks)
+        high = window.high
         segments = list(prev.segments)
         garbage: list[str] = []
         if data_rows:
@@ -347,12 +507,6 @@ class SorterJob:
             report.timings["compact"] = time.monotonic() - lap
         state.segments = kept
         state.garbage = garbage
-        self.store.save(state)
-        report.pending_rows = state.pending_rows
-        report.segments = len(state.segments)
-        report.seconds = time.monotonic() - started
-        self._step(batch_id, None)
-        self.on_batch(report, state)
 
     def _release(
         self, batch_id: int, segments: list[Segment], new: str, window: Window, bad_rows: int
@@ -538,7 +692,7 @@ class SorterJob:
             "dlq",
         )
 
-    def _resolved_mark(self, resolved_ts: int) -> None:
+    def _resolved_mark(self, resolved_ts: int, flush: bool = True) -> None:
         value = codec.encode(
             "ResolvedMark",
             {
@@ -551,6 +705,7 @@ class SorterJob:
         )
         self.producer.produce(
             self.sorted_topic,
+            partition=0,
             key=None,
             value=value,
             headers=[
@@ -558,7 +713,7 @@ class SorterJob:
                 (headers.COMMIT_TS, str(resolved_ts).encode()),
             ],
         )
-        if self.producer.flush(30) != 0:
+        if flush and self.producer.flush(30) != 0:
             raise RuntimeError(f"could not write the resolved mark {resolved_ts} in 30 s")
 
     def _compact(self, segments: list[Segment], batch_id: int, resolved_ts: int) -> Segment:

@@ -95,6 +95,9 @@ def is_local(settings: SorterSettings) -> bool:
     return effective_master(settings).startswith("local")
 
 
+JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
 def spark_conf(settings: SorterSettings, feed: str, jar_list: list[str]) -> dict[str, str]:
     """Spark properties: crossfeed's defaults, then ``sorter.spark_conf`` over them.
 
@@ -123,6 +126,10 @@ def spark_conf(settings: SorterSettings, feed: str, jar_list: list[str]) -> dict
         conf["spark.local.dir"] = str(scratch)
         conf["spark.pyspark.python"] = sys.executable
         conf["spark.pyspark.driver.python"] = sys.executable
+        # The JVM's optimizing compiler (C2) took a whole core for minutes after start,
+        # beside two brokers on two cores; the first tier alone cut the lag at half load
+        # by a third (bench/README.md). Executors on a cluster keep their defaults.
+        conf["spark.driver.extraJavaOptions"] = JIT_OPTIONS
     conf.update(settings.spark_conf)
     return conf
 

@@ -139,6 +139,7 @@ class SorterWorker:
             max_offsets_per_trigger=self.opts.max_offsets_per_trigger,
             trigger_interval_ms=self.opts.trigger_interval_ms,
             max_segments=self.opts.max_segments,
+            driver_release_rows=self.opts.driver_release_rows,
             on_batch=self._on_batch,
         )
         self.job = job

@@ -72,7 +72,9 @@ def factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceFactory
     made.close()
 
 
-def start_sorter(clusters: Clusters, factory: ServiceFactory, stem: str) -> SorterFeed:
+def start_sorter(
+    clusters: Clusters, factory: ServiceFactory, stem: str, driver_release_rows: int = 20_000
+) -> SorterFeed:
     name = f"{stem}-{uuid.uuid4().hex[:6]}"
     source_topic = f"{name}-src"
     kafka_topics.ensure_topic(clients.admin(clusters.a.config), source_topic, SOURCE_PARTITIONS)
@@ -98,6 +100,8 @@ def start_sorter(clusters: Clusters, factory: ServiceFactory, stem: str) -> Sort
                 "partitions_refresh_s": 2,
                 "max_segments": 2,  # compaction runs while a partition holds R back
                 "max_offsets_per_trigger": 20_000,
+                # 0: every batch through Spark's jobs (segments, sort, Kafka writer)
+                "driver_release_rows": driver_release_rows,
             }
         },
     )
@@ -137,10 +141,16 @@ def _expected(work: Any) -> list[tuple[int, str, list[bytes]]]:
     return sorted(out)
 
 
+@pytest.mark.parametrize("path", ["driver", "spark"])
 def test_skewed_partition_holds_the_feed_back_then_all_in_commit_order(
-    clusters: Clusters, factory: ServiceFactory
+    clusters: Clusters, factory: ServiceFactory, path: str
 ) -> None:
-    feed = start_sorter(clusters, factory, "sorter-skew")
+    feed = start_sorter(
+        clusters,
+        factory,
+        f"sorter-skew-{path}",
+        driver_release_rows=0 if path == "spark" else 20_000,
+    )
     late = 5
     work = transactions_workload(feed.source_topic, SOURCE_PARTITIONS, 300, 6, seed=11)
     held: list[Change] = []
