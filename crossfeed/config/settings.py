@@ -220,11 +220,12 @@ class SorterSettings(_Section):
         2, ge=1, description="spark.sql.shuffle.partitions (the release itself is one partition)"
     )
     driver_release_rows: int = Field(
-        50_000,
+        100_000,
         ge=0,
-        description="a micro-batch whose rows plus the changes still pending are at most "
-        "this many is released by the driver itself after one Spark job (the Kafka read); "
-        "bigger ones by Spark jobs (a sort that spills to disk). 0: always Spark",
+        description="a release window of at most this many changes is released by the "
+        "driver itself, which read the micro-batch with one Spark job (the Kafka read); a "
+        "bigger one by a Spark job (a sort that spills to disk); the driver holds about "
+        "this many changes in memory. 0: always Spark",
     )
     max_segments: int = Field(
         64,

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from crossfeed.services.sorter.driver_release import ParsedRow, parse_row
-from crossfeed.services.sorter.rules import Segment
+from crossfeed.services.sorter.rules import Segment, Window
 from crossfeed.services.sorter.store import Store
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -110,18 +110,6 @@ class Pending:
     rows: list[ParsedRow]
     table: pa.Table
 
-    @classmethod
-    def of(cls, table: pa.Table) -> Pending:
-        return cls(rows_of(table), table)
-
-    @classmethod
-    def concat(cls, parts: Iterable[Pending]) -> Pending:
-        done = list(parts)
-        return cls(
-            [r for p in done for r in p.rows],
-            pa.concat_tables([SCHEMA.empty_table(), *(p.table for p in done)]),
-        )
-
     def where(self, keep: list[bool]) -> Pending:
         return Pending(
             [r for r, k in zip(self.rows, keep, strict=True) if k],
@@ -129,18 +117,35 @@ class Pending:
         )
 
 
-def read(store: Store, segments: Iterable[Segment], above: int) -> pa.Table:
-    """The data rows of ``segments`` with commit_ts > ``above`` (what is still pending)."""
+def _files(store: Store, segment: Segment) -> list[Path]:
+    path = Path(store.segment_path(segment.name))
+    return sorted(p for p in path.glob("*.parquet") if not p.name.startswith((".", "_")))
+
+
+def _inside(table: pa.Table, window: Window) -> Any:
+    ts = table.column("commit_ts")
+    return pc.and_(
+        pc.equal(table.column("kind"), "data"),
+        pc.and_(pc.greater(ts, window.low), pc.less_equal(ts, window.high)),
+    )
+
+
+def count(store: Store, segment: Segment, window: Window) -> int:
+    """How many of a segment's data rows ``window`` releases (reads two columns)."""
+    total = 0
+    for file in _files(store, segment):
+        table = pq.read_table(file, columns=["kind", "commit_ts"])
+        total += pc.sum(pc.cast(_inside(table, window), pa.int64())).as_py() or 0
+    return total
+
+
+def read(store: Store, segments: Iterable[Segment], window: Window) -> pa.Table:
+    """The data rows of ``segments`` that ``window`` releases."""
     tables = [SCHEMA.empty_table()]
     for segment in segments:
-        path = Path(store.segment_path(segment.name))
-        files = sorted(p for p in path.glob("*.parquet") if not p.name.startswith((".", "_")))
-        for file in files:
+        for file in _files(store, segment):
             table = pq.read_table(file, columns=SCHEMA.names)
-            keep = pc.and_(
-                pc.equal(table.column("kind"), "data"), pc.greater(table.column("commit_ts"), above)
-            )
-            tables.append(table.filter(keep).cast(SCHEMA))
+            tables.append(table.filter(_inside(table, window)).cast(SCHEMA))
     return pa.concat_tables(tables)
 
 

@@ -5,17 +5,18 @@ headers) and hands every micro-batch to :meth:`SorterJob.process_batch` (foreach
 Each Spark job costs 0.2-1 s of planning and scheduling here whatever its size, so a batch
 takes one of two paths with the same rules and output:
 
-* the driver path, while the batch and the changes pending are few
-  (``sorter.driver_release_rows``): one Spark job reads the batch into the driver as
-  Arrow, and :mod:`driver_release` and :mod:`arrow_segments` do the steps below in Python;
-* the Spark path otherwise: all per-row work runs as Spark SQL expressions in the JVM
-  (an external sort, bounded memory); the Python driver only sees what Spark *observes*
-  on the rows it writes (counts, and the batch's resolved marks) and decides. Two Spark
-  jobs:
+* the driver path, for every batch of at most ``sorter.driver_release_rows`` rows: one
+  Spark job reads the batch into the driver as Arrow, and :mod:`driver_release` and
+  :mod:`arrow_segments` do the steps below in Python; only a release window of more than
+  ``driver_release_rows`` changes (a huge transaction, a long-held partition) and the
+  compaction of many segments run as Spark jobs, so the driver's memory stays bounded;
+* the Spark path for a bigger batch: all per-row work runs as Spark SQL expressions in the
+  JVM; the Python driver only sees what Spark *observes* on the rows it writes (counts,
+  and the batch's resolved marks) and decides. Two Spark jobs:
 
 1. parse the batch's rows (kind, commit_ts, transaction, source partition) and write
    them as a parquet *segment* under the checkpoint directory (pending changes live on
-   disk; the driver path keeps at most driver_release_rows of them in memory too),
+   disk; the driver path keeps the one it wrote last in memory too),
    observing the batch's statistics;
 2. take the max resolved_ts per source partition from the observed marks, merge it into
    the driver state and compute the global resolved_ts R (:mod:`crossfeed.services.sorter.rules`);
@@ -285,7 +286,7 @@ class SorterJob:
             table = df.select(*RAW_COLUMNS).toArrow()
             report.timings["read"] = time.monotonic() - lap
             self.last_rows = table.num_rows
-            if table.num_rows + prev.pending_rows <= self.driver_release_rows:
+            if table.num_rows <= self.driver_release_rows:
                 self._driver_batch(table, prev, state, report)
                 self._finish(report, state, started)
                 return
@@ -296,7 +297,7 @@ class SorterJob:
 
     def _driver_may_take(self, prev: DriverState) -> bool:
         limit = self.driver_release_rows
-        return limit > 0 and self.last_rows <= limit and prev.pending_rows <= limit
+        return limit > 0 and self.last_rows <= limit
 
     def _finish(self, report: BatchReport, state: DriverState, started: float) -> None:
         self.store.save(state)
@@ -344,7 +345,6 @@ class SorterJob:
         report.rows = len(rows)
         report.marks = sum(1 for r in rows if r.kind == "mark")
         window = self._advance(state, marks)
-        low = window.low
         letters: list[driver_release.Record] = []
         fresh = []  # the batch's rows still to release: data, not late
         for r in rows:
@@ -359,34 +359,37 @@ class SorterJob:
         pending = Pending(rows, parsed).where(fresh)
         name = f"seg-{report.batch_id:012d}"
         kept = list(prev.segments)
-        garbage: list[str] = []
         released = driver_release.Released()
-        compact = rules.should_compact([*kept, Segment(name, 0, 0)], self.max_segments)
-        if not window.empty or compact:
-            # Every pending row is read; what stays pending becomes this batch's segment.
-            pending = Pending.concat([*(self._pending(s, low) for s in kept), pending])
-            if compact and window.empty:
-                log.info(
-                    "compacted %d pending segments into %s (%d changes)",
-                    len(kept),
-                    name,
-                    len(pending.rows),
-                )
-                report.compacted = True
-            garbage, kept = [s.name for s in kept], []
+        by_spark = False  # the window holds too many changes for the driver: Spark sorts it
         if not window.empty:
             inside = [r.commit_ts <= window.high for r in pending.rows]  # type: ignore[operator]
-            released = driver_release.release(
-                [r for r, i in zip(pending.rows, inside, strict=True) if i],
-                window,
-                self.feed.name,
-            )
-            pending = pending.where([not i for i in inside])
+            older = sum(self._count(s, window) for s in kept)
+            if older + sum(inside) <= self.driver_release_rows:
+                rows_in = [r for s in kept for r in self._window_rows(s, window)]
+                rows_in += [r for r, i in zip(pending.rows, inside, strict=True) if i]
+                released = driver_release.release(rows_in, window, self.feed.name)
+                pending = pending.where([not i for i in inside])
+            else:
+                by_spark = True
         self.cache = None
         if pending.rows:
             kept.append(arrow_segments.write(self.store, name, pending.table))
             self.cache = (name, pending)
-        report.timings["parse"] = time.monotonic() - lap
+        if by_spark:
+            self._step(report.batch_id, "release (Spark)")
+            events, txns, dead = self._release(report.batch_id, kept, name, window, 0)
+            released = driver_release.Released([], events, txns, dead)
+        high = state.released_ts if window.empty else window.high
+        kept, dropped = rules.prune(kept, high)
+        garbage = [s.name for s in dropped]
+        if rules.should_compact(kept, self.max_segments):
+            merged = self._compact(kept, report.batch_id, high)
+            garbage += [s.name for s in kept]
+            kept = [merged] if merged.rows else []
+            if not merged.rows:
+                garbage.append(merged.name)
+            report.compacted = True
+        report.timings["release"] = time.monotonic() - lap
         lap = time.monotonic()
         records = [*letters, *released.records]
         self._produce(records, window.high if not window.empty else None)
@@ -400,13 +403,24 @@ class SorterJob:
         state.segments = kept
         state.garbage = garbage
 
-    def _pending(self, segment: Segment, above: int) -> Pending:
-        """A segment's rows above ``above``: those the previous batch wrote are still in
-        memory (the steady state: one pending segment, this process's); others are read."""
+    def _cached(self, segment: Segment) -> Pending | None:
+        """The rows of the segment this process wrote last (the steady state: most of what
+        a batch releases was read by the batch before it), None for any other."""
         if self.cache is not None and self.cache[0] == segment.name:
-            cached = self.cache[1]
-            return cached.where([r.commit_ts > above for r in cached.rows])  # type: ignore[operator]
-        return Pending.of(arrow_segments.read(self.store, [segment], above))
+            return self.cache[1]
+        return None
+
+    def _count(self, segment: Segment, window: Window) -> int:
+        cached = self._cached(segment)
+        if cached is None:
+            return arrow_segments.count(self.store, segment, window)
+        return len(self._window_rows(segment, window))
+
+    def _window_rows(self, segment: Segment, window: Window) -> list[driver_release.ParsedRow]:
+        cached = self._cached(segment)
+        if cached is None:
+            return arrow_segments.rows_of(arrow_segments.read(self.store, [segment], window))
+        return [r for r in cached.rows if window.releases(r.commit_ts)]  # type: ignore[arg-type]
 
     def _produce(self, records: list[driver_release.Record], resolved_ts: int | None) -> None:
         """``records`` in order (`.sorted` into its one partition), then the resolved mark;

@@ -169,19 +169,25 @@ def test_the_driver_parses_every_row_as_spark_does(spark: object) -> None:
 def test_a_segment_of_either_path_reads_the_same_in_the_other(spark: object, tmp_path) -> None:
     from crossfeed.services.sorter import arrow_segments
     from crossfeed.services.sorter.job import parse
-    from crossfeed.services.sorter.rules import Segment
+    from crossfeed.services.sorter.rules import Segment, Window
     from crossfeed.services.sorter.store import Store
 
     store = Store(tmp_path)
     store.pending_dir.mkdir(parents=True)
     parsed = parse(_changes_frame(spark))  # type: ignore[arg-type]
     parsed.write.parquet(store.segment_path("by-spark"))
-    data = arrow_segments.read(store, [Segment("by-spark", 99, 1)], -1)
+    data = arrow_segments.read(store, [Segment("by-spark", 99, 1)], Window(-1, 2**62))
     want = sorted(r["value"] for r in parsed.filter("kind = 'data'").collect())
     assert sorted(data.column("value").to_pylist()) == want and want
-    # above: only rows newer than a commit_ts are still pending
-    newer = arrow_segments.read(store, [Segment("by-spark", 99, 1)], 17)
-    assert newer.num_rows and all(ts > 17 for ts in newer.column("commit_ts").to_pylist())
+    # a window: only the rows it releases, and their count from two columns
+    window = Window(6, 17)
+    inside = arrow_segments.read(store, [Segment("by-spark", 99, 1)], window)
+    got = sorted(inside.column("commit_ts").to_pylist())
+    assert got == sorted(
+        r["commit_ts"] for r in parsed.filter("kind = 'data'").collect() if 6 < r["commit_ts"] <= 17
+    )
+    assert got and len(got) < len(want)
+    assert arrow_segments.count(store, Segment("by-spark", 99, 1), window) == len(got)
     written = arrow_segments.write(store, "by-driver", data)
     assert written.rows == data.num_rows
     assert written.max_ts == max(data.column("commit_ts").to_pylist())
