@@ -146,8 +146,16 @@ def test_ordered_puller_stages_one_record_per_change_with_marks_that_never_go_ba
         hdrs = [("app", b"x")] if i % 2 else None
         producer.produce(plain, key=f"k{i}".encode(), value=b"v", partition=i % 2, headers=hdrs)
     producer.flush(10)
-    time.sleep(3)
-    before = puller.status()["partitions"]
+    # every bank partition has sent a watermark (the skewed one 700 ms late), the plain
+    # topic's marks come from the fallback rule; under load this takes a few seconds
+    before = puller.wait_status(
+        lambda s: (
+            all(s["partitions"].get(f"{bank_topic}/{p}", {}).get("watermarked") for p in range(4))
+            and f"{plain}/1" in s["partitions"]
+        ),
+        60,
+        "every bank partition watermarked",
+    )["partitions"]
     assert before[f"{bank_topic}/1"]["watermarked"]
     puller.kill()  # kill -9 mid-run, then a new owner of every task
     puller.start()
