@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,13 +131,16 @@ def _inside(table: pa.Table, window: Window) -> Any:
     )
 
 
-def count(store: Store, segment: Segment, window: Window) -> int:
-    """How many of a segment's data rows ``window`` releases (reads two columns)."""
-    total = 0
+def ts_counts(store: Store, segment: Segment, window: Window) -> Counter[int]:
+    """How many of a segment's data rows ``window`` releases, per commit_ts (reads two
+    columns)."""
+    out: Counter[int] = Counter()
     for file in _files(store, segment):
         table = pq.read_table(file, columns=["kind", "commit_ts"])
-        total += pc.sum(pc.cast(_inside(table, window), pa.int64())).as_py() or 0
-    return total
+        counted = pc.value_counts(table.filter(_inside(table, window)).column("commit_ts"))
+        for entry in counted.to_pylist():
+            out[entry["values"]] += entry["counts"]
+    return out
 
 
 def read(store: Store, segments: Iterable[Segment], window: Window) -> pa.Table:

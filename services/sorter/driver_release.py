@@ -19,7 +19,7 @@ Records are ``(topic, key, value, headers)``; the job produces them in list orde
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from crossfeed import dlq
@@ -178,10 +178,33 @@ def _sort_key(row: ParsedRow) -> tuple[int, str, int]:
     return rules.sort_key(row.commit_ts, row.txn_id, row.seq)
 
 
-def release(rows: Iterable[ParsedRow], window: Window, feed: str) -> Released:
+def split(counts: Mapping[int, int], window: Window, limit: int) -> list[Window] | None:
+    """``window`` as consecutive windows that each release at most ``limit`` changes,
+    given how many changes each commit_ts holds; cut only between two commit_ts, so no
+    transaction (one commit_ts) is split. None when one commit_ts alone holds more than
+    ``limit``: that release needs Spark's sort."""
+    parts: list[Window] = []
+    low, held, last = window.low, 0, window.low
+    for ts in sorted(t for t in counts if window.releases(t)):
+        n = counts[ts]
+        if n > limit:
+            return None
+        if held + n > limit:
+            parts.append(Window(low, last))
+            low, held = last, 0
+        held += n
+        last = ts
+    parts.append(Window(low, window.high))
+    return parts
+
+
+def release(
+    rows: Iterable[ParsedRow], window: Window, feed: str, reached: int | None = None
+) -> Released:
     """The data rows of ``window`` (any order; others are ignored) as `.sorted` records
     in (commit_ts, txn, seq) order; a transaction — (commit_ts, txn id) — that is not
-    complete (rules.is_complete) goes to the DLQ, every row of it."""
+    complete (rules.is_complete) goes to the DLQ, every row of it (its reason names
+    ``reached``, the feed's resolved_ts, when ``window`` is a part of a bigger release)."""
     sorted_topic = topics.sorted_(feed)
     inside = sorted(
         (
@@ -216,7 +239,7 @@ def release(rows: Iterable[ParsedRow], window: Window, feed: str) -> Released:
         message = (
             f"transaction {first.txn_id} has {len(group)} changes (seq/count not 1..count "
             "exactly once, or commit_ts differs) when the feed's resolved_ts reached "
-            f"{window.high}"
+            f"{window.high if reached is None else reached}"
         )
         for r in group:
             out.records.append(dead_letter(r, feed, "IncompleteTransaction", message))

@@ -38,6 +38,7 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -279,7 +280,7 @@ class SorterJob:
             advanced_at=dict(prev.advanced_at),
             released_ts=prev.released_ts,
         )
-        if self._driver_may_take(prev):
+        if self._driver_may_take():
             # One Spark job (the Kafka read) and the rest in the driver; a batch that turns
             # out big goes the Spark way with the rows already read.
             lap = time.monotonic()
@@ -295,7 +296,7 @@ class SorterJob:
         self.last_rows = report.rows
         self._finish(report, state, started)
 
-    def _driver_may_take(self, prev: DriverState) -> bool:
+    def _driver_may_take(self) -> bool:
         limit = self.driver_release_rows
         return limit > 0 and self.last_rows <= limit
 
@@ -356,6 +357,7 @@ class SorterJob:
             elif late:
                 letters.append(driver_release.late_letter(r, self.feed.name, window))
             fresh.append(r.kind == "data" and not late)
+        unreadable = len(letters)  # bad and late rows of this batch: dead letters
         pending = Pending(rows, parsed).where(fresh)
         name = f"seg-{report.batch_id:012d}"
         kept = list(prev.segments)
@@ -363,14 +365,26 @@ class SorterJob:
         by_spark = False  # the window holds too many changes for the driver: Spark sorts it
         if not window.empty:
             inside = [r.commit_ts <= window.high for r in pending.rows]  # type: ignore[operator]
-            older = sum(self._count(s, window) for s in kept)
-            if older + sum(inside) <= self.driver_release_rows:
-                rows_in = [r for s in kept for r in self._window_rows(s, window)]
-                rows_in += [r for r, i in zip(pending.rows, inside, strict=True) if i]
-                released = driver_release.release(rows_in, window, self.feed.name)
-                pending = pending.where([not i for i in inside])
+            counts: Counter[int] = Counter()
+            for segment in kept:
+                counts.update(self._ts_counts(segment, window))
+            counts.update(r.commit_ts for r, i in zip(pending.rows, inside, strict=True) if i)  # type: ignore[misc]
+            # A window too big to hold is released in parts, a few commit_ts at a time.
+            parts = driver_release.split(counts, window, self.driver_release_rows)
+            if parts is None:
+                by_spark = True  # one commit_ts holds more than the driver may
             else:
-                by_spark = True
+                self._produce(letters, None)
+                letters = []
+                for part in parts:
+                    rows_in = [r for s in kept for r in self._window_rows(s, part)]
+                    rows_in += [r for r in pending.rows if part.releases(r.commit_ts)]  # type: ignore[arg-type]
+                    done = driver_release.release(rows_in, part, self.feed.name, window.high)
+                    self._produce(done.records, None)
+                    released.events += done.events
+                    released.txns += done.txns
+                    released.dead_letters += done.dead_letters
+                pending = pending.where([not i for i in inside])
         self.cache = None
         if pending.rows:
             kept.append(arrow_segments.write(self.store, name, pending.table))
@@ -396,7 +410,7 @@ class SorterJob:
         report.timings["write"] = time.monotonic() - lap
         report.released_events = released.events
         report.released_txns = released.txns
-        report.dead_letters = released.dead_letters + len(letters)
+        report.dead_letters = released.dead_letters + unreadable
         if not window.empty:
             state.released_ts = window.high
         report.resolved_ts = state.released_ts
@@ -410,11 +424,11 @@ class SorterJob:
             return self.cache[1]
         return None
 
-    def _count(self, segment: Segment, window: Window) -> int:
+    def _ts_counts(self, segment: Segment, window: Window) -> Counter[int]:
         cached = self._cached(segment)
         if cached is None:
-            return arrow_segments.count(self.store, segment, window)
-        return len(self._window_rows(segment, window))
+            return arrow_segments.ts_counts(self.store, segment, window)
+        return Counter(r.commit_ts for r in self._window_rows(segment, window))  # type: ignore[misc]
 
     def _window_rows(self, segment: Segment, window: Window) -> list[driver_release.ParsedRow]:
         cached = self._cached(segment)

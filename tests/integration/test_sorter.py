@@ -141,16 +141,15 @@ def _expected(work: Any) -> list[tuple[int, str, list[bytes]]]:
     return sorted(out)
 
 
-@pytest.mark.parametrize("path", ["driver", "spark"])
+# driver: every release in the driver; parts: releases over 100 changes in several parts
+# (the held-back partition's catch-up); spark: every batch through Spark's jobs
+@pytest.mark.parametrize(
+    ("path", "driver_rows"), [("driver", 20_000), ("parts", 100), ("spark", 0)]
+)
 def test_skewed_partition_holds_the_feed_back_then_all_in_commit_order(
-    clusters: Clusters, factory: ServiceFactory, path: str
+    clusters: Clusters, factory: ServiceFactory, path: str, driver_rows: int
 ) -> None:
-    feed = start_sorter(
-        clusters,
-        factory,
-        f"sorter-skew-{path}",
-        driver_release_rows=0 if path == "spark" else 20_000,
-    )
+    feed = start_sorter(clusters, factory, f"sorter-skew-{path}", driver_release_rows=driver_rows)
     late = 5
     work = transactions_workload(feed.source_topic, SOURCE_PARTITIONS, 300, 6, seed=11)
     held: list[Change] = []
