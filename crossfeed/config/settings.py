@@ -222,10 +222,10 @@ class SorterSettings(_Section):
     driver_release_rows: int = Field(
         100_000,
         ge=0,
-        description="a release window of at most this many changes is released by the "
-        "driver itself, which read the micro-batch with one Spark job (the Kafka read); a "
-        "bigger one by a Spark job (a sort that spills to disk); the driver holds about "
-        "this many changes in memory. 0: always Spark",
+        description="the most changes the driver holds to release them (a bigger release "
+        "window goes out in parts, cut between commit_ts); a single transaction bigger than "
+        "this is sorted by a Spark job (spills to disk). 0: every batch through Spark's "
+        "jobs",
     )
     max_segments: int = Field(
         64,

@@ -7,8 +7,8 @@ takes one of two paths with the same rules and output:
 
 * the driver path, for every batch of at most ``sorter.driver_release_rows`` rows: one
   Spark job reads the batch into the driver as Arrow, and :mod:`driver_release` and
-  :mod:`arrow_segments` do the steps below in Python; only a release window of more than
-  ``driver_release_rows`` changes (a huge transaction, a long-held partition) and the
+  :mod:`arrow_segments` do the steps below in Python, a big window in parts of at most
+  ``driver_release_rows`` changes; only a transaction bigger than that and the
   compaction of many segments run as Spark jobs, so the driver's memory stays bounded;
 * the Spark path for a bigger batch: all per-row work runs as Spark SQL expressions in the
   JVM; the Python driver only sees what Spark *observes* on the rows it writes (counts,
