@@ -35,9 +35,11 @@ NOTHING_RELEASED: Final = -1
 """R_prev before the first release: every commit_ts (>= 0) is above it."""
 
 _DECIMAL = re.compile(r"[0-9]{1,18}")
-_TXN = re.compile(r"^([^/:]+)/([0-9]{1,9})/([0-9]{1,9})$")
-_SRC = re.compile(r"^([^/]*)/([^/]+)/([0-9]{1,9})/([0-9]{1,19})$")
-_MARK_KEY = re.compile(r"^([^/]+)/([0-9]{1,9})$")
+# \Z, not $: `$` also matches before a final newline, and a header ending in one is not
+# a well-formed value (the Spark and driver parses use the same strict patterns).
+_TXN = re.compile(r"^([^/:]+)/([0-9]{1,9})/([0-9]{1,9})\Z")
+_SRC = re.compile(r"^([^/]*)/([^/]+)/([0-9]{1,9})/([0-9]{1,19})\Z")
+_MARK_KEY = re.compile(r"^([^/]+)/([0-9]{1,9})\Z")
 
 # Order of the rows of one transaction in `.sorted`: begin, seq 1..count, commit.
 BEGIN_ORD: Final = 0

@@ -1,6 +1,6 @@
 """The sorter's Spark SQL row rules (services/sorter/job.parse) give the answers of their
 Python reference (services/sorter/rules.py), on crafted headers; the driver path parses
-the same rows to the same columns (driver_release.parse_row), and a pending segment written
+the same rows to the same columns (driver_release.parse), and a pending segment written
 by either path is read the same by the other. A local Spark, no brokers."""
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ CASES: list[tuple[str, list[tuple[str, bytes]], bytes | None]] = [
     ("mark no key", [(H.TYPE, b"resolved"), (H.COMMIT_TS, b"21")], None),
     ("txn not text", [(H.COMMIT_TS, b"5"), (H.TXN, b"\xff/1/1")], b"k"),
     ("long ts", [(H.COMMIT_TS, b"1234567890123456789"), (H.TXN, b"t/1/1")], b"k"),
+    ("ts newline", [(H.COMMIT_TS, b"12\n"), (H.TXN, b"t/1/1")], b"k"),
+    ("txn newline", [(H.COMMIT_TS, b"12"), (H.TXN, b"t/1/1\n")], b"k"),
+    ("src newline", [(H.COMMIT_TS, b"12"), (H.SRC, b"C1/orders/4/100\n")], b"k"),
+    ("mark key newline", [(H.TYPE, b"resolved"), (H.COMMIT_TS, b"22")], b"orders/5\n"),
 ]
 
 
@@ -151,13 +155,14 @@ def test_parse_matches_the_python_rules(spark: object) -> None:
 
 
 def test_the_driver_parses_every_row_as_spark_does(spark: object) -> None:
-    from crossfeed.services.sorter import arrow_segments
+    from crossfeed.services.sorter import driver_release
     from crossfeed.services.sorter.job import RAW_COLUMNS, parse
 
     frame = _changes_frame(spark)
     by_spark = [r.asDict(recursive=True) for r in parse(frame).orderBy("value").collect()]  # type: ignore[arg-type]
-    rows, table = arrow_segments.parse_table(frame.select(*RAW_COLUMNS).toArrow())  # type: ignore[attr-defined]
-    assert arrow_segments.rows_of(table) == rows  # the table holds the same rows
+    table = driver_release.parse(frame.select(*RAW_COLUMNS).toArrow())  # type: ignore[attr-defined]
+    assert table.schema == driver_release.SCHEMA
+    rows = driver_release.rows_of(table)
     by_driver = sorted(rows, key=lambda r: r.value or b"")
     assert len(by_driver) == len(by_spark) == len(CASES)
     for got, want in zip(by_driver, by_spark, strict=True):

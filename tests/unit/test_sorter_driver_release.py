@@ -1,13 +1,16 @@
 """The driver path of the sorter (services/sorter/driver_release.py): rows parsed as the
-rules say, released in (commit_ts, txn, seq) order between begin/commit markers, incomplete
-transactions and bad or late rows to the DLQ with their context. Spark's parse and these
-are held to the same columns by tests/integration/test_sorter_parse.py."""
+rules say (column at a time, held to a row-at-a-time reading of the same rules here), released
+in (commit_ts, txn, seq) order between begin/commit markers, incomplete transactions and bad
+or late rows to the DLQ with their context. Spark's parse and this one are held to the same
+columns by tests/integration/test_sorter_parse.py."""
 
 from __future__ import annotations
 
 import itertools
 import random
+import re
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,11 +18,13 @@ from hypothesis import strategies as st
 from crossfeed import dlq
 from crossfeed.services.sorter import rules
 from crossfeed.services.sorter.driver_release import (
+    HEADERS,
     ParsedRow,
     dead_letter,
     late_letter,
-    parse_row,
+    parse,
     release,
+    rows_of,
     split,
 )
 from crossfeed.services.sorter.rules import Window
@@ -30,21 +35,104 @@ pytestmark = pytest.mark.unit
 FEED = "f"
 SORTED = "_crossfeed.f.sorted"
 
+Raw = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], str, int, int, int]
 
-def change(ts: int, txn: str, seq: int, count: int, value: bytes | None = None) -> ParsedRow:
-    return parse_row(
-        b"k",
-        value or f"{txn}-{seq}".encode(),
-        [
-            (H.COMMIT_TS, str(ts).encode()),
-            (H.TXN, f"{txn}/{seq}/{count}".encode()),
-            (H.SRC, b"C1/orders/3/77"),
-        ],
-        "_crossfeed.f.changes",
-        1,
-        9,
-        1234,
+
+def raw_table(rows: list[Raw]) -> pa.Table:
+    """Rows as Spark's Kafka source gives them to the driver (timestamp in ms here)."""
+    return pa.table(
+        {
+            "key": pa.array([r[0] for r in rows], pa.binary()),
+            "value": pa.array([r[1] for r in rows], pa.binary()),
+            "headers": pa.array([[{"key": k, "value": v} for k, v in r[2]] for r in rows], HEADERS),
+            "topic": pa.array([r[3] for r in rows], pa.string()),
+            "partition": pa.array([r[4] for r in rows], pa.int32()),
+            "offset": pa.array([r[5] for r in rows], pa.int64()),
+            "timestamp": pa.array([r[6] * 1000 for r in rows], pa.timestamp("us", tz="UTC")),
+        }
     )
+
+
+def parse_one(*raw: object) -> ParsedRow:
+    (row,) = rows_of(parse(raw_table([raw])))  # type: ignore[list-item]
+    return row
+
+
+# The rules of job.parse read one row at a time: the reference the vectorized parse is
+# held to.
+TS, TXN = re.compile(r"^[0-9]{1,18}\Z"), re.compile(r"^([^/:]+)/([0-9]{1,9})/([0-9]{1,9})\Z")
+SRC = re.compile(r"^([^/]*)/([^/]+)/([0-9]{1,9})/([0-9]{1,19})\Z")
+MARK_KEY = re.compile(r"^([^/]+)/([0-9]{1,9})\Z")
+
+
+def reference(key, value, hdrs, topic, partition, offset, ms) -> ParsedRow:
+    first: dict[str, bytes | None] = {}
+    for name, raw in hdrs:
+        first.setdefault(name, raw)
+
+    def text(v: bytes | None) -> str | None:
+        return None if v is None else v.decode("utf-8", "replace")
+
+    h_type, h_ts = text(first.get(H.TYPE)), text(first.get(H.COMMIT_TS))
+    h_txn, h_src = text(first.get(H.TXN)), text(first.get(H.SRC))
+    commit_ts = int(h_ts) if h_ts is not None and TS.search(h_ts) else None
+    src = SRC.search(h_src) if h_src is not None else None
+    txn = TXN.search(h_txn) if h_txn is not None else None
+    txn_id, seq, count = None, None, None
+    if h_txn is None:
+        seq = count = 1
+        txn_id = ":".join(src.groups()) if src else None
+    elif txn is not None:
+        txn_id, seq, count = txn[1], int(txn[2]), int(txn[3])
+    key_text = text(key)
+    error = None
+    if h_type == H.TYPE_RESOLVED:
+        if key_text is None or not MARK_KEY.search(key_text):
+            error = "resolved mark key is not topic/partition"
+        elif commit_ts is None:
+            error = f"resolved mark without a valid {H.COMMIT_TS}"
+    elif h_type is not None:
+        error = f"unknown {H.TYPE} {h_type}"
+    elif commit_ts is None:
+        error = f"no valid {H.COMMIT_TS} header"
+    elif txn_id is None:
+        error = f"{H.TXN} and {H.SRC} unreadable"
+    elif seq is not None and count is not None and not 1 <= seq <= count:
+        error = f"{H.TXN} seq outside 1..count"
+    kind = "bad" if error else "mark" if h_type == H.TYPE_RESOLVED else "data"
+    src_offset = int(src[4]) if src else offset
+    return ParsedRow(
+        key,
+        value,
+        list(hdrs),
+        ms,
+        kind,
+        commit_ts,
+        key_text if h_type == H.TYPE_RESOLVED else None,
+        txn_id,
+        seq,
+        count,
+        src[1] if src else "",
+        src[2] if src else topic,
+        int(src[3]) if src else partition,
+        src_offset if src_offset < 2**63 else offset,  # Spark's cast: no long, so null
+        error,
+    )
+
+
+def change(ts: int, txn: str, seq: int, count: int, value: bytes | None = None) -> pa.Table:
+    """One data row of the changes topic, parsed (a table of driver_release.SCHEMA)."""
+    hdrs = [
+        (H.COMMIT_TS, str(ts).encode()),
+        (H.TXN, f"{txn}/{seq}/{count}".encode()),
+        (H.SRC, b"C1/orders/3/77"),
+    ]
+    raw = (b"k", value or f"{txn}-{seq}".encode(), hdrs, "_crossfeed.f.changes", 1, 9, 1234)
+    return parse(raw_table([raw]))
+
+
+def together(rows: list[pa.Table]) -> pa.Table:
+    return pa.concat_tables(rows) if rows else parse(raw_table([]))
 
 
 def kinds(records: list) -> list[str]:
@@ -59,7 +147,7 @@ def kinds(records: list) -> list[str]:
 
 
 def test_a_change_parses_to_what_the_rules_say():
-    row = change(17, "tx", 2, 3)
+    (row,) = rows_of(change(17, "tx", 2, 3))
     assert (row.kind, row.commit_ts, row.txn_id, row.seq, row.count) == ("data", 17, "tx", 2, 3)
     assert (row.src_cluster, row.src_topic, row.src_partition, row.src_offset) == (
         "C1",
@@ -86,7 +174,7 @@ def test_a_change_parses_to_what_the_rules_say():
     ],
 )
 def test_marks_and_bad_rows(hdrs, key, kind, error):
-    row = parse_row(key, b"v", hdrs, "_crossfeed.f.changes", 2, 7, 0)
+    row = parse_one(key, b"v", hdrs, "_crossfeed.f.changes", 2, 7, 0)
     assert row.kind == kind
     assert (row.error is None) if error is None else (error in (row.error or ""))
     if kind == "mark":
@@ -96,14 +184,77 @@ def test_marks_and_bad_rows(hdrs, key, kind, error):
 
 
 def test_a_change_without_txn_is_a_transaction_of_its_own():
-    row = parse_row(None, b"v", [(H.COMMIT_TS, b"8"), (H.SRC, b"/orders/4/100")], "t", 0, 0, 0)
+    row = parse_one(None, b"v", [(H.COMMIT_TS, b"8"), (H.SRC, b"/orders/4/100")], "t", 0, 0, 0)
     assert (row.kind, row.txn_id, row.seq, row.count) == ("data", ":orders:4:100", 1, 1)
+
+
+def test_the_first_header_of_a_name_counts():
+    hdrs = [(H.COMMIT_TS, b"12"), (H.TXN, b"t/1/2"), (H.COMMIT_TS, b"99"), (H.TXN, b"u/1/1")]
+    row = parse_one(b"k", b"v", hdrs, "t", 0, 0, 0)
+    assert (row.commit_ts, row.txn_id, row.seq, row.count) == (12, "t", 1, 2)
+
+
+@pytest.mark.parametrize(
+    "hdrs",
+    [
+        [(H.COMMIT_TS, b"12\n"), (H.TXN, b"t/1/2")],
+        [(H.COMMIT_TS, b"12"), (H.TXN, b"t/1/2\n")],
+        [(H.COMMIT_TS, b"12"), (H.SRC, b"C/t/1/2\n")],
+    ],
+)
+def test_a_value_ending_in_a_newline_is_not_well_formed(hdrs):
+    assert parse_one(b"k", b"v", hdrs, "t", 0, 0, 0).kind == "bad"
+
+
+def test_bytes_that_are_not_utf8_are_replaced_not_refused():
+    row = parse_one(b"k", b"v", [(H.TYPE, b"\xff"), (H.COMMIT_TS, b"5")], "t", 0, 0, 0)
+    assert row.kind == "bad" and row.error == f"unknown {H.TYPE} \ufffd"
+
+
+def test_an_offset_beyond_a_long_falls_back_to_the_staging_offset():
+    hdrs = [(H.COMMIT_TS, b"5"), (H.SRC, b"C/t/1/9223372036854775808")]
+    row = parse_one(b"k", b"v", hdrs, "t", 0, 42, 0)
+    assert (row.src_offset, row.txn_id, row.kind) == (42, "C:t:1:9223372036854775808", "data")
+
+
+_header_values = {
+    H.TYPE: [b"resolved", b"begin", b"\xff"],
+    H.COMMIT_TS: [b"12", b"12\n", b"x", b"1234567890123456789", b"-1", b"", b"007"],
+    H.TXN: [b"t/1/2", b"t/3/2", b"t/0/1", b"a:b/1/1", b"t/1/2\n", b"t\n/1/1", b"/1/1", b"t/1"],
+    H.SRC: [b"C/t/1/2", b"/t/1/2", b"C/t/x/2", b"C/t/1/9223372036854775808", b"C/t/1/2\n"],
+    "other": [b"z"],
+}
+_headers = st.lists(
+    st.sampled_from(sorted(_header_values)).flatmap(
+        lambda name: st.tuples(
+            st.just(name), st.none() | st.sampled_from(_header_values[name]) | st.binary(max_size=6)
+        )
+    ),
+    max_size=6,
+)
+_raw = st.tuples(
+    st.none()
+    | st.sampled_from([b"orders/4", b"orders", b"o/1\n", b"\xff/1"])
+    | st.binary(max_size=6),
+    st.none() | st.binary(max_size=4),
+    _headers,
+    st.sampled_from(["_crossfeed.f.changes", "t"]),
+    st.integers(0, 2**31 - 1),
+    st.integers(0, 2**62),
+    st.integers(-(2**40), 2**45),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_raw, max_size=20))
+def test_the_columns_say_what_the_rules_say_row_by_row(raws):
+    assert rows_of(parse(raw_table(raws))) == [reference(*r) for r in raws]
 
 
 def test_release_orders_transactions_and_frames_them():
     rows = [change(30, "b", 1, 1), change(20, "z", 2, 2), change(20, "a", 1, 1)]
     rows.append(change(20, "z", 1, 2))
-    out = release(rows, Window(10, 30), FEED)
+    out = release(together(rows), Window(10, 30), FEED)
     assert kinds(out.records) == [
         "begin", "a-1", "commit",
         "begin", "z-1", "z-2", "commit",
@@ -119,13 +270,13 @@ def test_release_orders_transactions_and_frames_them():
 
 def test_release_keeps_to_the_window():
     rows = [change(10, "old", 1, 1), change(11, "in", 1, 1), change(31, "later", 1, 1)]
-    out = release(rows, Window(10, 30), FEED)
+    out = release(together(rows), Window(10, 30), FEED)
     assert kinds(out.records) == ["begin", "in-1", "commit"]
 
 
 def test_an_incomplete_transaction_goes_to_the_dlq_whole():
     rows = [change(20, "t", 1, 3), change(20, "t", 3, 3), change(25, "ok", 1, 1)]
-    out = release(rows, Window(10, 30), FEED)
+    out = release(together(rows), Window(10, 30), FEED)
     assert kinds(out.records) == ["dlq", "dlq", "begin", "ok-1", "commit"]
     letter = dict(out.records[0][3])
     assert letter[dlq.ERROR_CLASS] == b"IncompleteTransaction"
@@ -138,12 +289,12 @@ def test_an_incomplete_transaction_goes_to_the_dlq_whole():
 
 def test_one_txn_id_at_two_commit_ts_is_two_incomplete_transactions():
     rows = [change(20, "t", 1, 2), change(21, "t", 2, 2)]
-    out = release(rows, Window(10, 30), FEED)
+    out = release(together(rows), Window(10, 30), FEED)
     assert kinds(out.records) == ["dlq", "dlq"]
 
 
 def test_late_and_unreadable_letters():
-    row = change(5, "t", 1, 1)
+    (row,) = rows_of(change(5, "t", 1, 1))
     topic, key, value, hdrs = late_letter(row, FEED, Window(10, 30))
     assert topic == "_crossfeed.dlq" and (key, value) == (row.key, row.value)
     context = dict(hdrs)
@@ -166,26 +317,28 @@ def test_late_and_unreadable_letters():
 def test_release_is_the_rules_in_order(txns, high, rnd: random.Random):
     """Whatever the arrival order: complete transactions in the window come out whole,
     framed, in (commit_ts, txn) order; every other row of the window is a dead letter;
-    rows outside it are not touched. Some transactions lose a change."""
-    rows: list[ParsedRow] = []
+    rows outside it are not touched. Some transactions lose a change, some have one twice."""
+    rows: list[pa.Table] = []
     complete: dict[tuple[int, str], int] = {}
     for (ts, txn), count in {(ts, txn): count for ts, txn, count in txns}.items():
         seqs = list(range(1, count + 1))
         if rnd.random() < 0.3:
             seqs.pop(rnd.randrange(len(seqs)))
+        elif rnd.random() < 0.2:
+            seqs.append(rnd.choice(seqs))  # one change twice: not complete either
         for seq in seqs:
             rows.append(change(ts, txn, seq, count))
         if len(seqs) == count:
             complete[(ts, txn)] = count
     rnd.shuffle(rows)
     window = Window(0, high)
-    out = release(rows, window, FEED)
+    out = release(together(rows), window, FEED)
     want: list[str] = []
     for (ts, txn), count in sorted(complete.items()):
         if window.releases(ts):
             want += ["begin", *(f"{txn}-{s}" for s in range(1, count + 1)), "commit"]
     assert [k for k in kinds(out.records) if k != "dlq"] == want
-    in_window = [r for r in rows if window.releases(r.commit_ts or 0)]
+    in_window = [r for r in rows_of(together(rows)) if window.releases(r.commit_ts or 0)]
     assert out.events + out.dead_letters == len(in_window)
     assert out.txns == sum(1 for (ts, _t) in complete if window.releases(ts))
     assert rules.NOTHING_RELEASED < 0
