@@ -235,7 +235,13 @@ class SorterJob:
         self.on_batch = on_batch
         self.changes_topic = topics.changes(feed.name)
         self.sorted_topic = topics.sorted_(feed.name)
-        self.producer = clients.producer(target_conf, **{"linger.ms": 0})
+        # A batch's records are produced in one go and then flushed (which sends at once,
+        # whatever linger.ms): the producer batches them, and its queue holds a whole
+        # window part with its markers instead of making the loop wait for deliveries.
+        self.producer = clients.producer(
+            target_conf,
+            **{"linger.ms": 20, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000},
+        )
         self.current: dict[str, Any] | None = None
 
     # -- the query ------------------------------------------------------------------------
