@@ -194,7 +194,9 @@ def _ordered_lines(o: dict[str, Any]) -> list[str]:
         )
         lines.append(
             f"  into {key}: {_num(side.get(what))} {what.split('_')[0]}/s{extra}; lag at half "
-            f"load p50 {_num(lag.get('p50'))} ms, p99 {_num(lag.get('p99'))} ms; start-up "
+            f"load ({_num(side.get('lag_rate_events_per_s'))}/s asked, "
+            f"{_num(side.get('lag_offered_events_per_s'))}/s written) "
+            f"p50 {_num(lag.get('p50'))} ms, p99 {_num(lag.get('p99'))} ms; start-up "
             f"{_num(side.get('startup_s'), 1)} s; peak RSS MB {side.get('peak_rss_mb')}"
         )
     return lines
