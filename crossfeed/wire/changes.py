@@ -20,15 +20,17 @@ B. ``decode_change(encode_change(e)) == e`` for every event a :class:`Table` bui
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias
 
-from crossfeed.wire import codec
+from crossfeed.wire import change_writer, codec
 from crossfeed.wire.headers import TXN
 
 RECORD: Final = "ChangeEvent"
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1  # schema_version is an Avro int
 
 Value: TypeAlias = bool | int | float | str | bytes | None
 """One column value as callers see it."""
@@ -259,22 +261,71 @@ def _unwrap(row: Mapping[str, Any] | None) -> dict[str, Value] | None:
     return {k: v["data"] if isinstance(v, dict) else v for k, v in row.items()}
 
 
+def _avro_value(event: ChangeEvent) -> dict[str, Any]:
+    return {
+        "table": event.table,
+        "op": event.op,
+        "schema_version": event.schema_version,
+        "columns": [c.as_avro() for c in event.columns],
+        "key": _wrap(event.key),
+        "before": _wrap(event.before),
+        "after": _wrap(event.after),
+        "ddl": event.ddl,
+    }
+
+
 def encode_change(event: ChangeEvent) -> bytes:
-    """The ``ChangeEvent`` Avro value (single-object encoding) of ``event``."""
-    return codec.encode(
-        RECORD,
-        {
-            "table": event.table,
-            "op": event.op,
-            "schema_version": event.schema_version,
-            "columns": [c.as_avro() for c in event.columns],
-            "key": _wrap(event.key),
-            "before": _wrap(event.before),
-            "after": _wrap(event.after),
-            "ddl": event.ddl,
-        },
-        checked=event.checked,
-    )
+    """The ``ChangeEvent`` Avro value (single-object encoding) of ``event``: written
+    directly (change_writer.py) when a Table built it, else by the codec with Avro's full
+    validation."""
+    # A Table checked the values, not the version a ddl raised (Avro int): the codec says
+    # what is wrong with one out of range.
+    if event.checked and _INT_MIN <= event.schema_version <= _INT_MAX:
+        header = _direct_header(codec.default_codec())
+        if header is not None:
+            return change_writer.write(header, event)
+    return codec.encode(RECORD, _avro_value(event), checked=event.checked)
+
+
+_SAMPLE = Table(
+    "sample",
+    (
+        Column("id", "long", primary_key=True),
+        Column("ok", "boolean"),
+        Column("price", "double"),
+        Column("name", "string"),
+        Column("blob", "bytes"),
+        Column("gone", "string"),
+    ),
+    7,
+)
+
+
+@functools.lru_cache(maxsize=4)
+def _direct_header(current: codec.Codec) -> bytes | None:
+    """The header for change_writer when it writes ``current``'s bytes, checked once per
+    codec on events with every kind of value; None (fastavro for all) when it does not."""
+    row: dict[str, Value] = {
+        "id": -(2**40),
+        "ok": True,
+        "price": 2.5,
+        "name": "ü",
+        "blob": b"\x00",
+        "gone": None,
+    }
+    samples = [
+        _SAMPLE.update(row, {**row, "ok": False, "price": -0.0, "id": 3}),
+        _SAMPLE.delete(row),
+        _SAMPLE.ddl("ALTER TABLE sample DROP gone", _SAMPLE.columns[:5])[0],
+    ]
+    try:
+        header = current.header(RECORD)
+        for event in samples:
+            if change_writer.write(header, event) != current.encode(RECORD, _avro_value(event)):
+                return None
+    except Exception:  # another schema that these events do not even fit
+        return None
+    return header
 
 
 def decode_change(value: bytes) -> ChangeEvent:

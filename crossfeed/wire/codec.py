@@ -222,6 +222,11 @@ class Codec:
         """CRC-64-AVRO fingerprint of the current schema of ``record_name`` (unsigned)."""
         return int.from_bytes(self._record(record_name).version.fingerprint, "little")
 
+    def header(self, record_name: str) -> bytes:
+        """The single-object encoding's prefix of ``record_name``'s current schema (the
+        marker and its fingerprint)."""
+        return self._record(record_name).header
+
     def register_writer_schema(self, record_name: str, schema: Mapping[str, Any]) -> int:
         """Make bytes written with another version of ``record_name`` decodable (e.g. an
         older release's schema). Returns that version's fingerprint."""
