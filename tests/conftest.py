@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import NewTopic
 
 from crossfeed.kafka import clients
+from crossfeed.kafka import topics as kafka_topics
 from tests.support.clusters import Cluster, Clusters, two_clusters
 from tests.support.services import services  # noqa: F401  (fixture)
 
@@ -49,11 +49,9 @@ def topic_factory(clusters: Clusters, unique: Callable[[str], str]) -> TopicFact
     ) -> str:
         created.append(None)
         topic = name or f"{unique('t')}-{len(created)}"
-        admin = clients.admin(cluster.config)
-        futures = admin.create_topics(
-            [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})]
-        )
-        futures[topic].result(timeout=30)
+        # ensure_topic returns once the metadata lists the topic: a producer that asks
+        # sooner is told it does not exist (seen under load)
+        kafka_topics.ensure_topic(clients.admin(cluster.config), topic, partitions, config)
         return topic
 
     return create

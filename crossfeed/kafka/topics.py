@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ MIRRORED_CONFIGS = (
     "segment.bytes",
 )
 DYNAMIC_TOPIC_CONFIG = 1  # ConfigSource.DYNAMIC_TOPIC_CONFIG
+VISIBLE_TIMEOUT_S = 30  # how long a created topic may take to appear in the metadata
 
 
 @dataclass(frozen=True)
@@ -43,19 +45,32 @@ class TopicInfo:
 def ensure_topic(
     admin: AdminClient, name: str, partitions: int, config: dict[str, str] | None = None
 ) -> bool:
-    """Create ``name`` unless it exists; True if this call created it."""
+    """Create ``name`` unless it exists; True if this call created it. Either way it
+    returns once the cluster's metadata lists the topic with its partitions: the controller
+    answers the creation before every broker's metadata has it, and a client that asks in
+    between is told the topic does not exist (seen here under load, right after creating)."""
     futures = admin.create_topics(
         [NewTopic(name, num_partitions=partitions, replication_factor=-1, config=config or {})],
         operation_timeout=30,
     )
+    created = True
     try:
         futures[name].result(timeout=60)
     except KafkaException as err:
-        if err.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
-            return False
-        raise
-    log.info("created topic %s (%d partitions, %s)", name, partitions, config or {})
-    return True
+        if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+        created = False
+    if created:
+        log.info("created topic %s (%d partitions, %s)", name, partitions, config or {})
+    deadline = time.monotonic() + VISIBLE_TIMEOUT_S
+    while partition_count(admin, name) is None:
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"topic {name} is not in the cluster's metadata "
+                f"{VISIBLE_TIMEOUT_S} s after creating it"
+            )
+        time.sleep(0.05)
+    return created
 
 
 def ensure_internal(admin: AdminClient, name: str, partitions: int = 1) -> bool:
