@@ -55,6 +55,7 @@ from crossfeed.services.sink import ordered_metrics as metrics
 from crossfeed.services.sink.ordered_base import SORTED_PARTITION, OrderedSink
 from crossfeed.services.sink.postgres import mapping
 from crossfeed.services.sink.postgres.batch import Batch
+from crossfeed.services.sink.postgres.fastmount import FastMounter
 from crossfeed.services.sink.postgres.mapping import Misfit, RowChange, TableSchema
 from crossfeed.services.sink.sorted_stream import (
     Applied,
@@ -109,6 +110,7 @@ class PostgresSink(OrderedSink):
         self.conn: psycopg.Connection[Any] | None = None
         self.tables: dict[str, TableSchema | None] = {}
         self.mounter = mapping.Mounter()
+        self.fast = FastMounter(codec.fingerprint("ChangeEvent"))
         # (table, schema_version, shape) known to fit the table as cached in self.tables
         self.fitted: set[tuple[str, int, tuple[str, tuple[str, ...]]]] = set()
         self.sql: dict[tuple[str, tuple[str, tuple[str, ...]]], str] = {}
@@ -358,6 +360,9 @@ class PostgresSink(OrderedSink):
     def _mount(self, value: bytes | None, commit_ts: int) -> RowChange:
         if not value:
             raise Misfit("NoValue", "data record without a value (not a ChangeEvent)")
+        fast = self.fast.mount(value, commit_ts)
+        if fast is not None:
+            return fast
         try:
             event = codec.decode("ChangeEvent", value)
         except CodecError as err:
