@@ -18,12 +18,15 @@ from crossfeed.services.sink.postgres.mapping import (
     Mounter,
     RowChange,
     TableSchema,
+    column_arrays,
     create_table,
     delete,
+    delete_many,
     ident,
     mount,
     plan,
     upsert,
+    upsert_many,
 )
 from crossfeed.wire import codec
 from tests.support.sorted_stream import change_event
@@ -189,6 +192,32 @@ class TestSql:
         assert delete("s", "t", ["a", "b"]) == (
             'DELETE FROM "s"."t" WHERE "a" = %s AND "b" = %s AND "_crossfeed_commit_ts" <= %s'
         )
+
+    def test_upsert_many_takes_one_array_per_column(self) -> None:
+        assert upsert_many("s", "t", ["id", "v"], ["long", "double"], ["id"]) == (
+            'INSERT INTO "s"."t" ("id", "v", "_crossfeed_commit_ts") SELECT * FROM '
+            "unnest(%b::bigint[], %b::double precision[], %b::bigint[]) "
+            'ON CONFLICT ("id") DO UPDATE SET "v" = EXCLUDED."v", '
+            '"_crossfeed_commit_ts" = EXCLUDED."_crossfeed_commit_ts" '
+            'WHERE "s"."t"."_crossfeed_commit_ts" <= EXCLUDED."_crossfeed_commit_ts"'
+        )
+
+    def test_delete_many(self) -> None:
+        assert delete_many("s", "t", ["a", "b"], ["string", "bytes"]) == (
+            'DELETE FROM "s"."t" AS _cf_t USING unnest(%b::text[], %b::bytea[], %b::bigint[]) '
+            'AS _cf_d(k0, k1, ts) WHERE _cf_t."a" = _cf_d.k0 AND _cf_t."b" = _cf_d.k1 '
+            'AND _cf_t."_crossfeed_commit_ts" <= _cf_d.ts'
+        )
+
+    def test_column_arrays(self) -> None:
+        rows = [(1, 2, "a"), (3, 4.5, None)]
+        assert column_arrays(rows, ["long", "double", "string"], [7, 8]) == [
+            [1, 3],
+            [2.0, 4.5],  # a double column's ints as floats: psycopg refuses mixed lists
+            ["a", None],
+            [7, 8],
+        ]
+        assert column_arrays([], ["long"], []) == [[], []]
 
 
 class TestBatch:

@@ -13,10 +13,15 @@ written in that same database transaction: a restart resumes exactly there, and 
 (feed, consistency_ts, target time): the database then held the source's state as of
 consistency_ts (TiCDC's syncpoint).
 
-Rows are buffered per database transaction, merged per row (batch.py), and written with
-``executemany`` (psycopg pipelines it: one round trip for many rows); at most
-``MAX_ROWS`` are held, so a source transaction of a million changes is streamed: its rows
-are written under a SAVEPOINT, which a transaction cut short rolls back alone.
+A value is read by the mounter's fast path (fastmount.py: the bytes straight to a row
+change) and, when that declines it, decoded and mounted the ordinary way (codec,
+mapping.py), which names what is wrong with it. Rows are buffered per database
+transaction, merged per row (batch.py), and written with one statement per table and
+shape whose rows are arrays, one per column (``INSERT ... SELECT * FROM unnest(...) ON
+CONFLICT ...``, ``DELETE ... USING unnest(...)``): the database plans and runs one
+statement for thousands of rows. At most ``MAX_ROWS`` are held, so a source transaction
+of a million changes is streamed: its rows are written under a SAVEPOINT, which a
+transaction cut short rolls back alone.
 
 One instance applies at a time: it holds a PostgreSQL advisory lock on the feed, and
 every commit moves the position row only from where this instance last left it (another
@@ -113,7 +118,7 @@ class PostgresSink(OrderedSink):
         self.fast = FastMounter(codec.fingerprint("ChangeEvent"))
         # (table, schema_version, shape) known to fit the table as cached in self.tables
         self.fitted: set[tuple[str, int, tuple[str, tuple[str, ...]]]] = set()
-        self.sql: dict[tuple[str, tuple[str, tuple[str, ...]]], str] = {}
+        self.sql: dict[tuple[str, tuple[str, tuple[str, ...]], tuple[str, ...]], str] = {}
         self.failures = 0
         self.careful_until = -1  # write change by change (savepoints) below this offset
         self.syncpoint = (0, 0)  # newest (consistency_ts µs, target time ms)
@@ -448,34 +453,43 @@ class PostgresSink(OrderedSink):
     # -- writing --------------------------------------------------------------------
 
     def _statement(
-        self, table: str, shape: tuple[str, tuple[str, ...]], key: tuple[str, ...]
-    ) -> str:
-        cached = self.sql.get((table, shape))
+        self, table: str, shape: tuple[str, tuple[str, ...]], first: RowChange
+    ) -> tuple[str, tuple[str, ...]]:
+        """The statement writing a group of ``shape`` and its arrays' types (of the
+        columns it sets, or of the key); ``first``: a change of the group."""
+        kinds = {c.name: c.type for c in first.columns}
+        op, columns = shape
+        key = first.key_columns
+        types = tuple(kinds[c] for c in (columns if op == "upsert" else key))
+        cached = self.sql.get((table, shape, types))
         if cached is None:
-            op, columns = shape
             if op == "upsert":
-                cached = mapping.upsert(self.schema, table, columns, key)
+                cached = mapping.upsert_many(self.schema, table, columns, types, key)
             else:
-                cached = mapping.delete(self.schema, table, key)
-            self.sql[(table, shape)] = cached
-        return cached
+                cached = mapping.delete_many(self.schema, table, key, types)
+            self.sql[(table, shape, types)] = cached
+        return cached, types
 
     def _write(self, batch: Batch) -> None:
-        """Every change of ``batch``: one executemany per statement shape."""
+        """Every change of ``batch``: one statement per statement shape, its rows as
+        arrays (mapping.upsert_many)."""
         if not len(batch):
             return
         assert self.conn is not None
         try:
             with self.conn.cursor() as cur:
                 for table, shape, changes in batch.groups():
-                    sql = self._statement(table, shape, changes[0].key_columns)
+                    sql, types = self._statement(table, shape, changes[0])
+                    stamps = [c.commit_ts for c in changes]
                     if shape[0] == "upsert":
-                        cur.executemany(sql, [mapping.upsert_params(c) for c in changes])
+                        rows = [c.values.values() for c in changes]
+                        cur.execute(sql, mapping.column_arrays(rows, types, stamps))
                         skipped = len(changes) - max(cur.rowcount, 0)
                         if skipped:
                             self.skipped[table] = self.skipped.get(table, 0) + skipped
                     else:
-                        cur.executemany(sql, [mapping.delete_params(c) for c in changes])
+                        keys = [c.key for c in changes]
+                        cur.execute(sql, mapping.column_arrays(keys, types, stamps))
         except LOST:
             raise
         except psycopg.Error as err:
