@@ -238,6 +238,53 @@ class TestBatch:
         assert batch.add(change(key=(3,), values={"id": 3}))
         assert batch.add(change(key=(3,), values={"id": 3, "name": "z"}))
 
+    @settings(max_examples=200, deadline=None)
+    @given(
+        st.lists(
+            st.tuples(st.integers(0, 3), st.sampled_from(["full", "id", "delete"])),
+            max_size=12,
+        ),
+        st.lists(
+            st.tuples(st.integers(0, 3), st.sampled_from(["full", "id", "delete"])),
+            max_size=12,
+        ),
+    )
+    def test_add_many_is_add_one_by_one(self, held, incoming) -> None:
+        """add_many, writing whenever it stops (as the sink does), holds and writes the
+        same as adding the changes one by one."""
+
+        def make(k: int, how: str) -> RowChange:
+            values = {"id": k, "name": "n"} if how == "full" else {"id": k}
+            return change(key=(k,), values=values, op="delete" if how == "delete" else "upsert")
+
+        def state(batch: Batch) -> list:
+            rows = [(c.key, c.op, list(c.values)) for c in batch.all()]
+            return [len(batch), batch.changes, *rows]
+
+        def run(many: bool) -> tuple[list, list]:
+            done, written = Batch(), []
+            for k, how in held:
+                if not done.add(make(k, how)):
+                    written.append(state(done))
+                    done.clear()
+                    done.add(make(k, how))
+            changes = [make(k, how) for k, how in incoming]
+            if many:
+                at = done.add_many(changes, 0)
+                while at < len(changes):
+                    written.append(state(done))
+                    done.clear()
+                    at = done.add_many(changes, at)
+            else:
+                for c in changes:
+                    if not done.add(c):
+                        written.append(state(done))
+                        done.clear()
+                        done.add(c)
+            return written, state(done)
+
+        assert run(True) == run(False)
+
     def test_groups_by_shape(self) -> None:
         batch = Batch()
         batch.add(change(key=(1,)))

@@ -49,9 +49,11 @@ class Column:
         return PG_TYPES[self.type]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RowChange:
-    """One decoded change. ``op`` is upsert (insert/update), delete or ddl."""
+    """One decoded change. ``op`` is upsert (insert/update), delete or ddl. Never changed
+    once made; not a frozen dataclass only because a frozen one's __init__ costs ~1 µs
+    (object.__setattr__ per field), made once per row change."""
 
     table: str
     op: str
@@ -61,6 +63,9 @@ class RowChange:
     columns: tuple[Column, ...]
     ddl: str | None = None
     schema_version: int = 0
+    _shape: tuple[str, tuple[str, ...]] | None = field(
+        default=None, init=False, compare=False, repr=False
+    )
 
     @property
     def key_columns(self) -> tuple[str, ...]:
@@ -68,8 +73,11 @@ class RowChange:
 
     @property
     def shape(self) -> tuple[str, tuple[str, ...]]:
-        """What statement writes it: the op and the columns it sets."""
-        return (self.op, tuple(self.values) if self.op == "upsert" else ())
+        """What statement writes it: the op and the columns it sets (asked several
+        times per change: made once)."""
+        if self._shape is None:
+            self._shape = (self.op, tuple(self.values) if self.op == "upsert" else ())
+        return self._shape
 
 
 def _python_value(value: Any) -> Any:

@@ -98,7 +98,10 @@ class PostgresSink(OrderedSink):
         static: bool = False,
     ) -> None:
         self.done = Batch()  # whole source transactions not yet written
-        self.open = Batch()  # the open source transaction's changes not yet written
+        # The open source transaction's changes not yet written, in order: a list, merged
+        # into the batch (self.done) once the transaction is whole, or written under a
+        # SAVEPOINT when MAX_ROWS of them are held (one batch operation per change).
+        self.open: list[RowChange] = []
         super().__init__(settings, feed, instance_id, control_conf)
         sink = feed.sink
         assert sink.dsn is not None
@@ -287,12 +290,17 @@ class PostgresSink(OrderedSink):
 
     def _handle(self, msg: Any) -> bool:
         offset = msg.offset()
-        self._open_txn()
+        if not self.in_txn:
+            self._open_txn()
         self.next_offset = offset + 1
         try:
             marker = classify(msg.headers())
         except BadMarker as err:
             self._dead_letter_here(msg, "BadMarker", f"sorted record with a bad marker: {err}")
+            return True
+        if marker.kind is Kind.DATA:  # most records: Sequencer.step's APPLY or DROP
+            if self.sequencer.data():
+                self._apply(msg)
             return True
         boundary = False  # a source transaction ended here: a place to commit
         for step in self.sequencer.step(offset, marker):
@@ -356,9 +364,7 @@ class PostgresSink(OrderedSink):
         self.newest_ts_ms = msg.timestamp()[1]
         if careful or change.op == "ddl":
             return  # written already (ddl: by _fit, a barrier)
-        if not self.open.add(change):
-            self._spill_open()
-            self.open.add(change)
+        self.open.append(change)
         if len(self.open) >= MAX_ROWS:
             self._spill_open()
 
@@ -376,10 +382,7 @@ class PostgresSink(OrderedSink):
 
     def _complete(self) -> None:
         """The open source transaction is whole: its changes join the batch."""
-        for change in self.open.all():
-            if not self.done.add(change):
-                self._write(self.done)
-                self.done.add(change)
+        self._hold(self.open)
         self.open.clear()
         if self.savepoint:
             self._execute("RELEASE SAVEPOINT cf_txn")
@@ -393,7 +396,17 @@ class PostgresSink(OrderedSink):
         whole ones before it first: order)."""
         self._write(self.done)
         self._ensure_savepoint()
-        self._write(self.open)
+        self._hold(self.open)
+        self.open.clear()
+        self._write(self.done)
+
+    def _hold(self, changes: list[RowChange]) -> None:
+        """``changes`` into the batch, in order, writing the batch first whenever one
+        cannot merge with what it holds."""
+        held = self.done.add_many(changes, 0)
+        while held < len(changes):
+            self._write(self.done)
+            held = self.done.add_many(changes, held)
 
     def _ensure_savepoint(self) -> None:
         if not self.savepoint:
