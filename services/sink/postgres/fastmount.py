@@ -121,7 +121,8 @@ class FastMounter:
         # the key: its columns' values, the right type, not null (other entries are
         # ignored, as mapping.mount does)
         raw_key, pos = _map(data, pos, known.key_rules, False)
-        key = tuple(map(raw_key.__getitem__, known.key))
+        names = known.key
+        key = (raw_key[names[0]],) if len(names) == 1 else tuple(map(raw_key.__getitem__, names))
         # before (read for its validity only), after, ddl: unions whose index is one byte
         before = data[pos]
         pos += 1
@@ -152,8 +153,8 @@ class FastMounter:
             )
         if values is None:
             return None
-        for name, value in zip(known.key, key, strict=True):
-            if values.setdefault(name, value) != value:
+        for i, name in enumerate(names):  # the key's columns, filled in when absent
+            if values.setdefault(name, key[i]) != key[i]:
                 return None
         return RowChange(
             known.table, "upsert", key, values, commit_ts, known.columns, None, known.version
@@ -258,11 +259,15 @@ def _map(
             branch = data[pos]  # a union index < 64 is one varint byte: 2 * index
             pos += 1
             value: Any
-            if branch == 4:  # long
+            if branch == 4:  # long (one or two varint bytes inline: |value| < 8192)
                 value = data[pos]
                 if value < 0x80:
                     value = (value >> 1) ^ -(value & 1)
                     pos += 1
+                elif data[pos + 1] < 0x80:
+                    value = (value & 0x7F) | (data[pos + 1] << 7)
+                    value = (value >> 1) ^ -(value & 1)
+                    pos += 2
                 else:
                     value, pos = _long(data, pos)
             elif branch == 8:  # string
