@@ -10,7 +10,7 @@ first. Written by statement shape: one ``executemany`` per (table, op, columns).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from crossfeed.services.sink.postgres.mapping import RowChange
@@ -28,19 +28,30 @@ class Batch:
     def add(self, change: RowChange) -> bool:
         """Hold ``change``; False (and nothing held) when it must wait for a write of
         what is held (it cannot merge with the change of its row held here)."""
-        rows = self.tables.setdefault(change.table, {})
-        previous = rows.get(change.key)
-        if previous is None:
-            self.rows += 1
-        elif (
-            previous.op == change.op == "upsert"
-            and previous.shape != change.shape
-            and not set(previous.values) <= set(change.values)
-        ):
-            return False
-        rows[change.key] = change
-        self.changes += 1
-        return True
+        return self.add_many((change,), 0) == 1
+
+    def add_many(self, changes: Sequence[RowChange], start: int) -> int:
+        """:meth:`add` of ``changes[start:]`` in order, in one loop instead of a call per
+        change (a source transaction completing joins the batch); returns the index of
+        the first one not held (``len(changes)``: all held)."""
+        tables = self.tables
+        for i in range(start, len(changes)):
+            change = changes[i]
+            rows = tables.get(change.table)
+            if rows is None:
+                rows = tables[change.table] = {}
+            previous = rows.get(change.key)
+            if previous is None:
+                self.rows += 1
+            elif (
+                previous.op == change.op == "upsert"
+                and previous.shape != change.shape
+                and not set(previous.values) <= set(change.values)
+            ):
+                return i
+            rows[change.key] = change
+            self.changes += 1
+        return len(changes)
 
     def groups(self) -> Iterator[tuple[str, tuple[str, tuple[str, ...]], list[RowChange]]]:
         """(table, shape, changes) for each statement to run."""

@@ -10,7 +10,7 @@ writer (active-active) that is newer is never overwritten by an older one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -49,9 +49,11 @@ class Column:
         return PG_TYPES[self.type]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RowChange:
-    """One decoded change. ``op`` is upsert (insert/update), delete or ddl."""
+    """One decoded change. ``op`` is upsert (insert/update), delete or ddl. Never changed
+    once made; not a frozen dataclass only because a frozen one's __init__ costs ~1 µs
+    (object.__setattr__ per field), made once per row change."""
 
     table: str
     op: str
@@ -61,6 +63,9 @@ class RowChange:
     columns: tuple[Column, ...]
     ddl: str | None = None
     schema_version: int = 0
+    _shape: tuple[str, tuple[str, ...]] | None = field(
+        default=None, init=False, compare=False, repr=False
+    )
 
     @property
     def key_columns(self) -> tuple[str, ...]:
@@ -68,8 +73,11 @@ class RowChange:
 
     @property
     def shape(self) -> tuple[str, tuple[str, ...]]:
-        """What statement writes it: the op and the columns it sets."""
-        return (self.op, tuple(self.values) if self.op == "upsert" else ())
+        """What statement writes it: the op and the columns it sets (asked several
+        times per change: made once)."""
+        if self._shape is None:
+            self._shape = (self.op, tuple(self.values) if self.op == "upsert" else ())
+        return self._shape
 
 
 def _python_value(value: Any) -> Any:
@@ -314,14 +322,20 @@ def add_commit_ts_column(schema_name: str, table: str) -> str:
 def upsert(schema_name: str, table: str, columns: Sequence[str], key: Sequence[str]) -> str:
     """INSERT ... ON CONFLICT DO UPDATE, only over a row at or below the change's
     commit_ts (last writer wins); parameters: ``columns`` values then the commit_ts."""
+    params = ", ".join(["%s"] * (len(columns) + 1))
+    return _upsert(schema_name, table, columns, key, f"VALUES ({params})")
+
+
+def _upsert(
+    schema_name: str, table: str, columns: Sequence[str], key: Sequence[str], rows: str
+) -> str:
     names = [*columns, COMMIT_TS_COLUMN]
     target = qualified(schema_name, table)
     cols = ", ".join(ident(n) for n in names)
-    params = ", ".join(["%s"] * len(names))
     updates = ", ".join(f"{ident(n)} = EXCLUDED.{ident(n)}" for n in names if n not in key)
     ts = ident(COMMIT_TS_COLUMN)
     return (
-        f"INSERT INTO {target} ({cols}) VALUES ({params}) "
+        f"INSERT INTO {target} ({cols}) {rows} "
         f"ON CONFLICT ({', '.join(ident(k) for k in key)}) DO UPDATE SET {updates} "
         f"WHERE {target}.{ts} <= EXCLUDED.{ts}"
     )
@@ -337,12 +351,54 @@ def delete(schema_name: str, table: str, key: Sequence[str]) -> str:
     )
 
 
-def upsert_params(change: RowChange) -> tuple[Any, ...]:
-    return (*change.values.values(), change.commit_ts)
+def _arrays(types: Sequence[str]) -> str:
+    # Binary parameters (%b): psycopg sends each list as a binary array, cheaper to make
+    # and to read than text; the cast names the column's type (a list of small ints
+    # goes as int2[], say).
+    return ", ".join(f"%b::{PG_TYPES[t]}[]" for t in types)
 
 
-def delete_params(change: RowChange) -> tuple[Any, ...]:
-    return (*change.key, change.commit_ts)
+def upsert_many(
+    schema_name: str,
+    table: str,
+    columns: Sequence[str],
+    types: Sequence[str],
+    key: Sequence[str],
+) -> str:
+    """:func:`upsert` of many rows in one statement, each column's values an array
+    (``types``: the columns' ChangeEvent types); parameters: :func:`column_arrays`. One
+    statement instead of one per row: the server plans and runs it once (2.5x the rows/s
+    of a pipelined executemany here, at a fifth of the client's CPU). The rows must have
+    distinct keys (a Batch holds one change per row)."""
+    rows = f"SELECT * FROM unnest({_arrays([*types, 'long'])})"
+    return _upsert(schema_name, table, columns, key, rows)
+
+
+def delete_many(schema_name: str, table: str, key: Sequence[str], types: Sequence[str]) -> str:
+    """:func:`delete` of many rows in one statement; parameters: :func:`column_arrays`
+    of the keys (``types``: the key columns' ChangeEvent types)."""
+    names = ", ".join(f"k{i}" for i in range(len(key)))
+    where = " AND ".join(f"_cf_t.{ident(k)} = _cf_d.k{i}" for i, k in enumerate(key))
+    return (
+        f"DELETE FROM {qualified(schema_name, table)} AS _cf_t "
+        f"USING unnest({_arrays([*types, 'long'])}) AS _cf_d({names}, ts) "
+        f"WHERE {where} AND _cf_t.{ident(COMMIT_TS_COLUMN)} <= _cf_d.ts"
+    )
+
+
+def column_arrays(
+    rows: Sequence[Iterable[Any]], types: Sequence[str], commit_ts: Sequence[int]
+) -> list[list[Any]]:
+    """The parameters of :func:`upsert_many` / :func:`delete_many`: ``rows`` (each in
+    the columns' order) turned into one list per column, then the commit_ts list. A
+    double column's ints become floats (psycopg refuses a list of ints and floats mixed;
+    the database would have made the same double of the int)."""
+    arrays = [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in types]
+    for i, kind in enumerate(types):
+        if kind == "double":
+            arrays[i] = [v if v is None or type(v) is float else float(v) for v in arrays[i]]
+    arrays.append(list(commit_ts))
+    return arrays
 
 
 def bookkeeping_ddl(schema_name: str) -> list[str]:
