@@ -42,7 +42,11 @@ from crossfeed.kafka.targets import TargetTopics, record_size
 from crossfeed.membership import HeartbeatContent
 from crossfeed.services.sink import metrics as shared_metrics
 from crossfeed.services.sink import ordered_metrics as metrics
-from crossfeed.services.sink.ordered_base import SORTED_PARTITION, OrderedSink
+from crossfeed.services.sink.ordered_base import (
+    SORTED_PARTITION,
+    OrderedSink,
+    relax_cycle_collector,
+)
 from crossfeed.services.sink.sorted_stream import Applied, BadMarker, Kind, Step, classify
 from crossfeed.wire import ids
 from crossfeed.wire.headers import TIMESTAMP
@@ -83,6 +87,7 @@ class OrderedKafkaSink(OrderedSink):
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self, stop: threading.Event) -> None:
+        relax_cycle_collector()
         admin = self._prepare_cluster(self.target_alias, self.target_conf, stop)
         # One partition: its consumers see the global order.
         kafka_topics.ensure_topic(admin, self.target_topic, 1)

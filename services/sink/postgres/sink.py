@@ -40,7 +40,6 @@ change by change, each under its own SAVEPOINT.
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import threading
 import time
@@ -58,7 +57,11 @@ from crossfeed.kafka import clients
 from crossfeed.membership import HeartbeatContent
 from crossfeed.services.sink import metrics as shared_metrics
 from crossfeed.services.sink import ordered_metrics as metrics
-from crossfeed.services.sink.ordered_base import SORTED_PARTITION, OrderedSink
+from crossfeed.services.sink.ordered_base import (
+    SORTED_PARTITION,
+    OrderedSink,
+    relax_cycle_collector,
+)
 from crossfeed.services.sink.postgres import mapping
 from crossfeed.services.sink.postgres.batch import Batch
 from crossfeed.services.sink.postgres.fastmount import FastMounter
@@ -77,7 +80,6 @@ from crossfeed.wire.codec import CodecError
 log = logging.getLogger(__name__)
 
 MAX_ROWS = 10_000  # rows held per buffer before they are written (bounded memory)
-GC_THRESHOLD = 50_000  # allocations between two runs of the cycle collector (see start)
 BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 LOST = (psycopg.OperationalError, psycopg.InterfaceError)
 
@@ -139,14 +141,7 @@ class PostgresSink(OrderedSink):
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self, stop: threading.Event) -> None:
-        # The hot path makes a few containers per row change (a dict, tuples, the row
-        # change), none in a reference cycle: refcounting frees them. At CPython's
-        # default threshold (700 allocations) the cycle collector ran every ~100 changes
-        # and walked the rows held for the batch: ~18% of the sink's CPU (sink-alone
-        # harness: 19.2-19.7 -> 15.3-16.4 us per row change). It still runs, rarely;
-        # what startup made (modules, settings) is frozen out of its walks.
-        gc.freeze()
-        gc.set_threshold(GC_THRESHOLD, 20, 100)
+        relax_cycle_collector()
         self._prepare_cluster(self.alias, self.kafka_conf, stop)
         self.dlq = clients.producer(self.kafka_conf, **{"linger.ms": 5})
         # Assigned, not subscribed (the advisory lock says who applies); the group's
