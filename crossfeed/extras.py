@@ -16,7 +16,7 @@ from crossfeed.config import ConfigError
 
 # Keep in step with [project.optional-dependencies] in pyproject.toml (a unit test checks).
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "sorter": ("pyspark", "pandas", "pyarrow"),
+    "sorter": ("pyspark", "pandas", "pyarrow", "numpy"),
     "postgres": ("psycopg",),
     "coordinator": ("fastapi", "uvicorn"),
 }
