@@ -359,6 +359,7 @@ def release(table: pa.Table, window: Window, feed: str, reached: int | None = No
     bigger release)."""
     sorted_topic = topics.sorted_(feed)
     rows = table.filter(inside(table, window))
+    # Arrow compares strings as UTF-8 bytes, as Spark does: the same txn order either way.
     rows = rows.take(
         pc.sort_indices(
             rows,

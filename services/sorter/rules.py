@@ -113,15 +113,6 @@ def parse_txn(txn: str | None, src: Src | None) -> TxnRef | None:
     return TxnRef(f"{src.cluster_id}:{src.topic}:{src.partition}:{src.offset}", 1, 1)
 
 
-def sort_key(commit_ts: int, txn_id: str, ord_: int) -> tuple[int, str, int]:
-    """Position of a row in `.sorted`: begin has ord 0, data its seq, commit count + 1.
-
-    txn ids compare as UTF-8 bytes (Spark's string order), which for str is code point
-    order: the same.
-    """
-    return (commit_ts, txn_id, ord_)
-
-
 def is_complete(seqs: Iterable[int], counts: Iterable[int], commit_tss: Iterable[int]) -> bool:
     """Rule D: the rows of one transaction are seq 1..count exactly once, one count, one ts.
 
