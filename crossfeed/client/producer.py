@@ -367,14 +367,17 @@ class ChangeProducer:
         self._produce(record)
 
     def _produce(self, record: Outgoing) -> None:
-        kwargs: dict[str, Any] = {
-            "value": record.value,
-            "key": record.key,
-            "headers": list(record.headers),
-        }
-        if record.partition is not None:
-            kwargs["partition"] = record.partition
-        clients.produce_waiting(self._producer, record.topic, **kwargs)
+        partition = -1 if record.partition is None else record.partition  # -1: partitioner
+        clients.produce_copy(
+            self._producer,
+            record.topic,
+            record.value,
+            record.key,
+            partition,
+            None,  # delivery errors go to the producer-wide _on_delivery
+            0,  # timestamp: now
+            list(record.headers),
+        )
         self._written.add(record.topic)
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:

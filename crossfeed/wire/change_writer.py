@@ -36,6 +36,10 @@ _DOUBLE_BYTES = struct.Struct("<d").pack
 
 def _long(n: int) -> bytes:
     zigzag = (n << 1) ^ (n >> 63)
+    if zigzag < 0x80:
+        return _BYTES[zigzag]
+    if zigzag < 0x4000:  # two bytes: most counts, balances, versions
+        return bytes(((zigzag & 0x7F) | 0x80, zigzag >> 7))
     out = bytearray()
     while zigzag > 0x7F:
         out.append((zigzag & 0x7F) | 0x80)
@@ -44,6 +48,7 @@ def _long(n: int) -> bytes:
     return bytes(out)
 
 
+_BYTES = [bytes((n,)) for n in range(0x80)]
 _SMALL = [_long(n) for n in range(64)]
 
 
@@ -55,6 +60,13 @@ def _text(buf: bytearray, text: str) -> None:
     data = text.encode()
     buf += _count(len(data))
     buf += data
+
+
+@functools.lru_cache(maxsize=4096)
+def _name(text: str) -> bytes:
+    """A column or table name as Avro string bytes (names repeat in every event)."""
+    data = text.encode()
+    return _count(len(data)) + data
 
 
 def _value(buf: bytearray, value: Any) -> None:
@@ -84,8 +96,12 @@ def _map(buf: bytearray, row: dict[str, Any]) -> None:
     if row:
         buf += _count(len(row))
         for name, value in row.items():
-            _text(buf, name)
-            _value(buf, value)
+            buf += _name(name)
+            if type(value) is int:  # the common case, inline
+                buf.append(_LONG)
+                buf += _long(value)
+            else:
+                _value(buf, value)
     buf.append(0)
 
 
@@ -107,7 +123,7 @@ def _columns(columns: tuple[Column, ...]) -> bytes:
 def write(header: bytes, event: ChangeEvent) -> bytes:
     """``event`` as the single-object encoding that starts with ``header``."""
     buf = bytearray(header)
-    _text(buf, event.table)
+    buf += _name(event.table)
     buf += _SMALL[_OPS[event.op]]
     buf += _long(event.schema_version)
     buf += _columns(event.columns)

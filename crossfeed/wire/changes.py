@@ -40,6 +40,7 @@ ColumnType: TypeAlias = Literal["boolean", "long", "double", "string", "bytes"]
 
 _TXN_ID = re.compile(r"[!-.0-9;-~]+")  # printable ASCII, no space, '/' (0x2f) or ':' (0x3a)
 _TXN_HEADER = re.compile(rb"([!-.0-9;-~]+)/([0-9]{1,19})/([0-9]{1,19})")
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _PYTHON_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "boolean": (bool,),
     "long": (int,),
@@ -174,10 +175,13 @@ class Table:
         if keys != sorted(keys, reverse=True):
             raise ValueError(f"table {self.name}: primary-key columns must come first")
         object.__setattr__(self, "columns", tuple(self.columns))
+        # Looked up for every row a producer builds: computed once.
+        object.__setattr__(self, "_known", {c.name: c for c in self.columns})
+        object.__setattr__(self, "_keys", tuple(c for c in self.columns if c.primary_key))
 
     @property
     def key_columns(self) -> tuple[Column, ...]:
-        return tuple(c for c in self.columns if c.primary_key)
+        return self._keys  # type: ignore[attr-defined,no-any-return]
 
     def key_of(self, row: Row) -> dict[str, Value]:
         """The primary-key part of ``row``."""
@@ -188,14 +192,18 @@ class Table:
         return self._row(key, "key")
 
     def _row(self, row: Row, what: str) -> dict[str, Value]:
-        known = {c.name: c for c in self.columns}
-        unknown = sorted(set(row) - set(known))
-        if unknown:
+        known: dict[str, Column] = self._known  # type: ignore[attr-defined]
+        if not row.keys() <= known.keys():
+            unknown = sorted(set(row) - set(known))
             raise ValueError(f"table {self.name}: {what} has unknown column(s) {unknown}")
         out: dict[str, Value] = {}
         for name, value in row.items():
             col = known[name]
             out[name] = value
+            if type(value) is int and col.type == "long":  # the common case first
+                if not _LONG_MIN <= value <= _LONG_MAX:
+                    raise ValueError(f"table {self.name}: column {name}: {value} is out of range")
+                continue
             if value is None:
                 if not col.nullable or col.primary_key:
                     raise ValueError(f"table {self.name}: column {name} must not be null")
@@ -208,7 +216,7 @@ class Table:
                 )
             if col.type == "double":
                 out[name] = float(value)  # an int would take the union's long branch
-            elif isinstance(value, int) and not -(2**63) <= value < 2**63:
+            elif isinstance(value, int) and not _LONG_MIN <= value <= _LONG_MAX:
                 raise ValueError(f"table {self.name}: column {name}: {value} is out of range")
         return out
 

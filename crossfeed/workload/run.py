@@ -41,6 +41,10 @@ PRODUCER_CONFIG = {
     "queue.buffering.max.kbytes": 128 << 10,  # bounded: a big opening waits for delivery
     "acks": "all",
 }
+# The pace is kept to the millisecond: transfers due within the next one are written at
+# once. Waking for each transfer (every 125 µs at 8,000/s) cost the workload more CPU than
+# building the transfers.
+PACE_S = 0.001
 
 
 class SkewedChangeProducer(ChangeProducer):
@@ -132,7 +136,7 @@ def run_bank(
         now = time.monotonic()
         if deadline is not None and now >= deadline:
             break
-        if interval and now < next_at:
+        if interval and now < next_at - PACE_S:
             producer.release()
             producer.tick()
             time.sleep(min(next_at - now, 0.01))
@@ -141,7 +145,7 @@ def run_bank(
         producer.transaction(bank.transfer_changes(transfer), txn_id=transfer.txn)
         written += 1
         next_at += interval
-        if written % 256 == 0 or interval:
+        if written % 256 == 0:
             producer.release()
             producer.tick()
     # Everything written is covered by a last watermark (at the clock), then delivered.

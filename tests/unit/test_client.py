@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,6 +12,7 @@ from crossfeed.client.consumer import _Consumed, split_config, user_headers
 from crossfeed.client.destination import split_destination
 from crossfeed.client.producer import Change, ChangeProducer
 from crossfeed.wire import codec, headers
+from tests.support.recording_producer import RecordingProducer
 
 pytestmark = pytest.mark.unit
 
@@ -75,24 +75,9 @@ def test_consumed_forgets_after_a_seek_backwards() -> None:
     assert consumed.before(8) == 99
 
 
-class _FakeProducer:
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
-
-    def produce(self, topic: str, **kwargs: Any) -> None:
-        self.records.append({"topic": topic, **kwargs})
-
-    def list_topics(self, topic: str, timeout: float) -> Any:
-        meta = SimpleNamespace(partitions={0: None, 1: None})
-        return SimpleNamespace(topics={topic: meta})
-
-    def flush(self, timeout: float) -> int:
-        return 0
-
-
-def _producer() -> tuple[ChangeProducer, _FakeProducer]:
+def _producer() -> tuple[ChangeProducer, RecordingProducer]:
     producer = ChangeProducer({"bootstrap.servers": "127.0.0.1:1"})
-    fake = _FakeProducer()
+    fake = RecordingProducer()
     producer._producer = fake  # type: ignore[assignment]
     return producer, fake
 

@@ -134,6 +134,11 @@ def test_rows_are_checked_against_the_table() -> None:
         ITEMS.insert({"id": True, "tag": b""})
     with pytest.raises(ValueError, match="is boolean"):
         ITEMS.insert({"id": 1, "tag": b"", "active": 1})
+    for edge in (2**63 - 1, -(2**63)):  # a long's own range, both ends
+        assert ITEMS.insert({"id": edge, "tag": b""}).key == {"id": edge, "tag": b""}
+    for beyond in (2**63, -(2**63) - 1):
+        with pytest.raises(ValueError, match="out of range"):
+            ITEMS.update(None, {"id": 1, "tag": b"", "price": 1.0, "name": "x"} | {"id": beyond})
     with pytest.raises(ValueError, match="primary-key columns must come first"):
         Table("t", (Column("a", "long"), Column("b", "long", primary_key=True)))
     with pytest.raises(ValueError, match="no primary-key"):

@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,6 +12,7 @@ from crossfeed.wire.changes import decode_change, parse_txn
 from crossfeed.workload.bank import Bank, Summary, partition_of
 from crossfeed.workload.run import SkewedChangeProducer
 from crossfeed.workload.skew import DelayLine
+from tests.support.recording_producer import RecordingProducer
 
 pytestmark = pytest.mark.unit
 
@@ -117,24 +115,6 @@ def test_delay_line_refuses_negative_delays() -> None:
         DelayLine({0: -1.0})
 
 
-class _FakeKafka:
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
-
-    def produce(self, topic: str, **kwargs: Any) -> None:
-        self.records.append({"topic": topic, **kwargs})
-
-    def list_topics(self, topic: str, timeout: float) -> Any:
-        meta = SimpleNamespace(partitions={0: None, 1: None, 2: None}, error=None)
-        return SimpleNamespace(topics={topic: meta})
-
-    def poll(self, timeout: float) -> int:
-        return 0
-
-    def flush(self, timeout: float) -> int:
-        return 0
-
-
 def test_skewed_producer_holds_one_partitions_changes_and_watermarks_in_order() -> None:
     clock = [0.0]
     producer = SkewedChangeProducer(
@@ -143,7 +123,7 @@ def test_skewed_producer_holds_one_partitions_changes_and_watermarks_in_order() 
         clock=lambda: clock[0],
         resolved_interval_s=0.1,
     )
-    fake = _FakeKafka()
+    fake = RecordingProducer(partitions=3)
     producer._producer = fake  # type: ignore[assignment]
     producer.resolved(["t"], 0)  # the first watermarks, before any skew
     assert [r["partition"] for r in fake.records] == [0, 1, 2]
