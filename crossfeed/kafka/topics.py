@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,14 +32,8 @@ MIRRORED_CONFIGS = (
     "segment.bytes",
 )
 DYNAMIC_TOPIC_CONFIG = 1  # ConfigSource.DYNAMIC_TOPIC_CONFIG
+CREATE_BATCH = 200  # topics per CreateTopics request (the controller takes big ones slowly)
 VISIBLE_TIMEOUT_S = 30  # how long a created topic may take to appear in the metadata
-
-
-@dataclass(frozen=True)
-class TopicInfo:
-    name: str
-    partitions: int
-    configs: dict[str, str]
 
 
 def ensure_topic(
@@ -49,28 +43,73 @@ def ensure_topic(
     returns once the cluster's metadata lists the topic with its partitions: the controller
     answers the creation before every broker's metadata has it, and a client that asks in
     between is told the topic does not exist (seen here under load, right after creating)."""
-    futures = admin.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=-1, config=config or {})],
-        operation_timeout=30,
-    )
-    created = True
-    try:
-        futures[name].result(timeout=60)
-    except KafkaException as err:
-        if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise
-        created = False
-    if created:
-        log.info("created topic %s (%d partitions, %s)", name, partitions, config or {})
+    outcome = ensure_topics(admin, [NewTopicSpec(name, partitions, config or {})])[name]
+    if isinstance(outcome, KafkaException):
+        raise outcome
+    return outcome
+
+
+@dataclass(frozen=True)
+class NewTopicSpec:
+    """A topic to create: its name, partition count and topic-level configs."""
+
+    name: str
+    partitions: int
+    config: dict[str, str]
+
+
+def ensure_topics(
+    admin: AdminClient, wanted: Sequence[NewTopicSpec]
+) -> dict[str, bool | KafkaException]:
+    """:func:`ensure_topic` for many topics, ``CREATE_BATCH`` to a request: name -> True
+    (created), False (it existed) or the KafkaException that refused it (the others are
+    created all the same). Returns once the metadata lists every topic not refused."""
+    if not wanted:
+        return {}
+    futures: dict[str, Any] = {}
+    for start in range(0, len(wanted), CREATE_BATCH):
+        futures |= admin.create_topics(
+            [
+                NewTopic(
+                    t.name, num_partitions=t.partitions, replication_factor=-1, config=t.config
+                )
+                for t in wanted[start : start + CREATE_BATCH]
+            ],
+            operation_timeout=30,
+        )
+    outcome: dict[str, bool | KafkaException] = {}
+    for spec in wanted:
+        try:
+            futures[spec.name].result(timeout=60)
+            outcome[spec.name] = True
+            log.info(
+                "created topic %s (%d partitions, %s)", spec.name, spec.partitions, spec.config
+            )
+        except KafkaException as err:
+            exists = err.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+            outcome[spec.name] = False if exists else err
+    _wait_visible(admin, [n for n, o in outcome.items() if not isinstance(o, KafkaException)])
+    return outcome
+
+
+def _wait_visible(admin: AdminClient, names: list[str]) -> None:
+    if not names:
+        return
     deadline = time.monotonic() + VISIBLE_TIMEOUT_S
-    while partition_count(admin, name) is None:
+    while True:
+        if len(names) == 1:  # one topic's metadata is a smaller answer than the cluster's
+            missing = names if partition_count(admin, names[0]) is None else []
+        else:
+            counts = partition_counts(admin)
+            missing = [n for n in names if not counts.get(n)]
+        if not missing:
+            return
         if time.monotonic() > deadline:
             raise RuntimeError(
-                f"topic {name} is not in the cluster's metadata "
-                f"{VISIBLE_TIMEOUT_S} s after creating it"
+                f"topic(s) {', '.join(missing[:5])} not in the cluster's metadata "
+                f"{VISIBLE_TIMEOUT_S} s after creating them"
             )
         time.sleep(0.05)
-    return created
 
 
 def ensure_internal(admin: AdminClient, name: str, partitions: int = 1) -> bool:
@@ -108,18 +147,67 @@ def partition_count(admin: AdminClient, name: str, timeout_s: float = 10.0) -> i
 
 def overridden_configs(admin: AdminClient, topic: str, keys: tuple[str, ...]) -> dict[str, str]:
     """The topic-level overrides among ``keys`` (not broker defaults)."""
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    entries: dict[str, Any] = admin.describe_configs([resource])[resource].result(timeout=30)
-    return {
-        key: entry.value
-        for key, entry in entries.items()
-        if key in keys and entry.source == DYNAMIC_TOPIC_CONFIG and entry.value is not None
-    }
+    found = overridden_configs_of(admin, [topic], keys)[topic]
+    if isinstance(found, KafkaException):
+        raise found
+    return found
+
+
+def overridden_configs_of(
+    admin: AdminClient, names: Sequence[str], keys: tuple[str, ...]
+) -> dict[str, dict[str, str] | KafkaException]:
+    """:func:`overridden_configs` of many topics, asked in one request: name -> the
+    overrides, or the KafkaException of a topic the cluster could not describe (deleted
+    meanwhile, say)."""
+    out: dict[str, dict[str, str] | KafkaException] = {}
+    for name, entries in _describe(admin, names).items():
+        out[name] = (
+            entries
+            if isinstance(entries, KafkaException)
+            else {
+                key: entry.value
+                for key, entry in entries.items()
+                if key in keys and entry.source == DYNAMIC_TOPIC_CONFIG and entry.value is not None
+            }
+        )
+    return out
+
+
+def _describe(
+    admin: AdminClient, names: Sequence[str]
+) -> dict[str, dict[str, Any] | KafkaException]:
+    """Every config entry of each topic in ``names``, in one DescribeConfigs request."""
+    if not names:
+        return {}
+    resources = {n: ConfigResource(ConfigResource.Type.TOPIC, n) for n in names}
+    futures = admin.describe_configs(list(resources.values()))
+    out: dict[str, dict[str, Any] | KafkaException] = {}
+    for name, resource in resources.items():
+        try:
+            out[name] = futures[resource].result(timeout=30)
+        except KafkaException as err:
+            out[name] = err
+    return out
 
 
 def config_value(admin: AdminClient, topic: str, key: str) -> str | None:
     """The effective value of one topic config (override or default)."""
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    entries = admin.describe_configs([resource])[resource].result(timeout=30)
-    entry = entries.get(key)
-    return None if entry is None else entry.value
+    value = config_values(admin, [topic], key)[topic]
+    if isinstance(value, KafkaException):
+        raise value
+    return value
+
+
+def config_values(
+    admin: AdminClient, names: Sequence[str], key: str
+) -> dict[str, str | KafkaException | None]:
+    """:func:`config_value` of many topics, asked in one request (a topic the cluster
+    could not describe: its KafkaException)."""
+    out: dict[str, str | KafkaException | None] = {}
+    for name, entries in _describe(admin, names).items():
+        if isinstance(entries, KafkaException):
+            out[name] = entries
+        else:
+            entry = entries.get(key)
+            out[name] = None if entry is None else entry.value
+    return out

@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -298,6 +299,7 @@ class PullerWorker:
         task = PullerTask(self.ctx, s, producer)
         task.txn.failures = self.failures.get(s, 0)
         owned = self._task_partitions(s)
+        self._prefetch_targets(owned)
         routes = {tp: self._route(tp) for tp in owned}
         recovered = positions.recover_marks(self.target_conf, self.changes_topic, s, owned)
         starts: list[KafkaTP] = []
@@ -352,6 +354,16 @@ class PullerWorker:
                 }
             )
         return conf
+
+    def _prefetch_targets(self, tps: Iterable[TopicPartition]) -> None:
+        """The target topics' facts that :meth:`_route` needs, asked for all at once
+        (best effort: what is not learnt here, _route asks for itself)."""
+        if self.ctx is None or self.ctx.ordered or self.targets is None:
+            return
+        try:
+            self.targets.prefetch({self.feed.target_topic(tp.topic) for tp in tps})
+        except KafkaException as err:
+            log.debug("target topics not prefetched: %s", err)
 
     def _route(self, tp: TopicPartition) -> Route | None:
         """Where a mirror feed's source partition is copied to (None: an ordered feed);
@@ -503,6 +515,7 @@ class PullerWorker:
             if task is not None and tp not in task.partitions:
                 by_task.setdefault(s, set()).add(tp)
         added: list[KafkaTP] = []
+        self._prefetch_targets({tp for tps in by_task.values() for tp in tps})
         for s, tps in sorted(by_task.items()):
             # Not necessarily new to the feed: this instance may have started the task
             # before it saw the topic (another puller was creating its target topic), and

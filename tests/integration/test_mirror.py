@@ -17,6 +17,13 @@ from crossfeed.core.offset_ranges import OffsetRun, OffsetSyncIndex
 from crossfeed.core.partitions import TopicPartition
 from crossfeed.dlq import ERROR_CLASS, FEED, OFFSET, PARTITION, STAGE, TOPIC
 from crossfeed.kafka import clients
+from crossfeed.kafka.topics import (
+    MIRRORED_CONFIGS,
+    NewTopicSpec,
+    ensure_topic,
+    ensure_topics,
+    overridden_configs,
+)
 from crossfeed.wire import codec, headers, topics
 from tests.support.services import EXIT_FEED_STOPPED
 from tests.support.verify import flatten, read_many, verify_active_active, verify_mirror
@@ -306,10 +313,61 @@ def test_new_matching_topics_are_picked_up_with_their_configs(
     target = read_many(clusters.b.config, [late], expect=3, timeout_s=30)
     assert len(flatten(target)) == 3
     assert len(admin_b.list_topics(timeout=5).topics[late].partitions) == 3
-    from crossfeed.kafka.topics import MIRRORED_CONFIGS, overridden_configs
-
     assert overridden_configs(admin_b, late, MIRRORED_CONFIGS) == config
     assert skipped not in admin_b.list_topics(timeout=5).topics
+
+
+def test_many_new_topics_at_once_and_refused_targets_stop_only_their_own(
+    clusters, services, unique, producer_factory
+):
+    """Target topics are created in one request however many are new. A source topic
+    whose target the rename format cannot name, and one whose target the target cluster
+    refuses, put the feed in the error state naming them; every other topic is copied
+    all the same (before, one refused creation held back every new topic, and an
+    illegal renamed name stopped the puller)."""
+    prefix = unique("many")
+    compacted = {"cleanup.policy": "compact", "retention.ms": "7654321"}
+    specs = [
+        NewTopicSpec(f"{prefix}-{i:03d}", 1 + i % 3, compacted if i % 20 == 0 else {})
+        for i in range(60)
+    ]
+    # Renamed (".x" added) it is longer than the 249 characters Kafka allows.
+    too_long = f"{prefix}-" + "z" * (248 - len(prefix))
+    # Its target "<prefix>-collide.x" collides with dc-b's "<prefix>-collide_x" ('.' and
+    # '_' share metric names): the target cluster refuses to create it.
+    collides = f"{prefix}-collide"
+    ensure_topic(clients.admin(clusters.b.config), f"{collides}_x", 1)
+    refused = [NewTopicSpec(too_long, 1, {}), NewTopicSpec(collides, 1, {})]
+    assert set(ensure_topics(clients.admin(clusters.a.config), specs + refused).values()) == {True}
+    producer = producer_factory(clusters.a)
+    for spec in specs + refused:
+        for p in range(spec.partitions):
+            producer.produce(spec.name, key=b"k", value=spec.name.encode(), partition=p)
+    assert producer.flush(10) == 0
+
+    feed = services.start_feed("many", clusters, [f"{prefix}-.*"], rename_format="${topic}.x")
+    wanted = {f"{s.name}.x": s for s in specs}
+    admin_b = clients.admin(clusters.b.config)
+    deadline = time.monotonic() + 60
+    while not wanted.keys() <= admin_b.list_topics(timeout=5).topics.keys():
+        assert time.monotonic() < deadline, feed.logs()
+        time.sleep(0.5)
+    copies = sum(s.partitions for s in specs)
+    target = read_many(clusters.b.config, list(wanted), expect=copies, timeout_s=90)
+    assert sorted(r.value for r in flatten(target)) == sorted(
+        s.name.encode() for s in specs for _ in range(s.partitions)
+    )
+    for name, spec in wanted.items():
+        assert len(admin_b.list_topics(name, timeout=5).topics[name].partitions) == spec.partitions
+        assert overridden_configs(admin_b, name, MIRRORED_CONFIGS) == spec.config
+    feed.wait_state("error")
+    feed.assert_running()
+    errors = [s["last_error"] for s in feed.statuses().values() if s and s.get("last_error")]
+    assert errors, feed.logs()
+    for error in errors:
+        assert f"cannot create target topic {collides}.x" in error, error
+        assert f"illegal topic name for {too_long!r}" in error, error
+    assert f"{collides}.x" not in admin_b.list_topics(timeout=5).topics
 
 
 def test_rename_format_names_the_target_topics(clusters, services, topic_factory):
