@@ -299,8 +299,17 @@ class PullerTask:
                     state.dead_letters += 1
                 state.letters.clear()
             if state.staged:
+                # By position, like the copies (keywords cost ~2 µs per record here).
+                topic, partition, producer = (
+                    self.ctx.changes_topic,
+                    self.staging_partition,
+                    self.producer,
+                )
                 for key, value, hdrs, ts_ms in state.staged:
-                    self._produce(self.ctx.changes_topic, value, key, hdrs, ts_ms)
+                    # A record without a timestamp (-1) is staged at the time of writing (0).
+                    clients.produce_copy(
+                        producer, topic, value, key, partition, None, max(ts_ms, 0), hdrs
+                    )
                 state.records += len(state.staged)
                 state.bytes += state.staged_bytes
                 state.staged = []

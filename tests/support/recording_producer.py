@@ -33,6 +33,7 @@ class RecordingProducer:
                 "value": value,
                 "key": key,
                 "partition": None if partition == -1 else partition,
+                "timestamp": timestamp,  # 0: the time of writing
                 "headers": headers,
             }
         )

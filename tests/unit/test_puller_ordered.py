@@ -17,19 +17,18 @@ from crossfeed.feeds import FeedSpec
 from crossfeed.services.puller.ordered import next_resolved, staged_size
 from crossfeed.services.puller.task import FeedContext, PullerTask, TxnFailure
 from crossfeed.wire import codec, headers
+from tests.support.recording_producer import RecordingProducer
 
 pytestmark = pytest.mark.unit
 
 TP = TopicPartition("bank", 0)
 
 
-class _Producer:
+class _Producer(RecordingProducer):
     def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
+        super().__init__()
+        self.sent = self.records
         self.calls: list[str] = []
-
-    def produce(self, topic: str, **kwargs: Any) -> None:
-        self.sent.append({"topic": topic, **kwargs})
 
     def begin_transaction(self) -> None:
         self.calls.append("begin")
@@ -115,6 +114,16 @@ def _mark(record: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     return value["resolved_ts_us"], dict(record["headers"])
 
 
+def test_a_change_without_a_timestamp_is_staged_at_the_time_of_writing() -> None:
+    task = _task()
+    change = _change(0, 150)
+    change._ts = -1  # librdkafka's "no timestamp"
+    task.add(change, task.partitions[TP])
+    data = [r for r in _commit(task) if r["topic"] == "_crossfeed.f.changes"]
+    assert len(data) == 2 and data[0]["timestamp"] == 0  # 0: the producer stamps it
+    assert dict(data[0]["headers"])[headers.COMMIT_TS] == b"150"
+
+
 def test_changes_are_staged_one_by_one_and_watermarks_drive_resolved_ts() -> None:
     task = _task()
     state = task.partitions[TP]
@@ -132,6 +141,7 @@ def test_changes_are_staged_one_by_one_and_watermarks_drive_resolved_ts() -> Non
     # Without a crossfeed-commit-ts, it is added from the timestamp (7 ms)...
     assert dict(data[1]["headers"])[headers.COMMIT_TS] == b"7000"
     # (7,000 µs is above the watermark 100 read before it; the one at 160 came after.)
+    assert data[1]["timestamp"] == 7
     resolved, hdrs = _mark(marks[0])
     assert resolved == 160  # the watermark, not the newest commit_ts or the clock
     assert hdrs[headers.COMMIT_TS] == b"160" and hdrs[headers.RESOLVED_FROM] == b"watermarks"
