@@ -3,10 +3,13 @@
 Every ``topic_refresh_s`` the puller lists the source cluster's topics, selects the
 feed's ones (names or regexes, minus exclusions, never internal topics), and makes
 sure each has a target topic: created with the source's partition count and
-topic-level configs if missing; refused — the feed goes into the error state with a
-message saying what to do — if it has fewer partitions than the source. An ordered
-feed has no per-topic targets (its changes go to ``_crossfeed.<feed>.changes``, the sink
-writes the one target topic): its matching source partitions are ready at once.
+topic-level configs if missing (all of a round's new topics at once); refused — the feed
+goes into the error state with a message saying what to do — if it has fewer partitions
+than the source, if the target cluster will not create it, or if the rename format gives
+no legal name for it. Such a topic waits (looked at again every round); the others are
+copied meanwhile. An ordered feed has no per-topic targets (its changes go to
+``_crossfeed.<feed>.changes``, the sink writes the one target topic): its matching
+source partitions are ready at once.
 """
 
 from __future__ import annotations
