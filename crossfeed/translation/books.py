@@ -223,6 +223,6 @@ def parse_stamp_key(key: str) -> tuple[str, str, int] | None:
     """``<group>/<topic>/<partition>`` split from the right (groups may contain ``/``)."""
     head, _, number = key.rpartition("/")
     group, _, topic = head.rpartition("/")
-    if not group or not topic or not number.isdigit():
+    if not group or not topic or not topics.is_decimal(number):
         return None
     return group, topic, int(number)

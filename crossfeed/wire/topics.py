@@ -101,12 +101,18 @@ def destination_timestamp_key(source_cluster: str, group: str, topic: str, parti
     return f"{source_cluster}/{group}/{topic}/{partition}"
 
 
+def is_decimal(text: str) -> bool:
+    """A non-negative decimal number as keys and headers spell one: ASCII digits only
+    ("²" or "٥" are digits to ``str.isdigit()`` but ``int()`` refuses them)."""
+    return text.isascii() and text.isdigit()
+
+
 def parse_destination_timestamp_key(key: str) -> tuple[str, str, str, int] | None:
     """(source cluster, group, topic, partition) of such a key; None if it is not one.
     The group is what lies between the first ``/`` and the topic (groups may hold ``/``)."""
     cluster, _, rest = key.partition("/")
     head, _, number = rest.rpartition("/")
     group, _, topic = head.rpartition("/")
-    if not cluster or not group or not topic or not number.isdigit():
+    if not cluster or not group or not topic or not is_decimal(number):
         return None
     return cluster, group, topic, int(number)

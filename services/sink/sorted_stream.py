@@ -34,7 +34,7 @@ from enum import Enum
 from typing import Final
 
 from crossfeed.core.timestamps import parse_commit_ts
-from crossfeed.wire import headers
+from crossfeed.wire import headers, topics
 
 Header = tuple[str, bytes | None]
 
@@ -129,7 +129,7 @@ def split_txn(value: bytes | None) -> tuple[str, int, int]:
     text = (value or b"").decode("utf-8", "replace")
     txn, sep1, rest = text.rpartition("/")
     head, sep2, seq = txn.rpartition("/")
-    if not (sep1 and sep2 and head and seq.isdigit() and rest.isdigit()):
+    if not (sep1 and sep2 and head and topics.is_decimal(seq) and topics.is_decimal(rest)):
         raise BadMarker(f"{headers.TXN} {text!r} is not <txn id>/<seq>/<count>")
     return head, int(seq), int(rest)
 

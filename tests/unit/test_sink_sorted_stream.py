@@ -62,6 +62,10 @@ class TestClassify:
         assert split_txn(b"c1:topic:0:17/2/5") == ("c1:topic:0:17", 2, 5)
         with pytest.raises(BadMarker):
             split_txn(b"nope")
+        # Digits outside ASCII pass str.isdigit() but not int(): a bad marker all the same.
+        for bad in ("t/\u00b2/5", "t/2/\u0665", "t/\uff12/5"):
+            with pytest.raises(BadMarker):
+                split_txn(bad.encode())
 
 
 class TestApplied:

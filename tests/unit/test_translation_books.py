@@ -140,6 +140,7 @@ def test_stamp_book_and_keys_with_slashes_in_group_names() -> None:
     book.apply(key, None)
     assert book.get("team/billing", "orders", 2) is None
     assert parse_stamp_key("nonsense") is None
+    assert parse_stamp_key("g/orders/\u00b2") is None  # not an int() either
 
 
 def test_filters() -> None:

@@ -57,7 +57,9 @@ def test_a_destination_timestamp_key_reads_back(
     assert topics.parse_destination_timestamp_key(key) == (cluster, group, topic, partition)
 
 
-@pytest.mark.parametrize("key", ["", "c", "c/g/t", "c//t/1", "c/g/t/x", "/g/t/1"])
+@pytest.mark.parametrize(
+    "key", ["", "c", "c/g/t", "c//t/1", "c/g/t/x", "/g/t/1", "c/g/t/\u00b2", "c/g/t/\u0661"]
+)
 def test_other_keys_are_not_destination_timestamp_keys(key: str) -> None:
     assert topics.parse_destination_timestamp_key(key) is None
 
