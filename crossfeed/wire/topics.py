@@ -103,8 +103,9 @@ def destination_timestamp_key(source_cluster: str, group: str, topic: str, parti
 
 def is_decimal(text: str) -> bool:
     """A non-negative decimal number as keys and headers spell one: ASCII digits only
-    ("²" or "٥" are digits to ``str.isdigit()`` but ``int()`` refuses them)."""
-    return text.isascii() and text.isdigit()
+    ("²" or "٥" are digits to ``str.isdigit()`` but ``int()`` refuses them), at most 19
+    of them (a long; ``int()`` refuses a string of more than 4,300 digits)."""
+    return len(text) <= 19 and text.isascii() and text.isdigit()
 
 
 def parse_destination_timestamp_key(key: str) -> tuple[str, str, str, int] | None:

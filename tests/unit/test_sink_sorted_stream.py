@@ -63,7 +63,7 @@ class TestClassify:
         with pytest.raises(BadMarker):
             split_txn(b"nope")
         # Digits outside ASCII pass str.isdigit() but not int(): a bad marker all the same.
-        for bad in ("t/\u00b2/5", "t/2/\u0665", "t/\uff12/5"):
+        for bad in ("t/\u00b2/5", "t/2/\u0665", "t/\uff12/5", "t/2/" + "9" * 5000):
             with pytest.raises(BadMarker):
                 split_txn(bad.encode())
 
