@@ -309,7 +309,10 @@ class Coordinator:
         return view, self.members.view(now, self.timeout_ms), now
 
     def leader(self) -> LeaderInfo:
-        return self.leadership.info()
+        # Under the lock: never the instant inside a tick where a fenced leader has
+        # stepped down and not yet taken its writer back.
+        with self.lock:
+            return self.leadership.info()
 
     def create(self, spec: FeedSpec) -> None:
         # Probing clusters takes up to seconds: outside the lock, so the lease keeps ticking.

@@ -5,7 +5,9 @@ The decisions are :mod:`crossfeed.core.lease`'s; this module does the I/O around
 
 * A leader renews every ``ttl / 4`` and counts its lease from the renewal it sent; it
   stops acting as leader the moment that lease is no longer live (:meth:`is_leader` is
-  checked right before every write), and for good when its writer is fenced.
+  checked right before every write). When its writer is fenced it steps down and, in
+  the same step, competes again: with its lease still live (the fence came from a
+  candidate that lost the race) it takes the writer back, else it follows.
 * A standby follows while the lease is live. When it sees the lease expired it reads the
   log to its end (its view may lag), decides again, opens the writer — which fences every
   other coordinator's writer — reads to the end once more, decides again and only then
@@ -106,7 +108,15 @@ class Leadership:
     def step(self) -> None:
         """Renew, follow or compete, once; never raises for Kafka trouble (logs it)."""
         try:
-            self._step()
+            try:
+                self._step()
+            except Fenced as err:
+                # Most often a candidate that lost the race to us opened its writer just
+                # before it saw our lease. Take the writer back in this same tick (our
+                # lease is live, so the decision is RENEW): waiting for the next tick
+                # would refuse every request in between.
+                self.step_down(str(err))
+                self._step()
         except Fenced as err:
             self.step_down(str(err))
         except (WriteFailed, NotLeader) as err:

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
@@ -158,6 +159,45 @@ def test_a_fenced_writer_commits_nothing(clusters: Clusters) -> None:
         store.stop()
     values = [v for k, v in read_state(clusters) if k == key]
     assert values == [b"first", b"second"]
+
+
+def test_a_leader_fenced_by_a_losing_rival_serves_requests_meanwhile(
+    clusters: Clusters, group: Coordinators, name: str
+) -> None:
+    """Two coordinators started together race for the lease: the loser opens its writer
+    (which fences the leader's) just before it sees the winner's lease. The leader finds
+    out at its next lease renewal and takes the writer back in that same step, its lease
+    still live: it never stops answering as leader (a tick-long gap used to refuse
+    requests with 503, as CI saw right after a pair of coordinators started)."""
+
+    leader = group.settle()
+    create_feed(leader.url, name, 1)
+    store = StateStore(dict(clusters.b.config)).start()
+    rival = StateWriter(dict(clusters.b.config), store, 10_000)
+    roles = []
+    try:
+        assert store.sync(30)
+        retaken = leader.log_text().count(RETAKEN)  # start-up races may have fenced it
+        rival.open()  # what the losing candidate does: fences the leader's writer
+        # No mutation now, so the leader's own lease renewal finds the fence.
+        deadline = time.monotonic() + FAILOVER_S
+        while leader.log_text().count(RETAKEN) == retaken:
+            assert time.monotonic() < deadline, "the leader never found its writer fenced"
+            roles.append((leader.ha() or {}).get("role"))
+    finally:
+        rival.close()
+        store.stop()
+    assert set(roles) == {"leader"}, roles  # never a gap
+    reply = httpx.post(
+        f"{leader.url}/v1/changefeeds/{name}/pause",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=30,
+    )
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["state"] == "paused"
+
+
+RETAKEN = "took the state writer back"
 
 
 # -- reading _crossfeed.state as a committed reader does -----------------------------------
