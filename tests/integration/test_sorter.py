@@ -8,6 +8,7 @@ per test.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -321,3 +322,27 @@ def test_missing_jars_is_a_clear_error(
     assert proc.wait_exit(60) == 1
     assert "could not be resolved from Maven Central" in proc.log_text()
     assert "Traceback" not in proc.log_text()
+
+
+def test_the_release_producer_reports_every_refused_record_and_no_delivered_one(
+    clusters: Clusters, topic_factory: Any
+) -> None:
+    """The driver path's producer asks for delivery reports on failures only (a Python
+    call per delivered record was half of a big release's flush): a record the broker
+    refuses must still reach the callback, so the batch fails and Spark runs it again."""
+    from crossfeed.services.sorter.job import RELEASE_PRODUCER
+
+    topic = topic_factory(clusters.b, config={"max.message.bytes": "2000"})
+    producer = clients.producer(clusters.b.config, **RELEASE_PRODUCER)
+    reports: list[tuple[Any, bytes | None]] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        reports.append((err, msg.value()))
+
+    too_big = os.urandom(8000)  # random: compression must not shrink it below the limit
+    for value in (b"a" * 100, b"b" * 100, too_big, b"c" * 100):
+        clients.produce_copy(producer, topic, value, None, 0, delivered, 0, None)
+    assert producer.flush(30) == 0
+    assert reports, "a refused record was not reported"
+    assert all(err is not None for err, _ in reports), reports
+    assert too_big in [value for _, value in reports]
