@@ -19,6 +19,7 @@ C. The same seed gives the same transactions.
 
 from __future__ import annotations
 
+import copy
 import random
 import uuid
 from collections.abc import Sequence
@@ -130,6 +131,13 @@ class Bank:
             self._change(t.source, new_source + t.amount, new_source),
             self._change(t.dest, new_dest - t.amount, new_dest),
         ]
+
+    def changes_ahead(self, count: int) -> list[list[Change]]:
+        """The changes of this bank's next ``count`` transfers, built now on a copy: the
+        bank itself is unchanged, and its next ``count`` calls of :meth:`next_transfer`
+        pick exactly these transfers (the copy starts from the same random state)."""
+        twin = copy.deepcopy(self)
+        return [twin.transfer_changes(twin.next_transfer()) for _ in range(count)]
 
     def expected_balances(self) -> dict[int, int]:
         """account id -> balance once everything written so far is applied."""

@@ -263,6 +263,23 @@ def test_bank_workload_cli_summary_and_what_a_sorter_would_release_checks_out(cl
     assert not verify_bank(damaged, summary).ok
 
 
+def test_bank_workload_built_ahead_writes_the_same_run_at_its_pace(clusters, unique):
+    """``build_ahead`` (benchmarks): the transfers are encoded before the clock starts; what
+    is written is still a whole bank run at the rate asked, ending in the balances the
+    summary's bank expects."""
+    topic = unique("bank-ahead")
+    summary, bank = run_bank(
+        clusters.a.config, topic, accounts=20, partitions=4, rate=500, seconds=3,
+        build_ahead=True,
+    )  # fmt: skip
+    assert 1200 <= summary.transactions - 1 <= 1501  # 500/s for 3 s, paced
+    assert summary.seconds >= 2.9  # paced for the seconds asked
+    records = [r for r in flatten(read_many(clusters.a.config, [topic])) if not _is_mark(r)]
+    assert len(records) == summary.events == 20 + 2 * (summary.transactions - 1)
+    released = sorted(records, key=_commit_order)
+    verify_bank(released, summary, bank.expected_balances()).assert_ok()
+
+
 def test_ordered_puller_dead_letters_late_and_malformed_changes_and_stages_big_ones(
     clusters, services, topic_factory, unique
 ):

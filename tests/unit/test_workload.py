@@ -56,6 +56,36 @@ def test_transfers_keep_the_total_and_cross_partitions(
     assert replay.balances == bank.balances
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    accounts=st.integers(2, 40),
+    partitions=st.integers(2, 8),
+    seed=st.integers(0, 2**32),
+    before=st.integers(0, 30),
+    ahead=st.integers(0, 60),
+)
+def test_changes_built_ahead_are_the_next_transfers_and_leave_the_bank_as_it_was(
+    accounts: int, partitions: int, seed: int, before: int, ahead: int
+) -> None:
+    bank = Bank(accounts, partitions, "t", 50, seed)
+    twin = Bank(accounts, partitions, "t", 50, seed, run_id=bank.run_id)
+    for b in (bank, twin):
+        b.opening()
+        for _ in range(before):
+            b.next_transfer()
+    built = bank.changes_ahead(ahead)
+    assert (bank.balances, bank.transactions, bank.events) == (
+        twin.balances,
+        twin.transactions,
+        twin.events,
+    )
+    for changes in built:
+        transfer = bank.next_transfer()
+        assert changes == twin.transfer_changes(twin.next_transfer())
+        assert changes == bank.transfer_changes(transfer)
+    assert bank.balances == twin.balances and bank.events == twin.events
+
+
 def test_bank_refuses_what_cannot_cross_partitions() -> None:
     with pytest.raises(ValueError, match="2 partitions"):
         Bank(10, 1, "t")
