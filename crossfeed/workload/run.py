@@ -105,7 +105,7 @@ def run_bank(
     with neither ``seconds`` nor ``transactions`` it runs until ``stop()`` is true.
 
     ``build_ahead`` (with ``rate`` and ``seconds``): encode every transfer of the run
-    after the opening and before the clock starts, so the paced writing costs only the
+    before anything is written and the clock starts, so the paced writing costs only the
     produce calls (about a third of the CPU). For benchmarks on a small machine, where
     the workload's own CPU would slow the pipeline it measures; it holds the whole run's
     changes in memory (~0.5 KB each)."""
@@ -128,15 +128,16 @@ def run_bank(
         resolved_interval_s=resolved_interval_s,
         topics=[topic],
     )
+    txn, opening = bank.opening()  # built as it is written
+    ahead: list[list[Change]] = []
+    if build_ahead and rate > 0 and seconds is not None:
+        # Before anything is written: changes written before a pause as long as the
+        # building would wait that long for their watermark.
+        ahead = bank.changes_ahead(int(rate * seconds) + 1)
     started = time.monotonic()
     producer.resolved([topic], 0)  # every partition follows watermarks from the start
     producer.holding = True
-    txn, changes = bank.opening()
-    _, first_ts = producer.transaction(changes, txn_id=txn)
-    ahead: list[list[Change]] = []
-    if build_ahead and rate > 0 and seconds is not None:
-        ahead = bank.changes_ahead(int(rate * seconds) + 1)
-        started = time.monotonic()  # the run's seconds are the paced writing's
+    _, first_ts = producer.transaction(opening, txn_id=txn)
     deadline = None if seconds is None else started + seconds
     interval = 1 / rate if rate > 0 else 0.0
     written = 0

@@ -46,6 +46,8 @@ from crossfeed.services.coordinator.writer import (
 log = logging.getLogger(__name__)
 
 TICK_S = 0.5
+LEADER_READ_WAIT_S = 1.0
+"""How long a read of who leads waits for a tick in progress (``Coordinator.leader``)."""
 STARTUP_READ_S = 90.0
 TRANSLATED_STATES = ("normal", "error", "paused")
 STATUS_EVERY_MS = 1000
@@ -309,10 +311,16 @@ class Coordinator:
         return view, self.members.view(now, self.timeout_ms), now
 
     def leader(self) -> LeaderInfo:
-        # Under the lock: never the instant inside a tick where a fenced leader has
-        # stepped down and not yet taken its writer back.
-        with self.lock:
+        # Under the lock when it comes soon: never the instant inside a tick where a
+        # fenced leader has stepped down and not yet taken its writer back (tens of ms).
+        # But a tick may hold the lock for seconds while a cluster is away, and who leads
+        # is still answered then.
+        locked = self.lock.acquire(timeout=LEADER_READ_WAIT_S)
+        try:
             return self.leadership.info()
+        finally:
+            if locked:
+                self.lock.release()
 
     def create(self, spec: FeedSpec) -> None:
         # Probing clusters takes up to seconds: outside the lock, so the lease keeps ticking.
