@@ -108,7 +108,7 @@ def run_bank(
     before anything is written and the clock starts, so the paced writing costs only the
     produce calls (about a third of the CPU). For benchmarks on a small machine, where
     the workload's own CPU would slow the pipeline it measures; it holds the whole run's
-    changes in memory (~0.5 KB each)."""
+    changes in memory (~270 bytes each for the bank's)."""
     if rate < 0:
         raise ValueError(f"rate must be >= 0, not {rate}")
     admin = clients.admin(cluster)
@@ -131,8 +131,8 @@ def run_bank(
     txn, opening = bank.opening()  # built as it is written
     ahead: list[list[Change]] = []
     if build_ahead and rate > 0 and seconds is not None:
-        # Before anything is written: changes written before a pause as long as the
-        # building would wait that long for their watermark.
+        # Built before anything is written: the opening's changes, written before a
+        # pause that long, would wait all of it for their watermark.
         ahead = bank.changes_ahead(int(rate * seconds) + 1)
     started = time.monotonic()
     producer.resolved([topic], 0)  # every partition follows watermarks from the start
