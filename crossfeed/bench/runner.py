@@ -145,7 +145,8 @@ def _throughput(
             "payloads": payloads,
             "workdir": workdir,
         }
-        runs: dict[str, list[Any]] = {"ceiling": [], "crossfeed": [], "mm2": []}
+        # ceiling, crossfeed, crossfeed-2p, mm2 -> repetitions (each side's own name).
+        runs: dict[str, list[Any]] = {"ceiling": []}
         for rep in range(plan.repeat):
             tag = f"{run_id}-{size}b-r{rep}"
             backlog = f"bench-{tag}"
@@ -187,7 +188,7 @@ def _throughput(
                     **common,
                 )
                 label = f"{size} B r{rep + 1} {system.name}"
-                runs[system.name].append(_attempt(say, label, measure))
+                runs.setdefault(system.name, []).append(_attempt(say, label, measure))
                 out[str(size)] = aggregate.throughput_section(runs)
             _equal_rate_lag(plan, a, b, janitor, tag, say, systems, runs, common)
             out[str(size)] = aggregate.throughput_section(runs)

@@ -3,14 +3,18 @@ the processes that do the work, stop, and remove what they left on the clusters.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
+from confluent_kafka import ConsumerGroupState
 
 from crossfeed.bench import jvm, mm2
 from crossfeed.bench.cleanup import Janitor, delete_groups
+from crossfeed.kafka import clients
 from crossfeed.wire import ids
 from crossfeed.wire import topics as wire_topics
 
@@ -62,6 +66,22 @@ def service_command(config: Path, role: str, feed: str, feed_file: Path, *extra:
     ]
 
 
+def settle_group(conf: dict[str, Any], group: str, members: int, timeout_s: float = 60) -> None:
+    """Until ``group`` is stable with ``members`` members, then a second for the tasks it
+    handed out to start (at most ``timeout_s``; a group that never settles is measured
+    as it is)."""
+    admin = clients.admin(conf, logger=clients.QUIET)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):  # not there yet, or the cluster is slow
+            described = admin.describe_consumer_groups([group], request_timeout=5)[group]
+            state = described.result(timeout=10)
+            if state.state == ConsumerGroupState.STABLE and len(state.members) == members:
+                time.sleep(1.0)
+                return
+        time.sleep(0.5)
+
+
 def _tail(path: Path, lines: int = 20) -> str:
     try:
         text = path.read_text(errors="replace").splitlines()
@@ -93,6 +113,8 @@ class Crossfeed:
         self.feed = f"bench-{run_id}"
         self.feed_file = self.workdir / "feed.yaml"
         self.procs: dict[str, Any] = {}
+        self.settled_at: float | None = None
+        """With more than one puller: when their group had settled (monotonic)."""
 
     def feed_spec(self, topics: list[str]) -> dict[str, Any]:
         return {
@@ -113,6 +135,11 @@ class Crossfeed:
             cmd = service_command(self.config, role, self.feed, self.feed_file, *extra)
             log = self.workdir / f"{label}.log"
             self.procs[label] = self.janitor.process(jvm.spawn(cmd, log))
+        if self.pullers > 1:
+            # The first puller up takes every task, the others' arrival moves some: wait
+            # for that handoff here, or a lag phase would measure it.
+            settle_group(self.target, ids.puller_group(self.feed), self.pullers)
+            self.settled_at = time.monotonic()
         return {label: p.pid for label, p in self.procs.items()}
 
     def stop(self) -> None:
