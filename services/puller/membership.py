@@ -41,9 +41,20 @@ class TaskHost(Protocol):
 
     tasks: dict[int, Any]
 
-    def start_task(self, staging_partition: int) -> None: ...
+    def start_tasks(self, staging_partitions: list[int]) -> dict[int, KafkaException]:
+        """Start these tasks; returns those that did not start, with why."""
+        ...
 
     def drop_task(self, staging_partition: int, *, commit: bool) -> None: ...
+
+
+def start_tasks(host: TaskHost, tasks: list[int]) -> bool:
+    """Start ``tasks`` on ``host``; False if some did not start (logged; the caller tries
+    them again after RETRY_S)."""
+    failed = host.start_tasks(tasks)
+    for s, err in sorted(failed.items()):  # the target does not answer: again in a while
+        log.warning("task %d not started (%s); retrying in %.0fs", s, err, RETRY_S)
+    return not failed
 
 
 class GroupMembership:
@@ -106,14 +117,9 @@ class GroupMembership:
         # Tasks the group gave us that are not running: their start failed (the target
         # did not answer) or their producer failed for good and they were dropped.
         missing = sorted(self.owned - set(self.host.tasks))
-        if missing and time.monotonic() >= self.retry_at:
-            for s in missing:
-                try:
-                    self.host.start_task(s)
-                except KafkaException as err:
-                    log.warning("task %d not started (%s); retrying in %.0fs", s, err, RETRY_S)
-                    self.retry_at = time.monotonic() + RETRY_S
-                    return
+        due = missing and time.monotonic() >= self.retry_at
+        if due and not start_tasks(self.host, missing):
+            self.retry_at = time.monotonic() + RETRY_S
 
     def _replace_consumer(self, why: str) -> None:
         """A fatal error ends a consumer for good (a static member "fenced by other
@@ -242,21 +248,17 @@ class CoordinatorMembership:
         if not self.tail.read_to_end(READ_TO_END_S):
             self.retry_at = time.monotonic() + RETRY_S
             return
+        # Reading to the end took a while; a newer assignment may have moved some of them
+        # on meanwhile, and starting one anyway would fence its new owner.
+        with self.lock:
+            to_start = [s for s in to_start if s in self.desired]
+            epoch, generation = self.max_epoch, self.generation
+        if not to_start:
+            return
         for s in to_start:
-            # Starting a task takes a while (fencing, recovery); a newer assignment may have
-            # moved it on meanwhile, and starting it anyway would fence its new owner.
-            with self.lock:
-                still_mine = s in self.desired
-                epoch, generation = self.max_epoch, self.generation
-            if not still_mine:
-                continue
             log.info("starting task %d (epoch %d, generation %d)", s, epoch, generation)
-            try:
-                self.host.start_task(s)
-            except KafkaException as err:  # the target does not answer: again in a while
-                log.warning("task %d not started (%s); retrying in %.0fs", s, err, RETRY_S)
-                self.retry_at = time.monotonic() + RETRY_S
-                return
+        if not start_tasks(self.host, to_start):
+            self.retry_at = time.monotonic() + RETRY_S
 
     def close(self) -> None:
         self.tail.stop()

@@ -98,6 +98,8 @@ class PullerWorker:
         # Commits run here, overlapping with reading (see PullerTask): one thread per task
         # of a typical instance, as a commit mostly waits on the broker.
         self.committer = ThreadPoolExecutor(max_workers=8, thread_name_prefix="commit")
+        # Tasks are opened here, side by side (see start_tasks).
+        self.opener = ThreadPoolExecutor(max_workers=8, thread_name_prefix="open-task")
         self.last_refresh = 0.0
         # How long a transaction may stay open (commit_interval_ms; each read sets it).
         self.interval_s = settings.puller.commit_interval_ms / 1000
@@ -290,20 +292,59 @@ class PullerWorker:
             if staging_partition(tp.topic, tp.partition, n) == s
         }
 
-    def start_task(self, s: int) -> None:
+    def start_tasks(self, ss: list[int]) -> dict[int, KafkaException]:
+        """Start tasks ``ss`` here; returns those that could not start, and why (the
+        target did not answer, or a target topic is not there yet).
+
+        Opening a task waits on the target cluster twice: its producer's
+        init_transactions (which fences any earlier owner and settles the transaction it
+        left open), then reading the task's newest marks, which are only final once that
+        is done. About a second per task here, so the tasks of a handoff are opened side
+        by side (a new member's arrival restarts every task of a static group), and a
+        handoff of n tasks stalls the copying for about one opening, not n."""
         assert self.ctx is not None
-        # Its init_transactions fences any earlier owner of this task.
+        owned = {s: self._task_partitions(s) for s in ss}
+        self._prefetch_targets(set().union(*owned.values()))
+        failed: dict[int, KafkaException] = {}
+        routes: dict[int, dict[TopicPartition, Route | None]] = {}
+        for s in ss:
+            try:
+                routes[s] = {tp: self._route(tp) for tp in owned[s]}
+            except KafkaException as err:
+                failed[s] = err
+        opening = {s: self.opener.submit(self._open_task, s, owned[s]) for s in routes}
+        for s, future in opening.items():
+            try:
+                producer, recovered = future.result()
+            except KafkaException as err:
+                failed[s] = err
+                continue
+            self._install_task(s, producer, routes[s], recovered)
+        return failed
+
+    def _open_task(
+        self, s: int, owned: set[TopicPartition]
+    ) -> tuple[Any, dict[TopicPartition, positions.Recovered] | None]:
+        """Task ``s``'s producer (its init_transactions fences any earlier owner of the
+        task) and then its newest marks (on an opener thread)."""
         producer = clients.transactional_producer(
             self.target_conf, transactional_id(self.feed.name, s), **self._producer_conf()
         )
+        return producer, positions.recover_marks(self.target_conf, self.changes_topic, s, owned)
+
+    def _install_task(
+        self,
+        s: int,
+        producer: Any,
+        routes: dict[TopicPartition, Route | None],
+        recovered: dict[TopicPartition, positions.Recovered] | None,
+    ) -> None:
+        """An opened task starts reading its source partitions where its marks say."""
+        assert self.ctx is not None
         task = PullerTask(self.ctx, s, producer)
         task.txn.failures = self.failures.get(s, 0)
-        owned = self._task_partitions(s)
-        self._prefetch_targets(owned)
-        routes = {tp: self._route(tp) for tp in owned}
-        recovered = positions.recover_marks(self.target_conf, self.changes_topic, s, owned)
         starts: list[KafkaTP] = []
-        for tp in sorted(owned):
+        for tp in sorted(routes):
             offset = self._start_offset(tp, recovered)
             state = task.add_partition(tp, max(offset, 0), routes[tp])
             mark = recovered.get(tp) if recovered else None
@@ -320,7 +361,7 @@ class PullerWorker:
             s,
             self.feed.name,
             self.instance_id,
-            len(owned),
+            len(routes),
             "resuming from committed marks" if recovered else "fresh start",
         )
 
