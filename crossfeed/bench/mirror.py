@@ -74,11 +74,9 @@ def run(
         assert watch.first_at is not None and watch.last_at is not None
         window = (watch.first_at, watch.last_at)
         costs = cost.finish(window)
-        measured_from, measured = watch.first_at, records
-        if settled_at is not None and copied_before < records // 2:
-            measured_from, measured = max(settled_at, watch.first_at), records - copied_before
-        seconds = max(watch.last_at - measured_from, 1e-3)
-        rate = measured / seconds
+        rate, seconds = backlog_rate(
+            records, watch.first_at, watch.last_at, settled_at, copied_before
+        )
         lag = steady_lag(
             source,
             target,
@@ -119,6 +117,25 @@ def run(
         "brokers": {label: costs[label] for label in brokers},
         "lag": lag,
     }
+
+
+def backlog_rate(
+    records: int,
+    first_at: float,
+    last_at: float,
+    settled_at: float | None = None,
+    copied_before: int = 0,
+) -> tuple[float, float]:
+    """(records/s, seconds) of a backlog copy seen from its first to its last copy on the
+    target. With several pullers (``settled_at``: when their group settled, with
+    ``copied_before`` copies seen by then) only what came after counts: the first puller
+    up copies alone until the others take their tasks, and that handoff is not the
+    steady rate. If most of the backlog was copied before that, the whole copy counts."""
+    start, counted = first_at, records
+    if settled_at is not None and copied_before < records // 2:
+        start, counted = max(settled_at, first_at), records - copied_before
+    seconds = max(last_at - start, 1e-3)
+    return counted / seconds, seconds
 
 
 def startup_cost(

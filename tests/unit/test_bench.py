@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from crossfeed.bench import aggregate, failover, jvm, mm2, perf
+from crossfeed.bench import aggregate, failover, jvm, mirror, mm2, perf
 from crossfeed.bench.cleanup import STALE_GROUPS, STALE_TOPICS
 from crossfeed.bench.measure import percentiles
 
@@ -318,3 +318,23 @@ def test_equal_rate_lag_is_summarized_and_reported_beside_the_own_rate_lag():
     assert s["lag_equal"]["p99_ms"] == {"min": 9.0, "median": 9.0, "max": 9.0, "n": 1}
     text = "\n".join(report._system_lines("crossfeed", s))
     assert "lag at the rate offered to both (50 records/s): p50 4 ms, p99 9 ms, max 12 ms" in text
+
+
+def test_backlog_rate_of_several_pullers_counts_from_the_settled_group():
+    # One puller: first copy to last.
+    assert mirror.backlog_rate(1000, 10.0, 20.0) == (100.0, 10.0)
+    # Two: 200 copies were seen before the group settled at t=15; the other 800 took 5 s.
+    assert mirror.backlog_rate(1000, 10.0, 20.0, settled_at=15.0, copied_before=200) == (
+        160.0,
+        5.0,
+    )
+    # Settled before the first copy: from the first copy.
+    assert mirror.backlog_rate(1000, 10.0, 20.0, settled_at=8.0, copied_before=0) == (
+        100.0,
+        10.0,
+    )
+    # Most of it copied before the group settled: the whole copy counts.
+    assert mirror.backlog_rate(1000, 10.0, 20.0, settled_at=19.0, copied_before=900) == (
+        100.0,
+        10.0,
+    )
