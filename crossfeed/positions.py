@@ -5,7 +5,9 @@ partition of the task, carrying ``next_offset`` — the task's position in that
 partition, written atomically with the records it covers. Only the task's owner
 writes its staging partition, so the newest committed block of marks holds the
 positions to resume from. A new owner first calls ``init_transactions`` (aborting
-whatever a predecessor left open), then reads the partition's tail here.
+whatever a predecessor left open), then makes sure the partition's high watermark has
+passed everything written before (:func:`reach_log_end`), then reads the partition's
+tail here.
 
 The marks also hand over each partition's resolved_ts (it never goes backwards, whoever
 owns the task) and, for ordered feeds, whether the partition follows the producer's
@@ -17,6 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Any, NamedTuple
 
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed.core.partitions import TopicPartition
@@ -64,6 +67,33 @@ def _read_range(
             out.append((headers.MARK_HEADER in hdrs, FROM_WATERMARKS in hdrs, msg.value()))
     consumer.unassign()
     return out
+
+
+def reach_log_end(producer: Any, topic: str, partition: int, timeout_s: float = 30.0) -> None:
+    """Move the partition's high watermark past every record written before now, with a
+    transactional producer that has just run ``init_transactions``.
+
+    A restarted leader starts from its last checkpointed high watermark (written every few
+    seconds), which may be well below its log end, and a single-replica partition moves it
+    only when something is written to it: until then readers see nothing above it. The
+    newest marks can be up there — a make test run resumed a task from marks 59 records
+    old and copied a transaction's records twice. So one empty record is written in a
+    transaction and aborted: once the broker acknowledges it (acks=all), the high watermark
+    has passed everything before it, and no reader ever sees the record itself.
+    KafkaException if that does not complete within ``timeout_s``."""
+    failed: list[KafkaError] = []
+
+    def delivered(err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:
+            failed.append(err)
+
+    producer.begin_transaction()
+    producer.produce(topic, None, None, partition, delivered)
+    if producer.flush(timeout_s) > 0:
+        failed.append(KafkaError(KafkaError._TIMED_OUT, f"{topic}/{partition}: no acknowledgement"))
+    producer.abort_transaction(timeout_s)
+    if failed:
+        raise KafkaException(failed[0])
 
 
 def recover(

@@ -326,10 +326,12 @@ class PullerWorker:
         self, s: int, owned: set[TopicPartition]
     ) -> tuple[Any, dict[TopicPartition, positions.Recovered] | None]:
         """Task ``s``'s producer (its init_transactions fences any earlier owner of the
-        task) and then its newest marks (on an opener thread)."""
+        task) and then its newest marks, once every mark written is readable (on an
+        opener thread)."""
         producer = clients.transactional_producer(
             self.target_conf, transactional_id(self.feed.name, s), **self._producer_conf()
         )
+        positions.reach_log_end(producer, self.changes_topic, s)
         return producer, positions.recover_marks(self.target_conf, self.changes_topic, s, owned)
 
     def _install_task(
