@@ -76,10 +76,11 @@ def reach_log_end(producer: Any, topic: str, partition: int, timeout_s: float = 
     A restarted leader starts from its last checkpointed high watermark (written every few
     seconds), which may be well below its log end, and a single-replica partition moves it
     only when something is written to it: until then readers see nothing above it. The
-    newest marks can be up there — a make test run resumed a task from marks 59 records
-    old and copied a transaction's records twice. So one empty record is written in a
-    transaction and aborted: once the broker acknowledges it (acks=all), the high watermark
-    has passed everything before it, and no reader ever sees the record itself.
+    newest marks can be up there — a make test run resumed a task from marks below offset
+    50 of a log ending at 109 and copied a transaction's records twice. So one empty
+    record is written in a transaction and aborted: once the broker acknowledges it
+    (acks=all), the high watermark has passed everything before it, and no reader ever
+    sees the record itself.
     KafkaException if that does not complete within ``timeout_s``."""
     failed: list[KafkaError] = []
 

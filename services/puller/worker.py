@@ -296,10 +296,11 @@ class PullerWorker:
         """Start tasks ``ss`` here; returns those that could not start, and why (the
         target did not answer, or a target topic is not there yet).
 
-        Opening a task waits on the target cluster twice: its producer's
+        Opening a task waits on the target cluster three times: its producer's
         init_transactions (which fences any earlier owner and settles the transaction it
-        left open), then reading the task's newest marks, which are only final once that
-        is done. About a second per task here, so the tasks of a handoff are opened side
+        left open), an aborted write that makes every mark readable
+        (positions.reach_log_end), then reading the task's newest marks. About a second per
+        task here, so the tasks of a handoff are opened side
         by side (a new member's arrival restarts every task of a static group), and a
         handoff of n tasks stalls the copying for about one opening, not n."""
         assert self.ctx is not None
