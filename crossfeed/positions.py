@@ -70,18 +70,19 @@ def _read_range(
 
 
 def reach_log_end(producer: Any, topic: str, partition: int, timeout_s: float = 30.0) -> None:
-    """Move the partition's high watermark past every record written before now, with a
-    transactional producer that has just run ``init_transactions``.
+    """Make sure every record written to the partition before now is readable, with a
+    transactional producer that has just run ``init_transactions``: one empty record is
+    written in a transaction and aborted; once the broker acknowledges it (acks=all) the
+    high watermark has passed everything before it, and no read_committed reader ever
+    sees the record itself. One round trip per task opening.
 
-    A restarted leader starts from its last checkpointed high watermark (written every few
-    seconds), which may be well below its log end, and a single-replica partition moves it
-    only when something is written to it: until then readers see nothing above it. The
-    newest marks can be up there — a make test run resumed a task from marks below offset
-    50 of a log ending at 109 and copied a transaction's records twice. So one empty
-    record is written in a transaction and aborted: once the broker acknowledges it
-    (acks=all), the high watermark has passed everything before it, and no reader ever
-    sees the record itself.
-    KafkaException if that does not complete within ``timeout_s``."""
+    Why: a CI run resumed a task after dc-b's restart from marks one transaction old and
+    copied that transaction twice, and the broker's log showed the partition loaded with
+    a checkpointed high watermark (50) below its log end (109). A later experiment (one
+    KRaft node, kill -9 while transactions commit, high watermark checkpoints hourly)
+    found the high watermark at the log end as soon as the node led the partition again,
+    so that was probably not the cause, which stays unknown; this write rules it out.
+    KafkaException if it does not complete within ``timeout_s``."""
     failed: list[KafkaError] = []
 
     def delivered(err: KafkaError | None, _msg: Any) -> None:

@@ -365,7 +365,9 @@ class PullerWorker:
             self.feed.name,
             self.instance_id,
             len(routes),
-            "resuming from committed marks" if recovered else "fresh start",
+            f"resuming from committed marks at {_positions_text(starts)}"
+            if recovered
+            else "fresh start",
         )
 
     def _producer_conf(self) -> dict[str, Any]:
@@ -659,3 +661,9 @@ class PullerWorker:
                 for task, state in sorted(self.route.values(), key=lambda found: found[1].tp)
             },
         }
+
+
+def _positions_text(starts: list[KafkaTP], most: int = 8) -> str:
+    """Where a task resumes, for its log line (what an exactly-once question asks first)."""
+    shown = ", ".join(f"{tp.topic}/{tp.partition}@{tp.offset}" for tp in starts[:most])
+    return shown + (f" and {len(starts) - most} more" if len(starts) > most else "")

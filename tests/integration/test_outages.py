@@ -54,6 +54,21 @@ def _status(coordinator: CoordinatorProcess, feed: str) -> dict[str, Any] | None
     return found[0] if found else None
 
 
+def _history(procs: list[ServiceProcess], most: int = 60) -> str:
+    """Each process, and the pullers' task lines (where each task resumed, what failed):
+    what a loss or a duplicate in this test is explained by, in the failure itself."""
+    out = [f"  {p.describe()}" for p in procs]
+    for proc in procs:
+        if proc.role == "puller" and proc.log_path.exists():
+            lines = [
+                line
+                for line in proc.log_path.read_text(errors="replace").splitlines()
+                if "task " in line
+            ]
+            out += [f"--- {proc.instance}: task lines (last {most}) ---", *lines[-most:]]
+    return "\n".join(out)
+
+
 @pytest.mark.parametrize(
     ("lost", "control"),
     [("dc-b", "dc-a"), ("dc-b", "dc-b"), ("dc-a", "dc-b")],
@@ -86,7 +101,7 @@ def test_a_cluster_lost_for_20s_and_back_resumes_by_itself_exactly_once(
             )
         # The default 10 s sessions, as in the field.
         start_coordinated("puller", feed, 0, config_file, tmp_path, procs, failover_s=None)
-        logs = lambda: "\n".join(f"  {p.describe()}" for p in procs)  # noqa: E731
+        logs = lambda: _history(procs)  # noqa: E731
 
         live = ContinuousProducer(clusters.a.config, [topic], RATE).start()
         try:
