@@ -23,6 +23,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 from crossfeed import positions
 from crossfeed.config import Settings
 from crossfeed.core.partitions import TopicPartition, staging_partition
+from crossfeed.core.resume import resume_offset
 from crossfeed.core.task_txn import Next
 from crossfeed.core.timestamps import commit_interval_ms
 from crossfeed.feeds import FeedSpec
@@ -313,7 +314,7 @@ class PullerWorker:
                 routes[s] = {tp: self._route(tp) for tp in owned[s]}
             except KafkaException as err:
                 failed[s] = err
-        opening = {s: self.opener.submit(self._open_task, s, owned[s]) for s in routes}
+        opening = {s: self.opener.submit(self._open_task, s, routes[s]) for s in routes}
         for s, future in opening.items():
             try:
                 producer, recovered = future.result()
@@ -324,16 +325,58 @@ class PullerWorker:
         return failed
 
     def _open_task(
-        self, s: int, owned: set[TopicPartition]
+        self, s: int, routes: dict[TopicPartition, Route | None]
     ) -> tuple[Any, dict[TopicPartition, positions.Recovered] | None]:
         """Task ``s``'s producer (its init_transactions fences any earlier owner of the
-        task) and then its newest marks, once every mark written is readable (on an
-        opener thread)."""
+        task) and then its newest marks, once every mark written is readable, checked
+        against the copies in the target (on an opener thread)."""
         producer = clients.transactional_producer(
             self.target_conf, transactional_id(self.feed.name, s), **self._producer_conf()
         )
         positions.reach_log_end(producer, self.changes_topic, s)
-        return producer, positions.recover_marks(self.target_conf, self.changes_topic, s, owned)
+        marks = positions.recover_marks(self.target_conf, self.changes_topic, s, set(routes))
+        return producer, self._checked(s, marks, routes)
+
+    def _checked(
+        self,
+        s: int,
+        marks: dict[TopicPartition, positions.Recovered] | None,
+        routes: dict[TopicPartition, Route | None],
+    ) -> dict[TopicPartition, positions.Recovered] | None:
+        """A mirror task's marks, corrected where its copies in the target say otherwise
+        (crossfeed/core/resume.py: a transaction once committed on the changes partition
+        and not on a target partition)."""
+        if not marks:
+            return marks
+        copies = {
+            tp: (route.target_topic, route.partition)
+            for tp, route in routes.items()
+            if route is not None and tp in marks
+        }
+        if not copies:
+            return marks
+        assert self.ctx is not None
+        tails = positions.copies_in_tail(self.target_conf, copies, self.ctx.source_cluster_id)
+        checked = dict(marks)
+        for tp, tail in tails.items():
+            mark = marks[tp]
+            offset = resume_offset(mark.next_offset, tail.committed, tail.aborted)
+            if offset != mark.next_offset:
+                log.warning(
+                    "task %d: %s/%d: the marks say %d, the copies in %s/%d say %d "
+                    "(newest committed copy %s, %d aborted); resuming at %d",
+                    s,
+                    tp.topic,
+                    tp.partition,
+                    mark.next_offset,
+                    *copies[tp],
+                    offset,
+                    tail.committed,
+                    len(tail.aborted),
+                    offset,
+                )
+                checked[tp] = mark._replace(next_offset=offset)
+        return checked
 
     def _install_task(
         self,
