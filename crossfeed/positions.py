@@ -9,10 +9,10 @@ whatever a predecessor left open), then makes sure the partition's high watermar
 passed everything written before (:func:`reach_log_end`), then reads the partition's
 tail here.
 
-A mirror task then checks its marks against the copies in the target partitions
-(:func:`copies_in_tail`, decided by ``crossfeed/core/resume.py``): a transaction was seen
-committed on its changes partition but not on a target partition after dc-b was killed
-mid-commit, and the copies are what readers see.
+A mirror task then checks its marks against its copies at the end of the target
+partitions (:func:`copies_in_tail`; the rule is ``crossfeed/core/resume.py``): a
+transaction was seen committed on its changes partition but not on a target partition
+after dc-b was killed mid-commit, and the copies are what readers see.
 
 The marks also hand over each partition's resolved_ts (it never goes backwards, whoever
 owns the task) and, for ordered feeds, whether the partition follows the producer's
@@ -21,23 +21,21 @@ watermarks (header ``crossfeed-resolved-from: watermarks``).
 
 from __future__ import annotations
 
+import functools
 import logging
-import time
 from typing import Any, NamedTuple
 
-from confluent_kafka import IsolationLevel, KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
-from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 from crossfeed.core.partitions import TopicPartition
 from crossfeed.kafka import clients
+from crossfeed.kafka.tails import Tail, TailReader
 from crossfeed.wire import codec, headers
 
 log = logging.getLogger(__name__)
 
 FIRST_WINDOW = 256
-TAIL_WINDOW = 2048  # records of a target partition read first for the task's copies
-TAIL_MAX = 1 << 20  # at most this far back (other writers' records in between)
 FROM_WATERMARKS = (headers.RESOLVED_FROM, headers.RESOLVED_FROM_WATERMARKS.encode())
 
 
@@ -157,69 +155,32 @@ def recover_marks(
         consumer.close()
 
 
-class CopyTail(NamedTuple):
-    """What the tail of a target partition holds of one source partition's copies."""
-
-    committed: int | None  # source offset of the newest committed copy (None: none found)
-    aborted: list[int]  # source offsets of copies no read_committed reader sees
-
-
 def copies_in_tail(
     target: dict[str, Any],
     copies: dict[TopicPartition, tuple[str, int]],
     source_cluster_id: str,
-) -> dict[TopicPartition, CopyTail]:
-    """For each source partition, the copies of it at the end of its target partition
-    (``copies``: source partition -> target topic and partition). Copies are told apart
-    from other writers' records by their last ``crossfeed-src`` header. Reads back from
-    the last stable offset, in growing windows, until a committed copy is found (or the
-    partition's start, or :data:`TAIL_MAX` records)."""
-    group = {"group.id": "crossfeed-recovery-copies"}
-    everything = clients.consumer(target, **group, **{"isolation.level": "read_uncommitted"})
-    committed = clients.consumer(target, **group)
-    admin = clients.admin(target)
+) -> dict[TopicPartition, Tail[int]]:
+    """For each source partition, the source offsets of its copies at the end of its
+    target partition (``copies``: source partition -> target topic and partition),
+    committed and aborted. Copies are told apart from other writers' records by their
+    last ``crossfeed-src`` header."""
+    reader = TailReader(target)
     try:
         return {
-            tp: _tail(
-                everything,
-                committed,
-                admin,
+            tp: reader.read(
                 KafkaTP(topic, partition),
-                b"%s/%s/%d/" % (source_cluster_id.encode(), tp.topic.encode(), tp.partition),
+                functools.partial(
+                    _copy_source,
+                    b"%s/%s/%d/" % (source_cluster_id.encode(), tp.topic.encode(), tp.partition),
+                ),
             )
             for tp, (topic, partition) in copies.items()
         }
     finally:
-        everything.close()
-        committed.close()
+        reader.close()
 
 
-def _tail(everything: Any, committed: Any, admin: Any, where: KafkaTP, prefix: bytes) -> CopyTail:
-    low, _ = committed.get_watermark_offsets(where, timeout=10)
-    # The last stable offset: a transaction another writer holds open hides what follows.
-    stable = admin.list_offsets(
-        {where: OffsetSpec.latest()},  # type: ignore[no-untyped-call]
-        isolation_level=IsolationLevel.READ_COMMITTED,
-        request_timeout=10,
-    )
-    end = int(stable[where].result(timeout=10).offset)
-    window = TAIL_WINDOW
-    while True:
-        start = max(low, end - window)
-        sources: dict[int, int] = {}  # target offset -> source offset, every copy
-        for msg in _scan(everything, where, start, end):
-            src = _copy_source(msg.headers(), prefix)
-            if src is not None:
-                sources[msg.offset()] = src
-        seen = {msg.offset() for msg in _scan(committed, where, start, end)}
-        kept = [src for offset, src in sources.items() if offset in seen]
-        if kept or start == low or window >= TAIL_MAX:
-            aborted = [src for offset, src in sources.items() if offset not in seen]
-            return CopyTail(max(kept) if kept else None, aborted)
-        window *= 4
-
-
-def _copy_source(hdrs: list[tuple[str, bytes | None]] | None, prefix: bytes) -> int | None:
+def _copy_source(prefix: bytes, hdrs: list[tuple[str, bytes | None]] | None) -> int | None:
     """The source offset in a record's last crossfeed-src header if it names ``prefix``'s
     source partition (the copy this feed wrote), else None."""
     for name, value in reversed(hdrs or []):
@@ -228,28 +189,3 @@ def _copy_source(hdrs: list[tuple[str, bytes | None]] | None, prefix: bytes) -> 
                 return int(value[len(prefix) :])
             return None
     return None
-
-
-def _scan(
-    consumer: Any, where: KafkaTP, start: int, end: int, timeout_s: float = 30.0
-) -> list[Any]:
-    """The records ``consumer`` (read_committed or not) returns in [start, end);
-    KafkaException if it does not get there within ``timeout_s``."""
-    out: list[Any] = []
-    if start >= end:
-        return out
-    consumer.assign([KafkaTP(where.topic, where.partition, start)])
-    deadline = time.monotonic() + timeout_s
-    while consumer.position([where])[0].offset < end:
-        if time.monotonic() > deadline:
-            consumer.unassign()
-            raise KafkaException(
-                KafkaError(
-                    KafkaError._TIMED_OUT, f"{where.topic}/{where.partition}: not read to {end}"
-                )
-            )
-        for msg in consumer.consume(1000, timeout=0.2):
-            if msg.error() is None and msg.offset() < end:
-                out.append(msg)
-    consumer.unassign()
-    return out

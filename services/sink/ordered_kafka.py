@@ -24,6 +24,7 @@ input rewinds to the committed offset, and the re-read drops the cut-short one (
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -35,9 +36,10 @@ from confluent_kafka import TopicPartition as KafkaTP
 from crossfeed.config import Settings
 from crossfeed.dlq import FeedStopped
 from crossfeed.feeds import FeedSpec
-from crossfeed.kafka import clients
+from crossfeed.kafka import clients, tails
 from crossfeed.kafka import topics as kafka_topics
 from crossfeed.kafka.protocols import GroupConsumer, Message, TransactionalProducer
+from crossfeed.kafka.tails import TailReader
 from crossfeed.kafka.targets import TargetTopics, record_size
 from crossfeed.membership import HeartbeatContent
 from crossfeed.services.sink import metrics as shared_metrics
@@ -47,7 +49,16 @@ from crossfeed.services.sink.ordered_base import (
     OrderedSink,
     relax_cycle_collector,
 )
-from crossfeed.services.sink.sorted_stream import Applied, BadMarker, Kind, Step, classify
+from crossfeed.services.sink.sorted_stream import (
+    Applied,
+    BadMarker,
+    Kind,
+    Position,
+    Step,
+    classify,
+    resume_position,
+    written_position,
+)
 from crossfeed.wire import ids
 from crossfeed.wire.headers import TIMESTAMP
 
@@ -341,6 +352,12 @@ class OrderedKafkaSink(OrderedSink):
         if not any(tp.partition == SORTED_PARTITION for tp in partitions):
             return
         self._reload_position()
+        rewind = self._check_target()
+        if rewind is not None:  # read the lost transactions again (eager assignment)
+            for tp in partitions:
+                if tp.partition == SORTED_PARTITION:
+                    tp.offset = rewind
+            consumer.assign(partitions)
         self.owner = True
         log.info(
             "feed %s: sink %s owns %s from offset %d, applied %s, checkpoint_ts %d",
@@ -351,6 +368,63 @@ class OrderedKafkaSink(OrderedSink):
             self.committed.position.describe(),
             self.committed.checkpoint_ts,
         )
+
+    def _check_target(self) -> int | None:
+        """The applied position checked against the end of the target topic (see
+        sorted_stream.resume_position): corrected where the target's records say more.
+        Returns the sorted-stream offset to read from again when transactions the position
+        covers are not in the target (else None)."""
+        reader = TailReader(self.target_conf)
+        try:
+            tail = reader.read(KafkaTP(self.target_topic, 0), written_position)
+        finally:
+            reader.close()
+        applied = self.committed.position
+        resumed = resume_position(applied, tail.committed, tail.aborted)
+        if resumed == applied:
+            return None
+        rewind = self._begin_at_or_below(resumed) if resumed < applied else None
+        log.warning(
+            "feed %s: the applied position says %s, the target %s says %s (%d aborted "
+            "records); resuming after %s%s",
+            self.feed.name,
+            applied.describe(),
+            self.target_topic,
+            "nothing" if tail.committed is None else tail.committed.describe(),
+            len(tail.aborted),
+            resumed.describe(),
+            "" if rewind is None else f", reading {self.sorted_topic} again from {rewind}",
+        )
+        self.committed = dataclasses.replace(self.committed, position=resumed)
+        if rewind is not None:
+            self.committed_offset = rewind
+        self._restart_sequencer()
+        return rewind
+
+    def _begin_at_or_below(self, position: Position) -> int:
+        """The offset of the newest ``begin`` at or below ``position`` before the committed
+        offset (the sequencer drops that transaction and applies what follows), or the
+        sorted partition's start."""
+        where = KafkaTP(self.sorted_topic, SORTED_PARTITION)
+        reader = clients.consumer(self.target_conf, **{"group.id": "crossfeed-tail-check"})
+        try:
+            low, high = reader.get_watermark_offsets(where, timeout=10)
+            end = self.committed_offset if self.committed_offset >= 0 else high
+            window = 4096
+            while True:
+                start = max(low, end - window)
+                begins: list[int] = [
+                    msg.offset()
+                    for msg in tails.scan(reader, where, start, end)
+                    if _is_begin_at_or_below(msg.headers(), position)
+                ]
+                if begins:
+                    return max(begins)
+                if start == low:
+                    return int(low)
+                window *= 4
+        finally:
+            reader.close()
 
     def _on_revoke(self, consumer: Any, partitions: list[KafkaTP]) -> None:
         self._finish("before revocation")
@@ -396,3 +470,11 @@ def source_timestamp(sorted_ts_ms: int, hdrs: list[Any] | None) -> tuple[int, li
         else:
             kept.append((name, value))
     return ts_ms, kept
+
+
+def _is_begin_at_or_below(hdrs: list[Any] | None, position: Position) -> bool:
+    try:
+        marker = classify(hdrs)
+    except BadMarker:
+        return False
+    return marker.kind is Kind.BEGIN and marker.position <= position

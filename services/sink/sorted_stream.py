@@ -294,3 +294,46 @@ class Sequencer:
         )
         self.cut, self.open = self.open, None
         return (Step.CUT_SHORT,)
+
+
+# -- the target checked before resuming ---------------------------------------------------
+
+
+def written_position(record_headers: Sequence[Header] | None) -> Position | None:
+    """The transaction an applied data record belongs to, from the headers it keeps in
+    the target (``crossfeed-commit-ts``, ``crossfeed-txn``); None for anything else."""
+    commit_value = txn_value = None
+    for name, value in record_headers or ():
+        if name == headers.COMMIT_TS:
+            commit_value = value
+        elif name == headers.TXN:
+            txn_value = value
+        elif name == _TYPE:
+            return None
+    if commit_value is None or txn_value is None:
+        return None
+    try:
+        return Position(parse_commit_ts(commit_value), split_txn(txn_value)[0])
+    except ValueError:  # BadMarker included: not a record this sink wrote
+        return None
+
+
+def resume_position(
+    applied: Position, committed: Position | None, aborted: Iterable[Position]
+) -> Position:
+    """The applied position to resume from, with what the target holds: ``applied`` (the
+    position committed with the input's offset), ``committed`` (the newest transaction
+    whose records a read_committed reader of the target sees; None: none) and
+    ``aborted`` (transactions with records in the target no such reader sees).
+
+    A Kafka transaction was once seen committed on one of its partitions and aborted on
+    another after a single broker was killed mid-commit (crossfeed/core/resume.py has the
+    puller's side): the target's records win where they say more. Past ``applied``: resume
+    after them (nothing twice). Aborted ones at or below ``applied`` and past the newest
+    committed one: resume after that one, so they are applied again."""
+    if committed is not None and committed > applied:
+        return committed
+    lost = [p for p in aborted if p <= applied and (committed is None or p > committed)]
+    if not lost:
+        return applied
+    return committed if committed is not None else NOTHING

@@ -12,9 +12,12 @@ import threading
 import time
 
 import pytest
+from confluent_kafka import TopicPartition
 
 from crossfeed.kafka import clients
-from crossfeed.wire import headers, topics
+from crossfeed.kafka import topics as kafka_topics
+from crossfeed.services.sink.sorted_stream import Applied, Position
+from crossfeed.wire import headers, ids, topics
 from tests.support.sorted_stream import Change, SortedWriter, Txn, applying
 from tests.support.verify import Record
 
@@ -294,3 +297,67 @@ def test_too_large_and_bad_markers_to_the_dlq_and_a_standby_takes_over(
         if r.header(FEED) == feed.name.encode()
     ]
     assert sorted(r.header(ERROR_CLASS) for r in letters) == [b"BadMarker", b"RecordTooLarge"]
+
+
+@pytest.mark.parametrize(
+    ("applied", "committed"),
+    [(8, 5), (5, 8)],
+    ids=["position-past-the-target", "target-past-the-position"],
+)
+def test_the_applied_position_is_checked_against_the_target(
+    clusters, services, unique, applied: int, committed: int
+):
+    """A Kafka transaction was once seen committed on one partition and aborted on another
+    after a single broker was killed mid-commit. Both splits of the sink's transaction
+    (its input offset with the applied position, its records in the target) are written
+    here as an earlier owner would have left them; the sink must still leave each source
+    transaction in the target once, in order."""
+    target = unique("ordered")
+    txns = _txns(12, seed=5)
+    feed = _start(services, clusters, "ocheck", target, sinks=0, wait=False)
+    sorted_topic = topics.sorted_(feed.name)
+    writer = SortedWriter(clusters.b.config, sorted_topic)
+    for t in txns:
+        writer.txn(t)
+    writer.resolved(txns[-1].commit_ts + 1)
+    writer.flush()
+
+    kafka_topics.ensure_topic(clients.admin(clusters.b.config), target, 1)
+    earlier = clients.transactional_producer(clusters.b.config, f"earlier-{feed.name}")
+
+    def write(some: list[Txn]) -> None:
+        for t in some:
+            for seq, change in enumerate(t.changes, 1):
+                hdrs = [
+                    *change.headers,
+                    (headers.COMMIT_TS, str(t.commit_ts).encode()),
+                    (headers.TXN, f"{t.txn_id}/{seq}/{len(t.changes)}".encode()),
+                ]
+                earlier.produce(target, change.value, change.key, partition=0, headers=hdrs)
+
+    earlier.begin_transaction()
+    write(txns[:committed])
+    earlier.commit_transaction(30)
+    if applied > committed:
+        earlier.begin_transaction()
+        write(txns[committed:applied])
+        assert earlier.flush(30) == 0
+        earlier.abort_transaction(30)
+    # the input offset after txns[applied - 1]'s commit marker, with its position
+    after = sum(len(t.changes) + 2 for t in txns[:applied])
+    last = txns[applied - 1]
+    position = Applied(Position(last.commit_ts, last.txn_id))
+    group = clients.consumer(clusters.b.config, **{"group.id": ids.sink_group(feed.name)})
+    group.commit(
+        offsets=[TopicPartition(sorted_topic, 0, after, metadata=position.encode())],
+        asynchronous=False,
+    )
+    group.close()
+
+    sink = feed.add_sink()
+    feed.wait_ready()
+    sink.wait_status(
+        lambda s: s["applied"] == f"{txns[-1].commit_ts}/{txns[-1].txn_id}", 60, "all applied"
+    )
+    _assert_same(_read_all(clusters, target, len(_expected(txns))), txns)
+    assert "the applied position says" in sink.log_path.read_text()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from crossfeed.core.resume import resume_offset
+
+pytestmark = pytest.mark.unit
 
 
 def test_marks_and_copies_agree_the_marks_win() -> None:

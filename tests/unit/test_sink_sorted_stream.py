@@ -20,7 +20,9 @@ from crossfeed.services.sink.sorted_stream import (
     Sequencer,
     Step,
     classify,
+    resume_position,
     split_txn,
+    written_position,
 )
 from crossfeed.wire import headers
 
@@ -301,3 +303,49 @@ def test_source_timestamp_comes_back_from_the_sorter_header_which_is_dropped() -
     assert source_timestamp(42, None) == (42, None)
     # An unreadable value keeps the sorted record's own timestamp, and is still dropped.
     assert source_timestamp(42, [("crossfeed-timestamp", b"x")]) == (42, [])
+
+
+# -- the target checked before resuming ---------------------------------------------------
+
+
+def _pos(i: int) -> Position:
+    return Position(1_000 + i, f"t{i:03d}")
+
+
+def test_written_position_reads_the_headers_an_applied_record_keeps() -> None:
+    hdrs = [("user", b"x"), (headers.COMMIT_TS, b"1700000000000123"), (headers.TXN, b"a/b/2/3")]
+    assert written_position(hdrs) == Position(1700000000000123, "a/b")
+    assert written_position([("user", b"x")]) is None
+    assert written_position(None) is None
+    assert written_position([(headers.COMMIT_TS, b"x"), (headers.TXN, b"t/1/1")]) is None
+    marker = [(headers.TYPE, b"begin"), (headers.COMMIT_TS, b"1"), (headers.TXN, b"t/0/1")]
+    assert written_position(marker) is None
+
+
+def test_resume_position_trusts_the_target_where_it_says_more() -> None:
+    # agreeing: the applied position
+    assert resume_position(_pos(5), _pos(5), [_pos(6)]) == _pos(5)
+    # the target committed past the applied position: never apply those again
+    assert resume_position(_pos(5), _pos(7), []) == _pos(7)
+    # transactions the position covers were aborted in the target: apply them again
+    assert resume_position(_pos(7), _pos(4), [_pos(5), _pos(6), _pos(7), _pos(8)]) == _pos(4)
+    assert resume_position(_pos(7), None, [_pos(2)]) == NOTHING
+    # the newest ones went to the dead-letter topic (no record in the target): the position
+    assert resume_position(_pos(7), _pos(4), []) == _pos(7)
+
+
+@given(st.integers(0, 12), st.integers(0, 12), st.integers(0, 12))
+def test_resume_position_applies_each_transaction_once(
+    applied_upto: int, committed_upto: int, txns: int
+) -> None:
+    """Transactions 0..txns-1; the target committed the first ``committed_upto`` (the
+    rest aborted), the position says ``applied_upto``: from the position returned, each
+    transaction ends up in the target once."""
+    committed_upto, applied_upto = min(committed_upto, txns), min(applied_upto, txns)
+    committed = [_pos(i) for i in range(committed_upto)]
+    aborted = [_pos(i) for i in range(committed_upto, txns)]
+    applied = _pos(applied_upto - 1) if applied_upto else NOTHING
+    resumed = resume_position(applied, committed[-1] if committed else None, aborted)
+    again = [_pos(i) for i in range(txns) if _pos(i) > resumed]
+    assert not set(again) & set(committed)
+    assert set(again) | set(committed) == {_pos(i) for i in range(txns)}

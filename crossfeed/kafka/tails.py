@@ -1,0 +1,94 @@
+"""What the end of a partition holds, committed and aborted, told apart by reading it twice.
+
+After a crash mid-commit a transaction has been seen committed on one of its partitions
+and aborted on another (a single-broker cluster killed while the transaction coordinator
+wrote its markers), so a service that keeps its position in one partition and its output
+in another checks the output's end before it resumes: the records a read_committed reader
+sees, and the ones only a read_uncommitted reader sees (aborted, or above the last stable
+offset — never read here: a transaction another writer holds open hides what follows).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Generic, NamedTuple, TypeVar
+
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaTP
+from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+from crossfeed.kafka import clients
+
+T = TypeVar("T")
+Header = tuple[str, bytes | None]
+
+FIRST_WINDOW = 2048  # records read first
+MOST = 1 << 20  # at most this far back (other writers' records in between)
+
+
+class Tail(NamedTuple, Generic[T]):
+    """The values of the records near a partition's end (those ``value_of`` recognises)."""
+
+    committed: T | None  # the greatest value among committed records (None: none found)
+    aborted: list[T]  # values of records no read_committed reader sees
+
+
+class TailReader:
+    """Reads the end of partitions of one cluster (two consumers and an admin client)."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        group = {"group.id": "crossfeed-tail-check"}
+        self.everything = clients.consumer(conf, **group, **{"isolation.level": "read_uncommitted"})
+        self.committed = clients.consumer(conf, **group)
+        self.admin = clients.admin(conf)
+
+    def close(self) -> None:
+        self.everything.close()
+        self.committed.close()
+
+    def read(self, where: KafkaTP, value_of: Callable[[list[Header] | None], T | None]) -> Tail[T]:
+        """The values ``value_of`` finds in the headers of the records at the end of
+        ``where``, from its last stable offset back, in growing windows until a committed
+        one is found (or the partition's start, or :data:`MOST` records)."""
+        low, _ = self.committed.get_watermark_offsets(where, timeout=10)
+        stable = self.admin.list_offsets(
+            {where: OffsetSpec.latest()},  # type: ignore[no-untyped-call]
+            isolation_level=IsolationLevel.READ_COMMITTED,
+            request_timeout=10,
+        )
+        end = int(stable[where].result(timeout=10).offset)
+        window = FIRST_WINDOW
+        while True:
+            start = max(low, end - window)
+            values: dict[int, T] = {}  # offset -> value, committed or not
+            for msg in scan(self.everything, where, start, end):
+                value = value_of(msg.headers())
+                if value is not None:
+                    values[msg.offset()] = value
+            seen = {msg.offset() for msg in scan(self.committed, where, start, end)}
+            kept = [value for offset, value in values.items() if offset in seen]
+            if kept or start == low or window >= MOST:
+                aborted = [value for offset, value in values.items() if offset not in seen]
+                return Tail(max(kept) if kept else None, aborted)  # type: ignore[type-var]
+            window *= 4
+
+
+def scan(consumer: Any, where: KafkaTP, start: int, end: int, timeout_s: float = 30.0) -> list[Any]:
+    """The records ``consumer`` (read_committed or not) returns in [start, end) of
+    ``where``; KafkaException if it does not get there within ``timeout_s``."""
+    out: list[Any] = []
+    if start >= end:
+        return out
+    consumer.assign([KafkaTP(where.topic, where.partition, start)])
+    deadline = time.monotonic() + timeout_s
+    while consumer.position([where])[0].offset < end:
+        if time.monotonic() > deadline:
+            consumer.unassign()
+            unread = f"{where.topic}/{where.partition}: not read to offset {end} in time"
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, unread))
+        for msg in consumer.consume(1000, timeout=0.2):
+            if msg.error() is None and msg.offset() < end:
+                out.append(msg)
+    consumer.unassign()
+    return out
