@@ -171,6 +171,7 @@ class KafkaNode:
             "kafka.Kafka",
             str(self.properties_file),
         ]
+        processes.rotate(self.log_file)
         return processes.spawn(cmd, self.log_file, self.pid_file, env)
 
     def stop(self, *, hard: bool = False) -> bool:

@@ -79,9 +79,25 @@ def wait_until(check: Callable[[], bool], timeout_s: float, interval_s: float = 
     return bool(check())
 
 
+TAIL_BYTES = 64 << 10  # the end of a log file read for its last lines
+
+
 def tail(path: Path, lines: int = 15) -> str:
-    """Last lines of a log file, for error messages."""
+    """Last lines of a log file, for error messages. Only its end is read: a broker's
+    log reached 10 GB in a long-lived local stack, and reading it whole took a test
+    process past 20 GB of memory."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        with open(path, "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - TAIL_BYTES))
+            text = log.read().decode("utf-8", errors="replace")
     except OSError:
         return "(no log yet)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def rotate(path: Path, max_bytes: int = 64 << 20) -> None:
+    """Keep one older log (``<name>.1``) once ``path`` grew past ``max_bytes``: a broker
+    writes its output there for as long as the local stack lives, restarts included."""
+    with contextlib.suppress(OSError):
+        if path.stat().st_size > max_bytes:
+            path.replace(path.with_name(path.name + ".1"))
