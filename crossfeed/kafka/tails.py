@@ -10,6 +10,7 @@ offset — never read here: a transaction another writer holds open hides what f
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from collections.abc import Callable
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -61,7 +62,11 @@ class TailReader:
             isolation_level=IsolationLevel.READ_COMMITTED,
             request_timeout=10,
         )
-        end = int(stable[where].result(timeout=10).offset)
+        try:
+            end = int(stable[where].result(timeout=15).offset)
+        except concurrent.futures.TimeoutError:  # callers handle Kafka's errors only
+            unknown = f"{where.topic}/{where.partition}: no last stable offset in 15 s"
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, unknown)) from None
         window = FIRST_WINDOW
         while True:
             start = max(low, end - window)

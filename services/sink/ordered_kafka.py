@@ -374,16 +374,44 @@ class OrderedKafkaSink(OrderedSink):
         sorted_stream.resume_position): corrected where the target's records say more.
         Returns the sorted-stream offset to read from again when transactions the position
         covers are not in the target (else None)."""
-        reader = TailReader(self.target_conf)
-        try:
-            tail = reader.read(KafkaTP(self.target_topic, 0), written_position)
-        finally:
-            reader.close()
+        tail = None
+        for attempt in range(3):  # the target may just be back: a few tries, then go on
+            reader = TailReader(self.target_conf)
+            try:
+                tail = reader.read(KafkaTP(self.target_topic, 0), written_position)
+                break
+            except KafkaException as err:
+                log.warning(
+                    "feed %s: could not read the end of %s (%s)%s",
+                    self.feed.name,
+                    self.target_topic,
+                    err.args[0].str() if err.args else err,
+                    "; trying again" if attempt < 2 else "; resuming from the applied position",
+                )
+                time.sleep(1.0)
+            finally:
+                reader.close()
+        if tail is None:
+            return None
         applied = self.committed.position
         resumed = resume_position(applied, tail.committed, tail.aborted)
         if resumed == applied:
             return None
-        rewind = self._begin_at_or_below(resumed) if resumed < applied else None
+        rewind = None
+        if resumed < applied:
+            try:
+                rewind = self._begin_at_or_below(resumed)
+            except KafkaException as err:
+                log.error(
+                    "feed %s: transactions after %s are not in %s, but %s could not be read "
+                    "back to them (%s); resuming from the applied position",
+                    self.feed.name,
+                    resumed.describe(),
+                    self.target_topic,
+                    self.sorted_topic,
+                    err,
+                )
+                return None
         log.warning(
             "feed %s: the applied position says %s, the target %s says %s (%d aborted "
             "records); resuming after %s%s",
