@@ -30,7 +30,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed.core.partitions import TopicPartition
 from crossfeed.kafka import clients
-from crossfeed.kafka.tails import Tail, TailReader
+from crossfeed.kafka.tails import Tail, TailReader, backwards, scan
 from crossfeed.wire import codec, headers
 
 log = logging.getLogger(__name__)
@@ -52,27 +52,12 @@ def _read_range(
 ) -> list[tuple[bool, bool, bytes]]:
     """(is_mark, watermarked, value) for committed records in [start, end) of one
     partition."""
-    consumer.assign([KafkaTP(topic, partition, start)])
     out: list[tuple[bool, bool, bytes]] = []
-    while True:
-        position = consumer.position([KafkaTP(topic, partition)])[0].offset
-        if position >= end:
-            break
-        batch = consumer.consume(1000, timeout=1.0)
-        if not batch:
-            # read_committed: aborted records and markers are skipped without a message;
-            # the position still moves, so loop on it rather than on message counts.
-            continue
-        for msg in batch:
-            if msg.error():
-                continue
-            if msg.offset() >= end:
-                break
-            # Packs have no headers and an ordered feed's staging records never carry
-            # crossfeed-type (the puller consumes the producer's watermarks).
-            hdrs = msg.headers() or []
-            out.append((headers.MARK_HEADER in hdrs, FROM_WATERMARKS in hdrs, msg.value()))
-    consumer.unassign()
+    for msg in scan(consumer, KafkaTP(topic, partition), start, end):
+        # Packs have no headers and an ordered feed's staging records never carry
+        # crossfeed-type (the puller consumes the producer's watermarks).
+        hdrs = msg.headers() or []
+        out.append((headers.MARK_HEADER in hdrs, FROM_WATERMARKS in hdrs, msg.value()))
     return out
 
 
@@ -129,9 +114,7 @@ def recover_marks(
         if high <= low:
             return None
         positions: dict[TopicPartition, Recovered] = {}
-        window = FIRST_WINDOW
-        while True:
-            start = max(low, high - window)
+        for start in backwards(low, high, FIRST_WINDOW):
             records = _read_range(consumer, topic, partition, start, high)
             positions.clear()
             seen_marks = False
@@ -147,9 +130,8 @@ def recover_marks(
                 elif seen_marks:
                     bounded = True
                     break
-            if bounded or start == low or (positions and expected <= positions.keys()):
+            if bounded or (positions and expected <= positions.keys()):
                 break
-            window *= 4
         return positions or None
     finally:
         consumer.close()

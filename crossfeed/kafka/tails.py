@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException
@@ -67,9 +67,8 @@ class TailReader:
         except concurrent.futures.TimeoutError:  # callers handle Kafka's errors only
             unknown = f"{where.topic}/{where.partition}: no last stable offset in 15 s"
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, unknown)) from None
-        window = FIRST_WINDOW
-        while True:
-            start = max(low, end - window)
+        tail: Tail[T] = Tail(None, [])
+        for start in backwards(low, end, FIRST_WINDOW, MOST):
             values: dict[int, T] = {}  # offset -> value, committed or not
             for msg in scan(self.everything, where, start, end):
                 value = value_of(msg.headers())
@@ -77,10 +76,25 @@ class TailReader:
                     values[msg.offset()] = value
             seen = {msg.offset() for msg in scan(self.committed, where, start, end)}
             kept = [value for offset, value in values.items() if offset in seen]
-            if kept or start == low or window >= MOST:
-                aborted = [value for offset, value in values.items() if offset not in seen]
-                return Tail(max(kept) if kept else None, aborted)  # type: ignore[type-var]
-            window *= 4
+            aborted = [value for offset, value in values.items() if offset not in seen]
+            tail = Tail(max(kept) if kept else None, aborted)  # type: ignore[type-var]
+            if kept:
+                break
+        return tail
+
+
+def backwards(low: int, end: int, first: int, most: int | None = None) -> Iterator[int]:
+    """The starts of growing windows [start, end) that read a partition backwards from
+    ``end``: ``first`` records, then four times as many each time, until the window
+    reaches ``low`` (the partition's start) or spans ``most`` records. The caller stops
+    as soon as a window holds what it looks for."""
+    window = first
+    while True:
+        start = max(low, end - window)
+        yield start
+        if start <= low or (most is not None and window >= most):
+            return
+        window *= 4
 
 
 def scan(consumer: Any, where: KafkaTP, start: int, end: int, timeout_s: float = 30.0) -> list[Any]:

@@ -438,9 +438,7 @@ class OrderedKafkaSink(OrderedSink):
         try:
             low, high = reader.get_watermark_offsets(where, timeout=10)
             end = self.committed_offset if self.committed_offset >= 0 else high
-            window = 4096
-            while True:
-                start = max(low, end - window)
+            for start in tails.backwards(low, end, 4096):
                 begins: list[int] = [
                     msg.offset()
                     for msg in tails.scan(reader, where, start, end)
@@ -448,9 +446,7 @@ class OrderedKafkaSink(OrderedSink):
                 ]
                 if begins:
                     return max(begins)
-                if start == low:
-                    return int(low)
-                window *= 4
+            return int(low)
         finally:
             reader.close()
 
