@@ -609,17 +609,19 @@ class PullerWorker:
             # Not necessarily new to the feed: this instance may have started the task
             # before it saw the topic (another puller was creating its target topic), and
             # an earlier owner may have copied it already — its marks say how far.
-            recovered = positions.recover(self.target_conf, self.changes_topic, s, tps) or {}
             task = self.tasks[s]
             try:
                 routes = {tp: self._route(tp) for tp in tps}
+                marks = positions.recover_marks(self.target_conf, self.changes_topic, s, tps)
+                checked = self._checked(s, marks, routes) or {}
             except KafkaException as err:
                 # Its next start (membership.poll) finds every partition of the task.
                 log.warning("task %d: %s; restarting the task", s, err.args[0].str())
                 self.drop_task(s, commit=True)
                 continue
             for tp in sorted(tps):
-                offset = recovered.get(tp, OFFSET_BEGINNING)  # else: copy from its start
+                mark = checked.get(tp)  # none: copy the partition from its start
+                offset = OFFSET_BEGINNING if mark is None else mark.next_offset
                 state = task.add_partition(tp, max(offset, 0), routes[tp])
                 self.route[(tp.topic, tp.partition)] = (task, state)
                 added.append(KafkaTP(tp.topic, tp.partition, offset))
