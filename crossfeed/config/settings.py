@@ -144,7 +144,12 @@ class PullerSettings(_Section):
         "as on the source; a codec saves bytes between data centers, but every consumer "
         "of the target must be able to read it (aiokafka, so faust, needs the lz4 package)",
     )
-    commit_interval_ms: int = Field(100, ge=1, description="longest a transaction stays open")
+    commit_interval_ms: int = Field(
+        50,
+        ge=1,
+        description="longest a transaction stays open while keeping up (50 against 100: lag "
+        "p50 ~35 ms lower, dc-b's broker ~12% more CPU from the extra commits)",
+    )
     backlog_commit_interval_ms: int = Field(
         1000,
         ge=1,
