@@ -36,6 +36,7 @@ from crossfeed.bench.measure import PeakRss, TargetWatch, percentiles
 from crossfeed.bench.systems import bench_config, service_command
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
+from crossfeed.local import processes
 from crossfeed.wire import ids
 from crossfeed.wire import topics as wire_topics
 from crossfeed.workload.bank import Summary
@@ -138,7 +139,10 @@ def spark_passthrough(
         watch.stop()
     peak = rss.finish()
     if not done or watch.first_at is None or watch.last_at is None:
-        raise RuntimeError(f"Spark pass-through moved {watch.count} of {events}: {workdir}")
+        raise RuntimeError(
+            f"Spark pass-through moved {watch.count} of {events}; its log ends:\n"
+            + processes.tail(workdir / "spark.log", 40)
+        )
     return {
         "events_per_s": round(events / max(watch.last_at - watch.first_at, 1e-3), 1),
         "startup_s": round(watch.first_at - began, 1),

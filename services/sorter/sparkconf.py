@@ -44,8 +44,15 @@ def check_java() -> None:
 
 
 def jars(home: Path | None = None) -> list[str]:
-    """The Kafka connector's jars (``make setup``), or SetupError saying what to run."""
-    home = home or paths.home()
+    """The Kafka connector's jars (``make setup``), or SetupError saying what to run.
+
+    Without ``home``: the jars of ``$CROSSFEED_HOME`` when its ``lib`` says anything of
+    them, else the checkout's (``make setup`` writes them there; a second local stack
+    shares them, as it shares Kafka's: ``paths.classpath_file``)."""
+    if home is None:
+        home = paths.home()
+        if not any((home / "lib" / f"spark.{end}").exists() for end in ("classpath", "missing")):
+            home = paths.project_root() / ".crossfeed"
     missing = home / "lib" / "spark.missing"
     if missing.exists():
         raise SetupError(

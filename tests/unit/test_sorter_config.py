@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from crossfeed import paths
 from crossfeed.config import Settings
 from crossfeed.services.sorter import sparkconf
 from crossfeed.services.sorter.store import FeedLocked, Store
@@ -106,3 +107,18 @@ def test_store_state_and_lock(tmp_path):
         Store(tmp_path / "f").open()
     store.close()
     Store(tmp_path / "f").open().close()
+
+
+def test_a_second_stack_uses_the_checkouts_jars_unless_it_has_its_own(tmp_path, monkeypatch):
+    checkout, second = tmp_path / "checkout", tmp_path / "second"
+    (checkout / ".crossfeed" / "lib").mkdir(parents=True)
+    shared = checkout / ".crossfeed" / "lib" / "shared.jar"
+    shared.write_text("")
+    (checkout / ".crossfeed" / "lib" / "spark.classpath").write_text(f"{shared}\n")
+    monkeypatch.setattr(paths, "project_root", lambda: checkout)
+    monkeypatch.setenv("CROSSFEED_HOME", str(second))
+    assert sparkconf.jars() == [str(shared)]
+    (second / "lib").mkdir(parents=True)
+    (second / "lib" / "spark.missing").write_text("spark-sql-kafka could not be resolved")
+    with pytest.raises(sparkconf.SetupError, match="could not be resolved"):
+        sparkconf.jars()
