@@ -23,7 +23,13 @@ def backlog(
     """``records`` values on ``topic`` (created before), as fast as the producer can."""
     log = workdir / f"backlog-{topic}.log"
     cmd = perf.command(
-        str(conf["bootstrap.servers"]), topic, records, payloads, throughput=-1, workdir=workdir
+        str(conf["bootstrap.servers"]),
+        topic,
+        records,
+        payloads,
+        throughput=-1,
+        workdir=workdir,
+        tuning=perf.BACKLOG_TUNING,
     )
     started = time.monotonic()
     proc = janitor.process(spawn(cmd, log))
@@ -50,7 +56,13 @@ def ceiling(
     janitor.topics(conf, [topic])
     log = workdir / f"ceiling-{topic}.log"
     cmd = perf.command(
-        str(conf["bootstrap.servers"]), topic, records, payloads, throughput=-1, workdir=workdir
+        str(conf["bootstrap.servers"]),
+        topic,
+        records,
+        payloads,
+        throughput=-1,
+        workdir=workdir,
+        tuning=perf.BACKLOG_TUNING,
     )
     proc = janitor.process(spawn(cmd, log))
     cost = ProcessCost(
