@@ -12,6 +12,22 @@ from crossfeed.bench.jvm import spawn
 from crossfeed.bench.measure import ProcessCost, create_topics
 
 
+def _flat_out(
+    conf: dict[str, Any], topic: str, records: int, payloads: Path, workdir: Path
+) -> list[str]:
+    """ProducerPerformance writing ``records`` as fast as it can, evenly over the
+    partitions (perf.BACKLOG_TUNING)."""
+    return perf.command(
+        str(conf["bootstrap.servers"]),
+        topic,
+        records,
+        payloads,
+        throughput=-1,
+        workdir=workdir,
+        tuning=perf.BACKLOG_TUNING,
+    )
+
+
 def backlog(
     conf: dict[str, Any],
     topic: str,
@@ -22,15 +38,7 @@ def backlog(
 ) -> dict[str, Any]:
     """``records`` values on ``topic`` (created before), as fast as the producer can."""
     log = workdir / f"backlog-{topic}.log"
-    cmd = perf.command(
-        str(conf["bootstrap.servers"]),
-        topic,
-        records,
-        payloads,
-        throughput=-1,
-        workdir=workdir,
-        tuning=perf.BACKLOG_TUNING,
-    )
+    cmd = _flat_out(conf, topic, records, payloads, workdir)
     started = time.monotonic()
     proc = janitor.process(spawn(cmd, log))
     summary = perf.finish(proc, log, timeout_s=max(300.0, records / 2000))
@@ -55,15 +63,7 @@ def ceiling(
     create_topics(conf, [topic], partitions)
     janitor.topics(conf, [topic])
     log = workdir / f"ceiling-{topic}.log"
-    cmd = perf.command(
-        str(conf["bootstrap.servers"]),
-        topic,
-        records,
-        payloads,
-        throughput=-1,
-        workdir=workdir,
-        tuning=perf.BACKLOG_TUNING,
-    )
+    cmd = _flat_out(conf, topic, records, payloads, workdir)
     proc = janitor.process(spawn(cmd, log))
     cost = ProcessCost(
         {"producer-perf": proc.pid, **({"dc-b broker": broker_pid} if broker_pid else {})}
