@@ -13,10 +13,10 @@ from crossfeed.bench.measure import ProcessCost, create_topics
 
 
 def _flat_out(
-    conf: dict[str, Any], topic: str, records: int, payloads: Path, workdir: Path
+    conf: dict[str, Any], topic: str, records: int, payloads: Path, workdir: Path, even: bool
 ) -> list[str]:
-    """ProducerPerformance writing ``records`` as fast as it can, evenly over the
-    partitions (perf.BACKLOG_TUNING)."""
+    """ProducerPerformance writing ``records`` as fast as it can; ``even``: round robin
+    over the partitions (perf.BACKLOG_TUNING), else a batch at a time (the default)."""
     return perf.command(
         str(conf["bootstrap.servers"]),
         topic,
@@ -24,7 +24,7 @@ def _flat_out(
         payloads,
         throughput=-1,
         workdir=workdir,
-        tuning=perf.BACKLOG_TUNING,
+        tuning=perf.BACKLOG_TUNING if even else perf.PRODUCER_TUNING,
     )
 
 
@@ -35,10 +35,15 @@ def backlog(
     payloads: Path,
     workdir: Path,
     janitor: Janitor,
+    even: bool = True,
 ) -> dict[str, Any]:
-    """``records`` values on ``topic`` (created before), as fast as the producer can."""
+    """``records`` values on ``topic`` (created before), as fast as the producer can;
+    ``even``: the same number in every partition. Not for records written while a
+    replicator runs over many partitions: round robin over 1,024 partitions makes
+    batches of a record or two, and the writer, not the replicator, sets the rate
+    (~10k records/s for every replicator at 128 partitions)."""
     log = workdir / f"backlog-{topic}.log"
-    cmd = _flat_out(conf, topic, records, payloads, workdir)
+    cmd = _flat_out(conf, topic, records, payloads, workdir, even)
     started = time.monotonic()
     proc = janitor.process(spawn(cmd, log))
     summary = perf.finish(proc, log, timeout_s=max(300.0, records / 2000))
@@ -63,7 +68,7 @@ def ceiling(
     create_topics(conf, [topic], partitions)
     janitor.topics(conf, [topic])
     log = workdir / f"ceiling-{topic}.log"
-    cmd = _flat_out(conf, topic, records, payloads, workdir)
+    cmd = _flat_out(conf, topic, records, payloads, workdir, even=True)
     proc = janitor.process(spawn(cmd, log))
     cost = ProcessCost(
         {"producer-perf": proc.pid, **({"dc-b broker": broker_pid} if broker_pid else {})}

@@ -70,7 +70,7 @@ def partitions_run(
         startup = time.monotonic() - began
         time.sleep(settle_s)
         watch.first_at = None  # the rate counts the backlog only
-        load.backlog(a, topic, records, payloads, workdir, janitor)
+        load.backlog(a, topic, records, payloads, workdir, janitor, even=False)
         if not watch.wait_for(records + 1, timeout_s=900, idle_s=180):
             raise RuntimeError(
                 f"{watch.count - 1:,} of {records:,} records arrived\n{system.log_tail()}"
