@@ -254,30 +254,38 @@ def test_kill_9_mid_run_and_restart_loses_nothing(
     clusters: Clusters, factory: ServiceFactory
 ) -> None:
     feed = start_sorter(clusters, factory, "sorter-kill")
-    work = transactions_workload(feed.source_topic, SOURCE_PARTITIONS, 1500, 12, seed=5)
+    # rounds big enough that a release and its write take a while to be caught in
+    work = transactions_workload(feed.source_topic, SOURCE_PARTITIONS, 6000, 12, seed=5)
     done = threading.Event()
 
     def produce() -> None:
-        for i in range(len(work.rounds)):
+        for i in range(1, len(work.rounds)):
+            time.sleep(0.5)
             write_round(feed.writer, work, i)
             feed.writer.flush()
-            time.sleep(0.5)
         done.set()
 
+    # The first round released before the others are written: a sorter slow to start
+    # (CI) once found every round waiting and released them all in one batch, with no
+    # later release to kill.
+    write_round(feed.writer, work, 0)
+    feed.writer.flush()
+    feed.sorter.wait_status(
+        lambda s: (s.get("resolved_ts_us") or -1) >= work.round_ts[0], 300, "a first release"
+    )
+    jvm = psutil.Process(feed.sorter.pid).children(recursive=True)  # before: no time lost
     writer = threading.Thread(target=produce, daemon=True)
     writer.start()
     # kill -9 in the middle of writing a release, after a first one, while changes keep
-    # coming: Spark replays that batch on restart
+    # coming: Spark replays that batch on restart. A release and its write take ~60 ms
+    # here, so the status is read often.
     status = feed.sorter.wait_status(
-        lambda s: (
-            (s.get("resolved_ts_us") or -1) >= work.round_ts[0]
-            and (s["current_batch"] or {}).get("step") == "release"
-        ),
-        300,
+        lambda s: (s["current_batch"] or {}).get("step") == "release",
+        120,
         "a batch writing its release after a first release",
+        every=0.01,
     )
     killed_batch = status["current_batch"]["batch_id"]
-    jvm = psutil.Process(feed.sorter.pid).children(recursive=True)
     feed.sorter.kill()
     psutil.wait_procs(jvm, timeout=30)  # the JVM follows its Python driver
     time.sleep(2)

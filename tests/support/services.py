@@ -334,8 +334,10 @@ class ServiceProcess:
         predicate: Callable[[dict[str, Any]], bool],
         timeout: float = 60.0,
         what: str = "the expected status",
+        every: float = 0.2,
     ) -> dict[str, Any]:
-        """Poll /status until ``predicate(status)``; returns that status."""
+        """Poll /status every ``every`` seconds until ``predicate(status)``; returns that
+        status."""
         deadline = time.monotonic() + timeout
         last: dict[str, Any] | None = None
         while True:
@@ -351,7 +353,7 @@ class ServiceProcess:
                     pass
             if time.monotonic() > deadline:
                 raise self.failure(f"{self.role} not {what} after {timeout}s; last status {last}")
-            time.sleep(0.2)
+            time.sleep(every)
 
     def wait_state(self, state: str, timeout: float = 60.0) -> dict[str, Any]:
         """Wait until /status reports ``state`` ("normal", "error", ...)."""
