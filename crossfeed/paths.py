@@ -30,17 +30,23 @@ def local_config() -> Path:
     return home() / "local.yaml"
 
 
-def classpath_file(name: str) -> Path:
-    """Resolved JVM classpath written by ``make setup`` (``kafka`` or ``spark``).
+def lib_dir(*markers: str) -> Path:
+    """Where the jars ``make setup`` resolved are listed: the home's ``lib`` when it holds
+    any of ``markers`` (file names), else the checkout's ``.crossfeed/lib``.
 
-    ``make setup`` writes the jars to the checkout's ``.crossfeed/lib``; a second stack
-    (``$CROSSFEED_HOME`` elsewhere) has its own data but shares those jars, so its home's
-    ``lib`` is used only when it holds the file.
+    ``make setup`` writes the jars to the checkout; a second stack (``$CROSSFEED_HOME``
+    elsewhere) has its own data but shares those jars unless it resolved its own.
     """
-    own = home() / "lib" / f"{name}.classpath"
-    if own.is_file():
+    own = home() / "lib"
+    if any((own / marker).exists() for marker in markers):
         return own
-    return project_root() / ".crossfeed" / "lib" / f"{name}.classpath"
+    return project_root() / ".crossfeed" / "lib"
+
+
+def classpath_file(name: str) -> Path:
+    """Resolved JVM classpath written by ``make setup`` (``kafka`` or ``spark``): see
+    ``lib_dir``."""
+    return lib_dir(f"{name}.classpath") / f"{name}.classpath"
 
 
 def port_offset() -> int:

@@ -46,20 +46,16 @@ def check_java() -> None:
 def jars(home: Path | None = None) -> list[str]:
     """The Kafka connector's jars (``make setup``), or SetupError saying what to run.
 
-    Without ``home``: the jars of ``$CROSSFEED_HOME`` when its ``lib`` says anything of
-    them, else the checkout's (``make setup`` writes them there; a second local stack
-    shares them, as it shares Kafka's: ``paths.classpath_file``)."""
-    if home is None:
-        home = paths.home()
-        if not any((home / "lib" / f"spark.{end}").exists() for end in ("classpath", "missing")):
-            home = paths.project_root() / ".crossfeed"
-    missing = home / "lib" / "spark.missing"
+    Without ``home``: ``paths.lib_dir`` — the jars of ``$CROSSFEED_HOME`` when its ``lib``
+    says anything of them, else the checkout's, as for Kafka's."""
+    lib = home / "lib" if home is not None else paths.lib_dir("spark.classpath", "spark.missing")
+    missing = lib / "spark.missing"
     if missing.exists():
         raise SetupError(
             f"{missing.read_text().strip()}; the sorter needs Spark's Kafka connector "
             "(fix the Maven access and run 'make setup' again)"
         )
-    listing = home / "lib" / "spark.classpath"
+    listing = lib / "spark.classpath"
     if not listing.exists():
         raise SetupError(
             f"{listing} not found: run 'make setup' to fetch Spark's Kafka connector jars, "
