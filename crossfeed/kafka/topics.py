@@ -190,6 +190,17 @@ def _describe(
     return out
 
 
+def effective_configs(
+    admin: AdminClient, topic: str, keys: tuple[str, ...]
+) -> dict[str, str | None]:
+    """The effective values (override or default) of ``keys`` of one topic, in one
+    request; KafkaException if the cluster cannot describe it."""
+    entries = _describe(admin, [topic])[topic]
+    if isinstance(entries, KafkaException):
+        raise entries
+    return {key: None if key not in entries else entries[key].value for key in keys}
+
+
 def config_value(admin: AdminClient, topic: str, key: str) -> str | None:
     """The effective value of one topic config (override or default)."""
     value = config_values(admin, [topic], key)[topic]

@@ -88,6 +88,8 @@ class OrderedKafkaSink(OrderedSink):
         self.consumer: GroupConsumer | None = None
         self.producer: TransactionalProducer | None = None
         self.max_message_bytes = 0
+        self.retention_ms: int | None = None  # the target's time retention, if it has one
+        self.expired_warned_at = 0.0
         self.owner = False  # this instance holds the sorted partition
         self._reset_txn()
 
@@ -112,6 +114,7 @@ class OrderedKafkaSink(OrderedSink):
                 f"target topic {self.target_topic} is not readable after creating it"
             )
         self.max_message_bytes = target.max_message_bytes
+        self.retention_ms = time_retention_ms(admin, self.target_topic)
         if target.partitions != 1:
             log.warning(
                 "target topic %s has %d partitions; ordered feed %s writes partition 0 only",
@@ -292,7 +295,31 @@ class OrderedKafkaSink(OrderedSink):
             self.committed_offset = self.next_offset
             self.sequencer.forget_cut_below(self.next_offset)
         self._count_commit()
+        self._warn_if_expired()
         self._reset_txn()
+
+    def _warn_if_expired(self) -> None:
+        """Target records keep their source timestamps, and the broker's time retention
+        counts from those: replaying history older than the target's ``retention.ms``
+        writes records the broker deletes at its next retention check (within minutes).
+        Nothing crossfeed can undo afterwards, so it says so, once a minute at most."""
+        if self.retention_ms is None or self.newest_ts_ms < 0:
+            return
+        now = time.time()
+        if self.newest_ts_ms >= now * 1000 - self.retention_ms:
+            return
+        if now - self.expired_warned_at >= 60:
+            self.expired_warned_at = now
+            log.warning(
+                "feed %s writes records with source timestamps older than the retention.ms "
+                "(%d) of target topic %s (the newest just committed: %s); the broker "
+                "deletes them at its next retention check: give the topic a longer "
+                "retention.ms (-1 keeps everything) to keep this history",
+                self.feed.name,
+                self.retention_ms,
+                self.target_topic,
+                time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.newest_ts_ms / 1000)),
+            )
 
     def _abort(self, cut_at: int | None = None) -> None:
         """Abort the open Kafka transaction and rewind the input to the committed offset;
@@ -477,6 +504,21 @@ class OrderedKafkaSink(OrderedSink):
 
     def status(self) -> dict[str, Any]:
         return self._status(self.owner, f"kafka://{self.target_alias}/{self.target_topic}")
+
+
+def time_retention_ms(admin: Any, topic: str) -> int | None:
+    """``topic``'s time retention in ms when the broker deletes its records by their own
+    timestamps (``cleanup.policy`` with ``delete``, CreateTime, ``retention.ms`` >= 0);
+    None otherwise, or when its configs cannot be read (the warning is only advice)."""
+    keys = ("cleanup.policy", "message.timestamp.type", "retention.ms")
+    try:
+        policy, stamps, retention = kafka_topics.effective_configs(admin, topic, keys).values()
+    except KafkaException as err:
+        log.info("configs of target topic %s not read (%s)", topic, err)
+        return None
+    if "delete" not in (policy or "delete") or stamps == "LogAppendTime" or retention is None:
+        return None
+    return int(retention) if int(retention) >= 0 else None
 
 
 def source_timestamp(sorted_ts_ms: int, hdrs: list[Any] | None) -> tuple[int, list[Any] | None]:

@@ -24,7 +24,10 @@ from tests.support.verify import Record
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 FAST = {"sink": {"commit_interval_ms": 50}, "coordinator": {"failover_timeout_s": 6}}
-BASE_TS = 1_700_000_000_000_000
+# An hour ago: the sink writes these commit times as the target records' timestamps, and a
+# target with the broker's time retention (7 days) would lose older ones at its next
+# retention check (a 2023 base made a test's reader find offset 0 gone, now and then).
+BASE_TS = int(time.time() - 3600) * 1_000_000
 
 
 def _txns(n: int, seed: int, first: int = 0) -> list[Txn]:
@@ -263,8 +266,7 @@ def test_too_large_and_bad_markers_to_the_dlq_and_a_standby_takes_over(
     from crossfeed.dlq import ERROR_CLASS, FEED
     from tests.support.verify import read_many
 
-    # Its records carry 2023 commit timestamps: no time retention may delete them mid-test.
-    target = topic_factory(clusters.b, config={"max.message.bytes": "2000", "retention.ms": "-1"})
+    target = topic_factory(clusters.b, config={"max.message.bytes": "2000"})
     feed = _start(services, clusters, "odlq", target, sinks=2)
     writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name))
     big = Change(b"big", b"x" * 5000)
@@ -362,3 +364,29 @@ def test_the_applied_position_is_checked_against_the_target(
     )
     _assert_same(_read_all(clusters, target, len(_expected(txns))), txns)
     assert "the applied position says" in sink.log_path.read_text()
+
+
+def test_history_older_than_the_targets_retention_is_named_in_the_log(
+    clusters, services, topic_factory, unique
+):
+    """Target records keep their source timestamps, so the broker's time retention counts
+    from them: the sink says so when it writes records older than the target's
+    retention.ms, and stays quiet for a target that keeps everything."""
+    day_ms = 86_400_000
+    two_days_ago = int(time.time() - 2 * 86_400) * 1_000_000
+    old = [Txn(t.txn_id, two_days_ago + i, t.changes) for i, t in enumerate(_txns(5, seed=6))]
+    feeds = {}
+    for retention in (str(day_ms), "-1"):
+        target = topic_factory(clusters.b, config={"retention.ms": retention})
+        feed = _start(services, clusters, f"oret{retention.strip('-')}", target)
+        writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name))
+        for t in old:
+            writer.txn(t)
+        writer.resolved(old[-1].commit_ts)
+        writer.flush()
+        feeds[retention] = feed
+    for retention, feed in feeds.items():
+        sink = applying(feed.sinks)
+        sink.wait_status(lambda s: s["checkpoint_ts_us"] == old[-1].commit_ts, 60, "applied")
+        warned = "older than the retention.ms" in sink.log_text()
+        assert warned == (retention != "-1"), (retention, sink.log_tail(20))
