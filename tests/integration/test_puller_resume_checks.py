@@ -11,6 +11,7 @@ once (crossfeed/core/resume.py).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -149,7 +150,7 @@ def test_a_topic_found_while_its_task_runs_resumes_where_its_copies_end(
     )
     # The later topic's records as they will sit in the source, fresh topic from offset 0,
     # so that its copies can be written before the source topic exists.
-    base_ms = 1_700_000_000_000
+    base_ms = int(time.time() - 3600) * 1000  # within the topics' time retention
     ordered = [
         Record(later, 0, i, f"key-{i}".encode(), f"value-{i}".encode(), (), base_ms + i)
         for i in range(RECORDS)
