@@ -6,6 +6,7 @@ no repetition produced is None ("not available"), never zero.
 
 from __future__ import annotations
 
+import copy
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -38,6 +39,27 @@ FAILOVER_FIGURES = (
     "re_read",
     "skipped",
 )
+
+_TARGET_FIGURES = (
+    "startup_s",
+    "lag_rate_events_per_s",
+    "lag_offered_events_per_s",
+    "lag_ms.p50",
+    "lag_ms.p99",
+    "lag_ms.max",
+)
+ORDERED_FIGURES = tuple(
+    f"{side}.{figure}"
+    for side, figures in (
+        ("produce", ("events_per_s",)),
+        ("spark_passthrough", ("events_per_s", "startup_s")),
+        ("kafka", ("events_per_s", "of_spark_passthrough", *_TARGET_FIGURES)),
+        ("postgres", ("rows_per_s", "of_ceiling", "ceiling.rows_per_s", *_TARGET_FIGURES)),
+    )
+    for figure in figures
+)
+"""The ordered section's figures that repetitions give a median of (each ratio is taken
+within its own repetition, as the mirror side's are)."""
 
 
 def spread(values: Iterable[float | int | None]) -> Spread | None:
@@ -141,3 +163,33 @@ def failover_section(runs: Sequence[Mapping[str, Any]], unavailable: str | None)
 
 def not_available(reason: str) -> dict[str, Any]:
     return {"available": False, "reason": reason}
+
+
+def ordered_section(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The ordered feeds' repetitions as one section that reads like a single run: every
+    figure of ``ORDERED_FIGURES`` is the median over the repetitions that produced it
+    (``spread`` holds min/median/max), each process's peak RSS the highest seen; the
+    repetitions themselves are kept under ``runs``. Not available when none succeeded."""
+    good = ok(runs)
+    if not good:
+        first = runs[0].get("error", "no repetition") if runs else "no repetition"
+        return {**not_available(str(first).splitlines()[0]), "runs": list(runs)}
+    out: dict[str, Any] = copy.deepcopy(dict(good[0]))
+    out["spread"] = {}
+    for figure in ORDERED_FIGURES:
+        figures = spread(lookup(r, figure) for r in good)
+        if figures is not None:
+            place(out, figure, figures["median"])
+            out["spread"][figure] = figures
+    for side in ("kafka", "postgres"):
+        peaks: dict[str, float] = {}
+        for r in good:
+            for label, mb in (lookup(r, f"{side}.peak_rss_mb") or {}).items():
+                if isinstance(mb, (int, float)):
+                    peaks[label] = max(peaks.get(label, 0.0), mb)
+        if peaks and isinstance(out.get(side), dict):
+            out[side]["peak_rss_mb"] = peaks
+    out["repetitions"] = len(runs)
+    out["failed"] = [r["error"] for r in runs if "error" in r]
+    out["runs"] = list(runs)
+    return out

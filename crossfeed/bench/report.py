@@ -199,7 +199,21 @@ def _ordered_lines(o: dict[str, Any]) -> list[str]:
             f"p50 {_num(lag.get('p50'))} ms, p99 {_num(lag.get('p99'))} ms; start-up "
             f"{_num(side.get('startup_s'), 1)} s; peak RSS MB {side.get('peak_rss_mb')}"
         )
+        if o.get("repetitions", 1) > 1:
+            lines.append(
+                f"    medians of {o['repetitions']} repetitions ({len(o.get('failed', []))} "
+                f"failed): {what.split('_')[0]}/s {_range(o, f'{key}.{what}')}, lag p99 "
+                f"{_range(o, f'{key}.lag_ms.p99')} ms"
+            )
     return lines
+
+
+def _range(o: dict[str, Any], figure: str) -> str:
+    """A repeated ordered figure's [min–max]."""
+    found = o.get("spread", {}).get(figure)
+    if not found:
+        return "n/a"
+    return f"[{_num(found['min'])}–{_num(found['max'])}]"
 
 
 def _num(value: Any, digits: int = 0) -> str:

@@ -338,3 +338,53 @@ def test_backlog_rate_of_several_pullers_counts_from_the_settled_group():
         100.0,
         10.0,
     )
+
+
+def _ordered_run(rate: float, p99: float, rss: float) -> dict[str, Any]:
+    return {
+        "available": True,
+        "transfers": 100,
+        "produce": {"events": 200, "events_per_s": 30_000.0},
+        "spark_passthrough": {"events_per_s": 50_000.0, "peak_rss_mb": 900.0},
+        "kafka": {
+            "events_per_s": rate,
+            "of_spark_passthrough": rate / 50_000,
+            "lag_ms": {"p50": p99 / 2, "p99": p99, "max": p99 + 1},
+            "peak_rss_mb": {"sorter": rss, "sink": 100.0},
+        },
+    }
+
+
+def test_ordered_repetitions_give_medians_the_highest_rss_and_keep_every_run():
+    runs = [
+        _ordered_run(40_000.0, 1_700.0, 1_800.0),
+        {"error": "RuntimeError: Spark pass-through moved 0 of 200"},
+        _ordered_run(60_000.0, 4_600.0, 1_700.0),
+        _ordered_run(45_000.0, 1_900.0, 1_900.0),
+    ]
+    section = aggregate.ordered_section(runs)
+    assert section["available"] and section["repetitions"] == 4
+    assert section["failed"] == ["RuntimeError: Spark pass-through moved 0 of 200"]
+    assert section["kafka"]["events_per_s"] == 45_000.0
+    assert section["kafka"]["lag_ms"]["p99"] == 1_900.0
+    assert section["kafka"]["of_spark_passthrough"] == pytest.approx(0.9)  # per repetition
+    assert section["kafka"]["peak_rss_mb"] == {"sorter": 1_900.0, "sink": 100.0}
+    assert section["spread"]["kafka.lag_ms.p99"] == {
+        "min": 1_700.0, "median": 1_900.0, "max": 4_600.0, "n": 3,
+    }  # fmt: skip
+    assert "postgres.rows_per_s" not in section["spread"]  # no repetition measured it
+    assert section["runs"] == runs
+    assert runs[0]["kafka"]["events_per_s"] == 40_000.0  # the repetitions are not changed
+
+    from crossfeed.bench import report
+
+    text = "\n".join(report._ordered_lines(section))
+    assert "p99 1,900 ms" in text
+    assert "medians of 4 repetitions (1 failed): events/s [40,000–60,000], lag p99 " in text
+    assert "[1,700–4,600] ms" in text
+
+
+def test_ordered_section_without_a_good_repetition_says_why():
+    section = aggregate.ordered_section([{"error": "RuntimeError: no jars\ntrace"}])
+    assert section["available"] is False
+    assert section["reason"] == "RuntimeError: no jars"
