@@ -255,3 +255,79 @@ def test_bank_into_postgres_never_torn_across_sink_kill_and_database_restart(
 def _sums(sampler: Sampler) -> int:
     """Samples that saw accounts (not before the opening transaction arrived)."""
     return sum(1 for s in sampler.sums if s is not None)
+
+
+@pytest.mark.slow
+def test_bank_into_kafka_across_puller_kills_a_paused_puller_and_every_process_at_once(
+    clusters, services, topic_factory, unique
+):
+    """The front of the pipeline under faults, 16 source partitions: kill -9 of a puller
+    (restarted), a puller stopped past its session (fenced, then resumed), then kill -9 of
+    both pullers, the sorter and the sink together, all restarted — while the bank
+    workload runs at a steady rate. Same checks as above."""
+    partitions = 16
+    bank_topic = topic_factory(clusters.a, partitions=partitions)
+    target = unique("ledger")
+    feed = services.start_feed(
+        "bank-faults",
+        clusters,
+        [bank_topic],
+        mode="ordered",
+        sink_uri=f"kafka://{clusters.b.alias}/{target}",
+        pullers=2,
+        sorters=1,
+        sinks=1,
+        config={"staging.partitions": 4},
+        settings={**SETTINGS, "coordinator": {"failover_timeout_s": 6}},
+        timeout=120,
+    )
+    watcher = TargetWatcher(clusters.b.config, target)
+    watcher.start()
+    written: dict[str, Any] = {}
+
+    def workload() -> None:  # ~100 s: every fault below happens while it writes
+        written["result"] = write_transactions(
+            clusters.a.config, bank_topic, 150_000, accounts=200, partitions=partitions,
+            skew_partition=3, skew_ms=300, rate=1500.0,
+        )  # fmt: skip
+
+    def moves(what: str, by: int = 4_000) -> None:
+        seen = len(watcher.records)
+        _wait_for(what, lambda: len(watcher.records) > seen + by, 180, feed.logs)
+
+    writer = threading.Thread(target=workload, daemon=True)
+    writer.start()
+    try:
+        moves("the first transfers on the target", 2_000)
+        first, second = feed.pullers
+        first.kill()
+        time.sleep(1.0)
+        first.start()
+        moves("the target moves after a puller's restart")
+        second.pause()  # past the 6 s session: its tasks move, it is fenced
+        time.sleep(12)
+        second.resume()
+        moves("the target moves after a paused puller came back")
+        everyone = [first, second, feed.sorters[0], feed.sinks[0]]
+        for process in everyone:
+            process.kill()
+        time.sleep(2.0)
+        for process in everyone:
+            process.start()
+        writer.join(600)
+        assert "result" in written, "the bank workload did not finish"
+        summary, balances = written["result"]
+        _wait_for(
+            f"all {summary.events} changes on the target",
+            lambda: len(watcher.records) >= summary.events,
+            300,
+            lambda: f"{len(watcher.records)} so far; {feed.logs()}",
+        )
+        time.sleep(3)  # anything beyond would be a duplicate: give it a chance to show
+    finally:
+        watcher.stop()
+    assert watcher.error is None, watcher.error
+    assert not watcher.torn, f"partial transactions were visible: {watcher.torn[:5]}"
+    verify_bank(watcher.records, summary, balances).assert_ok(feed.logs())
+    assert len(watcher.records) == summary.events
+    feed.assert_running()
