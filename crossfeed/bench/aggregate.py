@@ -54,7 +54,16 @@ ORDERED_FIGURES = tuple(
         ("produce", ("events_per_s",)),
         ("spark_passthrough", ("events_per_s", "startup_s")),
         ("kafka", ("events_per_s", "of_spark_passthrough", *_TARGET_FIGURES)),
-        ("postgres", ("rows_per_s", "of_ceiling", "ceiling.rows_per_s", *_TARGET_FIGURES)),
+        (
+            "postgres",
+            (
+                "rows_per_s",
+                "transactions_per_s",
+                "of_ceiling",
+                "ceiling.rows_per_s",
+                *_TARGET_FIGURES,
+            ),
+        ),
     )
     for figure in figures
 )

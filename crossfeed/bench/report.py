@@ -189,7 +189,8 @@ def _ordered_lines(o: dict[str, Any]) -> list[str]:
         extra = (
             f", {_num(side.get('of_spark_passthrough'), 2)} of Spark"
             if key == "kafka"
-            else f", {_num(side.get('of_ceiling'), 2)} of the upsert ceiling "
+            else f" ({_num(side.get('transactions_per_s'))} transactions/s), "
+            f"{_num(side.get('of_ceiling'), 2)} of the upsert ceiling "
             f"({_num(side.get('ceiling', {}).get('rows_per_s'))} rows/s)"
         )
         lines.append(
