@@ -203,10 +203,7 @@ def effective_configs(
 
 def config_value(admin: AdminClient, topic: str, key: str) -> str | None:
     """The effective value of one topic config (override or default)."""
-    value = config_values(admin, [topic], key)[topic]
-    if isinstance(value, KafkaException):
-        raise value
-    return value
+    return effective_configs(admin, topic, (key,))[key]
 
 
 def config_values(

@@ -90,6 +90,41 @@ def _wait_for(what: str, done: Callable[[], bool], timeout: float, describe: Cal
     raise AssertionError(f"{what} within {timeout:.0f}s: {describe()}")
 
 
+def _moves(what: str, watcher: TargetWatcher, feed: Any, by: int = 2_000) -> None:
+    """Until ``by`` more records than now are on the target."""
+    seen = len(watcher.records)
+    _wait_for(what, lambda: len(watcher.records) > seen + by, 180, feed.logs)
+
+
+def _all_on_target(
+    watcher: TargetWatcher, writer: threading.Thread, written: dict[str, Any], feed: Any
+) -> tuple[Any, dict[int, int]]:
+    """Once the bank workload is done: until every change it wrote is on the target, then
+    a moment more for a duplicate to show. Returns its summary and final balances."""
+    writer.join(600)
+    assert "result" in written, "the bank workload did not finish"
+    summary, balances = written["result"]
+    _wait_for(
+        f"all {summary.events} changes on the target",
+        lambda: len(watcher.records) >= summary.events,
+        300,
+        lambda: f"{len(watcher.records)} so far; {feed.logs()}",
+    )
+    time.sleep(3)  # anything beyond would be a duplicate: give it a chance to show
+    return summary, balances
+
+
+def _assert_ledger(
+    watcher: TargetWatcher, summary: Any, balances: dict[int, int], feed: Any
+) -> None:
+    """What every Kafka test here checks of what the watcher read (module docstring)."""
+    assert watcher.error is None, watcher.error
+    assert not watcher.torn, f"partial transactions were visible: {watcher.torn[:5]}"
+    verify_bank(watcher.records, summary, balances).assert_ok(feed.logs())
+    assert len(watcher.records) == summary.events
+    feed.assert_running()
+
+
 def test_bank_into_kafka_in_commit_order_across_sorter_and_sink_kills(
     clusters, services, topic_factory, unique
 ):
@@ -133,33 +168,14 @@ def test_bank_into_kafka_in_commit_order_across_sorter_and_sink_kills(
         sorter = feed.sorters[0]
         sorter.kill()
         sorter.start()
-        seen = len(watcher.records)
-        _wait_for(
-            "the target moves again after the sorter's restart",
-            lambda: len(watcher.records) > seen + 2_000,
-            180,
-            feed.logs,
-        )
+        _moves("the target moves again after the sorter's restart", watcher, feed)
         sink = feed.sinks[0]
         sink.kill()
         sink.start()
-        writer.join(600)
-        assert "result" in written, "the bank workload did not finish"
-        summary, balances = written["result"]
-        _wait_for(
-            f"all {summary.events} changes on the target",
-            lambda: len(watcher.records) >= summary.events,
-            300,
-            lambda: f"{len(watcher.records)} so far; {feed.logs()}",
-        )
-        time.sleep(2)  # anything beyond would be a duplicate: give it a chance to show
+        summary, balances = _all_on_target(watcher, writer, written, feed)
     finally:
         watcher.stop()
-    assert watcher.error is None, watcher.error
-    assert not watcher.torn, f"partial transactions were visible: {watcher.torn[:5]}"
-    verify_bank(watcher.records, summary, balances).assert_ok(feed.logs())
-    assert len(watcher.records) == summary.events
-    feed.assert_running()
+    _assert_ledger(watcher, summary, balances, feed)
 
 
 @pytest.fixture
@@ -291,43 +307,26 @@ def test_bank_into_kafka_across_puller_kills_a_paused_puller_and_every_process_a
             skew_partition=3, skew_ms=300, rate=1500.0,
         )  # fmt: skip
 
-    def moves(what: str, by: int = 4_000) -> None:
-        seen = len(watcher.records)
-        _wait_for(what, lambda: len(watcher.records) > seen + by, 180, feed.logs)
-
     writer = threading.Thread(target=workload, daemon=True)
     writer.start()
     try:
-        moves("the first transfers on the target", 2_000)
+        _moves("the first transfers on the target", watcher, feed)
         first, second = feed.pullers
         first.kill()
         time.sleep(1.0)
         first.start()
-        moves("the target moves after a puller's restart")
+        _moves("the target moves after a puller's restart", watcher, feed, 4_000)
         second.pause()  # past the 6 s session: its tasks move, it is fenced
         time.sleep(12)
         second.resume()
-        moves("the target moves after a paused puller came back")
+        _moves("the target moves after a paused puller came back", watcher, feed, 4_000)
         everyone = [first, second, feed.sorters[0], feed.sinks[0]]
         for process in everyone:
             process.kill()
         time.sleep(2.0)
         for process in everyone:
             process.start()
-        writer.join(600)
-        assert "result" in written, "the bank workload did not finish"
-        summary, balances = written["result"]
-        _wait_for(
-            f"all {summary.events} changes on the target",
-            lambda: len(watcher.records) >= summary.events,
-            300,
-            lambda: f"{len(watcher.records)} so far; {feed.logs()}",
-        )
-        time.sleep(3)  # anything beyond would be a duplicate: give it a chance to show
+        summary, balances = _all_on_target(watcher, writer, written, feed)
     finally:
         watcher.stop()
-    assert watcher.error is None, watcher.error
-    assert not watcher.torn, f"partial transactions were visible: {watcher.torn[:5]}"
-    verify_bank(watcher.records, summary, balances).assert_ok(feed.logs())
-    assert len(watcher.records) == summary.events
-    feed.assert_running()
+    _assert_ledger(watcher, summary, balances, feed)
