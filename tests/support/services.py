@@ -68,11 +68,21 @@ def _kill_live() -> None:
             proc.kill()
 
 
+_GIVEN_PORTS: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port nothing listens on right now (bind port 0, read it, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port nothing listens on right now (bind port 0, read it, close), and never
+    one this test run handed out before: the kernel may offer a port again as soon as it
+    is closed, and two services started together then collided (a coordinator's REST
+    port was its neighbour's metrics port: "Address already in use")."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _GIVEN_PORTS:
+            _GIVEN_PORTS.add(port)
+            return port
 
 
 def feed_name(text: str) -> str:
