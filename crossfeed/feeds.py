@@ -10,6 +10,7 @@ to fix; the services trust a FeedSpec they are given.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlparse
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from crossfeed.config.errors import ConfigError, from_validation_error, read_yaml
 from crossfeed.core.topic_selection import TopicSelector, rename
+from crossfeed.wire.topics import captured as captured_topic
 
 FEED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
@@ -64,6 +66,19 @@ class FeedOptions(BaseModel):
         alias="postgres.auto.create",
         description="PostgreSQL sink: create missing tables and columns from the change "
         "events; false: such changes go to the DLQ",
+    )
+    input: Literal["crossfeed", "debezium"] = Field(
+        "crossfeed",
+        alias="input",
+        description="ordered feeds: what writes the source topics: crossfeed's change "
+        "producer, or Debezium (its data topics; the order comes from its transaction topic); "
+        "also --input on the command line",
+    )
+    debezium_topic_prefix: str | None = Field(
+        None,
+        alias="debezium.topic.prefix",
+        description="--input debezium: the connector's topic.prefix (its transaction topic is "
+        "<prefix>.transaction); default: the topics' first name up to its first '.'",
     )
     syncpoint_interval_s: float = Field(
         10.0,
@@ -175,6 +190,31 @@ class FeedSpec(BaseModel):
         SinkUri.parse(value)
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _input_option(cls, data: Any) -> Any:
+        """``input`` may be given beside the other fields (``--input``); it is kept among
+        the options. Debezium input is captured in one stream (its commit order), so by
+        one puller task."""
+        if not isinstance(data, dict):
+            return data
+        config = data.get("config")
+        if config is None:
+            config = {}
+        if not isinstance(config, dict):
+            return data
+        config = dict(config)
+        if "input" in data:
+            data = dict(data)
+            config["input"] = data.pop("input")
+        if config.get("input") == "debezium" and not (
+            {"staging.partitions", "staging_partitions"} & set(config)
+        ):
+            config["staging.partitions"] = 1
+        if config or "config" in data:
+            data = {**data, "config": config}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> FeedSpec:
         TopicSelector(self.topics, self.exclude)  # raises ValueError naming a bad regex
@@ -197,7 +237,20 @@ class FeedSpec(BaseModel):
             raise ValueError(
                 "an ordered feed into Kafka names its target topic: kafka://dc-b/TOPIC"
             )
+        if self.input == "debezium":
+            if self.mode != "ordered":
+                raise ValueError("--input debezium needs --mode ordered")
+            if self.config.staging_partitions != 1:
+                raise ValueError(
+                    "--input debezium is captured in commit order by one puller task: "
+                    "leave staging.partitions out (it is 1)"
+                )
         return self
+
+    @property
+    def input(self) -> str:
+        """What writes the source topics: ``crossfeed`` or ``debezium``."""
+        return self.config.input
 
     @property
     def sink(self) -> SinkUri:
@@ -207,8 +260,26 @@ class FeedSpec(BaseModel):
     def selector(self) -> TopicSelector:
         return TopicSelector(self.topics, self.exclude)
 
+    def read_topics(self, names: Iterable[str]) -> list[str]:
+        """The topics among ``names`` (of the source) that the feed's puller reads: the
+        selected ones; with Debezium input, the one topic its capture writes in commit
+        order (services/puller/capture.py), never Debezium's own."""
+        if self.input == "debezium":
+            captured = captured_topic(self.name)
+            return [captured] if captured in names else []
+        return self.selector.select(names)
+
     def target_topic(self, source_topic: str) -> str:
         return rename(source_topic, self.rename_format)
+
+    def debezium_prefix(self) -> str:
+        """--input debezium: the connector's topic prefix (``debezium.topic.prefix``, else
+        the first topic pattern's name up to its first ``.``: ``pg1\\.public\\..*`` ->
+        ``pg1``)."""
+        if self.config.debezium_topic_prefix:
+            return self.config.debezium_topic_prefix
+        head = self.topics[0].replace("\\.", ".")
+        return re.split(r"[.^$*+?()\[\]{}|\\]", head, maxsplit=1)[0]
 
 
 def parse_feed(data: dict[str, Any], where: str) -> FeedSpec:

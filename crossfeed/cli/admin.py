@@ -137,6 +137,12 @@ def create(
     topics: list[str] = TopicsOpt,
     exclude: list[str] = ExcludeOpt,
     mode: Optional[str] = typer.Option(None, "--mode", help="mirror (default) or ordered"),  # noqa: UP045
+    input_: Optional[str] = typer.Option(  # noqa: UP045
+        None,
+        "--input",
+        help="ordered feeds: crossfeed (default: its change producer) or debezium "
+        "(Debezium's topics, in the order of its transaction topic)",
+    ),
     rename_format: Optional[str] = RenameOpt,  # noqa: UP045
     start: Optional[str] = typer.Option(None, "--start", help="earliest (default) or latest"),  # noqa: UP045
     config: list[str] = ConfigOpt,
@@ -153,6 +159,7 @@ def create(
             "source": source,
             "sink-uri": sink_uri,
             "mode": mode,
+            "input": input_,
             "rename-format": rename_format,
             "start": start,
             "topics": topics,

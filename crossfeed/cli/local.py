@@ -10,6 +10,7 @@ from crossfeed.extras import require
 from crossfeed.local import stack
 from crossfeed.local.kafka import SetupMissing
 from crossfeed.local.postgres import PORT as POSTGRES_PORT
+from crossfeed.local.postgres import SOURCE_PORT
 
 app = typer.Typer(help="Run two local Kafka clusters (dc-a, dc-b) and PostgreSQL on loopback.")
 
@@ -18,18 +19,30 @@ app = typer.Typer(help="Run two local Kafka clusters (dc-a, dc-b) and PostgreSQL
 @clean_errors
 def up(
     no_postgres: bool = typer.Option(False, "--no-postgres", help="Kafka clusters only"),
+    cdc: bool = typer.Option(
+        False,
+        "--cdc",
+        help="the capture side too: a source PostgreSQL (127.0.0.1:15432, wal_level=logical) "
+        "and Kafka Connect with Debezium (REST 127.0.0.1:18083) writing to dc-a",
+    ),
 ) -> None:
     """Start dc-a (127.0.0.1:19092), dc-b (127.0.0.1:29092) and PostgreSQL (127.0.0.1:25432)."""
-    if not no_postgres:
+    if not no_postgres or cdc:
         require("postgres", "the local stack's PostgreSQL (or: crossfeed local up --no-postgres)")
     try:
-        ids = stack.up(postgres=not no_postgres)
+        ids = stack.up(postgres=not no_postgres, cdc=cdc)
     except (stack.StackError, SetupMissing) as err:
         fail(str(err))
     for alias, cluster_id in ids.items():
         out_console.print(f"{alias} up, cluster.id {cluster_id}", highlight=False)
     if not no_postgres:
         out_console.print(f"postgres up on 127.0.0.1:{POSTGRES_PORT}", highlight=False)
+    if cdc:
+        out_console.print(
+            f"postgres-a (source) up on 127.0.0.1:{SOURCE_PORT}; Kafka Connect with Debezium "
+            f"on {stack.connect_worker().url}",
+            highlight=False,
+        )
     out_console.print(f"wrote {paths.local_config()}", highlight=False)
 
 

@@ -7,7 +7,7 @@ from typing import Any, Optional
 import typer
 
 from crossfeed import __version__
-from crossfeed.cli import admin, feed_ops, local, services
+from crossfeed.cli import admin, cdc, feed_ops, local, services
 from crossfeed.cli.common import State, clean_errors
 from crossfeed.extras import require
 
@@ -53,6 +53,7 @@ def version() -> None:
 
 
 app.add_typer(local.app, name="local")
+app.add_typer(cdc.app, name="cdc")
 
 app.add_typer(admin.changefeed, name="changefeed")  # feed_ops adds update and restart
 app.add_typer(feed_ops.capture, name="capture")

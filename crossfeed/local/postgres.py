@@ -1,4 +1,6 @@
-"""The project's own PostgreSQL instance (initdb + pg_ctl from Debian's packages)."""
+"""The project's own PostgreSQL instances (initdb + pg_ctl from Debian's packages): the
+target database on the dc-b side, and with ``crossfeed local up --cdc`` a source database
+on the dc-a side (``wal_level=logical``) that Debezium captures."""
 
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ from pathlib import Path
 from crossfeed import paths
 
 PORT = 25432 + paths.port_offset()
+SOURCE_PORT = 15432 + paths.port_offset()
 USER = "crossfeed"
 DATABASE = "crossfeed"
 URI = f"postgresql://{USER}@127.0.0.1:{PORT}/{DATABASE}"
+SOURCE_URI = f"postgresql://{USER}@127.0.0.1:{SOURCE_PORT}/{DATABASE}"
 
 
 def _bin(name: str) -> str:
@@ -44,11 +48,21 @@ def _run_as() -> list[str]:
 
 
 class Postgres:
-    """Data under ``.crossfeed/postgres``, on 127.0.0.1:25432 (+ port offset) only."""
+    """Data under ``.crossfeed/<name>``, on 127.0.0.1:<port> only. The target instance is
+    ``Postgres()``; the capture side's source is :func:`source` (logical decoding on)."""
+
+    def __init__(self, name: str = "postgres", port: int = PORT, logical: bool = False) -> None:
+        self.name = name
+        self.port = port
+        self.logical = logical
+
+    @property
+    def uri(self) -> str:
+        return f"postgresql://{USER}@127.0.0.1:{self.port}/{DATABASE}"
 
     @property
     def dir(self) -> Path:
-        return paths.home() / "postgres"
+        return paths.home() / self.name
 
     @property
     def data(self) -> Path:
@@ -103,9 +117,13 @@ class Postgres:
         self.log_file.touch()
         self._own()
         options = (
-            f"-p {PORT} -c listen_addresses=127.0.0.1 -k {self.dir} "
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} "
             "-c fsync=off -c max_connections=100"
         )
+        if self.logical:
+            # Debezium reads the log through a replication slot (pgoutput); a benchmark
+            # compares with PostgreSQL's own logical replication, which needs the same.
+            options += " -c wal_level=logical -c max_replication_slots=10 -c max_wal_senders=10"
         subprocess.run(
             [
                 *_run_as(),
@@ -127,7 +145,7 @@ class Postgres:
         import psycopg
 
         with psycopg.connect(
-            f"postgresql://{USER}@127.0.0.1:{PORT}/postgres", autocommit=True
+            f"postgresql://{USER}@127.0.0.1:{self.port}/postgres", autocommit=True
         ) as conn:
             exists = conn.execute(
                 "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)
@@ -140,7 +158,7 @@ class Postgres:
 
         try:
             with psycopg.connect(
-                f"postgresql://{USER}@127.0.0.1:{PORT}/postgres", connect_timeout=2
+                f"postgresql://{USER}@127.0.0.1:{self.port}/postgres", connect_timeout=2
             ) as conn:
                 conn.execute("SELECT 1")
             return True
@@ -156,3 +174,8 @@ class Postgres:
             capture_output=True,
         )
         return True
+
+
+def source() -> Postgres:
+    """The dc-a side's database that Debezium captures (``crossfeed local up --cdc``)."""
+    return Postgres("postgres-a", SOURCE_PORT, logical=True)

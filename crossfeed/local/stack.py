@@ -1,8 +1,10 @@
 """``crossfeed local up|down|status|stop|start``: the two data centers on one machine.
 
 dc-a on 127.0.0.1:19092, dc-b on 127.0.0.1:29092 (each its own cluster id), and
-PostgreSQL on 127.0.0.1:25432. ``up`` is idempotent and waits until every part
-answers a real request; ``down`` leaves no process behind.
+PostgreSQL on 127.0.0.1:25432. With ``--cdc`` the capture side too: a source PostgreSQL on
+127.0.0.1:15432 (``wal_level=logical``) and a Kafka Connect worker writing to dc-a with the
+Debezium PostgreSQL connector, REST on 127.0.0.1:18083. ``up`` is idempotent and waits
+until every part answers a real request; ``down`` leaves no process behind.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ import yaml
 
 from crossfeed import paths
 from crossfeed.kafka import clients
-from crossfeed.local import processes
+from crossfeed.local import postgres, processes
+from crossfeed.local.connect import ConnectWorker
 from crossfeed.local.kafka import KafkaNode
-from crossfeed.local.postgres import PORT as POSTGRES_PORT
 from crossfeed.local.postgres import URI as POSTGRES_URI
 from crossfeed.local.postgres import Postgres
 
@@ -26,6 +28,12 @@ CLUSTERS = (
     KafkaNode("dc-b", 29092 + _OFF, 29093 + _OFF),
 )
 READY_TIMEOUT_S = 60.0
+CONNECT_READY_TIMEOUT_S = 120.0  # a JVM loading Connect and its plugins on 2 cores
+
+
+def connect_worker() -> ConnectWorker:
+    """The capture side's Connect worker (its Kafka cluster is dc-a)."""
+    return ConnectWorker(CLUSTERS[0].bootstrap)
 
 
 class StackError(RuntimeError):
@@ -64,7 +72,7 @@ def _wait_kafka(kafka: KafkaNode, deadline: float) -> str:
 
 def write_local_config() -> None:
     """``.crossfeed/local.yaml``: the aliases every later command uses with no flags."""
-    config = {
+    config: dict[str, object] = {
         "clusters": {c.alias: {"bootstrap.servers": c.bootstrap} for c in CLUSTERS},
         "postgres": POSTGRES_URI,
         "control_cluster": "dc-b",
@@ -76,24 +84,51 @@ def write_local_config() -> None:
     )
 
 
-def up(*, postgres: bool = True) -> dict[str, str]:
-    """Start what is not running, wait for all; returns alias -> cluster.id."""
+def up(*, postgres: bool = True, cdc: bool = False) -> dict[str, str]:
+    """Start what is not running, wait for all; returns alias -> cluster.id. ``cdc``: the
+    capture side too (source PostgreSQL, Connect with Debezium)."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     for kafka in CLUSTERS:
         kafka.start()
-    pg = Postgres()
-    if postgres:
+    databases = ([Postgres()] if postgres else []) + ([_source_pg()] if cdc else [])
+    for pg in databases:
         pg.start()
     ids = {kafka.alias: _wait_kafka(kafka, deadline) for kafka in CLUSTERS}
-    if postgres:
+    if cdc:
+        connect_worker().start()  # dc-a answers: Connect can make its topics
+    for pg in databases:
         if not processes.wait_until(pg.answers, max(1.0, deadline - time.monotonic())):
             raise StackError(
-                f"PostgreSQL did not answer SELECT 1 on 127.0.0.1:{POSTGRES_PORT} within "
+                f"PostgreSQL did not answer SELECT 1 on 127.0.0.1:{pg.port} within "
                 f"{READY_TIMEOUT_S:.0f}s; see {pg.log_file}:\n{processes.tail(pg.log_file)}"
             )
         pg.ensure_database()
+    if cdc:
+        _wait_connect(connect_worker())
     write_local_config()
     return ids
+
+
+def _source_pg() -> Postgres:
+    return postgres.source()
+
+
+def _wait_connect(worker: ConnectWorker) -> None:
+    deadline = time.monotonic() + CONNECT_READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if worker.pid() is None:
+            raise StackError(
+                f"Kafka Connect exited during start-up; see {worker.log_file}:\n"
+                f"{processes.tail(worker.log_file)}"
+            )
+        if worker.answers():
+            return
+        time.sleep(1.0)
+    raise StackError(
+        f"Kafka Connect did not list the Debezium connector on {worker.url} within "
+        f"{CONNECT_READY_TIMEOUT_S:.0f}s; see {worker.log_file}:\n"
+        f"{processes.tail(worker.log_file)}"
+    )
 
 
 def start(alias: str) -> str:
@@ -110,9 +145,11 @@ def stop(alias: str, *, hard: bool = False) -> bool:
 
 def down() -> list[str]:
     """Stop everything; returns what was stopped."""
-    stopped = [k.alias for k in CLUSTERS if k.stop()]
-    if Postgres().stop():
-        stopped.append("postgres")
+    stopped = ["connect"] if connect_worker().stop() else []
+    stopped += [k.alias for k in CLUSTERS if k.stop()]
+    for pg in (Postgres(), _source_pg()):
+        if pg.stop():
+            stopped.append(pg.name)
     return stopped
 
 
@@ -142,18 +179,34 @@ def status() -> list[PartStatus]:
                 str(kafka.log_file),
             )
         )
-    pg = Postgres()
-    running = pg.running()
-    parts.append(
-        PartStatus(
-            "postgres",
-            f"127.0.0.1:{POSTGRES_PORT}",
-            _pg_pid(pg) if running else None,
-            running and pg.answers(),
-            POSTGRES_URI if running else "",
-            str(pg.log_file),
+    for pg in (Postgres(), _source_pg()):
+        running = pg.running()
+        if pg.logical and not running and not pg.data.exists():
+            continue  # the capture side was never started (crossfeed local up --cdc)
+        parts.append(
+            PartStatus(
+                pg.name,
+                f"127.0.0.1:{pg.port}",
+                _pg_pid(pg) if running else None,
+                running and pg.answers(),
+                pg.uri if running else "",
+                str(pg.log_file),
+            )
         )
-    )
+    worker = connect_worker()
+    pid = worker.pid()
+    if pid is not None or worker.dir.exists():
+        answering = pid is not None and worker.answers()
+        parts.append(
+            PartStatus(
+                "connect",
+                f"127.0.0.1:{worker.port}",
+                pid,
+                answering,
+                "Debezium PostgreSQL connector" if answering else "",
+                str(worker.log_file),
+            )
+        )
     return parts
 
 

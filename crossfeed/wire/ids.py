@@ -23,3 +23,14 @@ def puller_transactional_id(feed: str, task: int) -> str:
 
 def sink_transactional_id(feed: str, instance: str) -> str:
     return f"crossfeed-sink.{feed}.{instance}"
+
+
+def capture_group(feed: str) -> str:
+    """Debezium input: the group whose committed offsets are the capture's positions in
+    Debezium's topics (never joined: the capture assigns its partitions)."""
+    return f"crossfeed-capture.{feed}"
+
+
+def capture_transactional_id(feed: str) -> str:
+    """Debezium input: one capture per feed; a new one fences the previous."""
+    return f"crossfeed-capture.{feed}"

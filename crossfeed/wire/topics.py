@@ -74,6 +74,8 @@ def internal_config(topic: str) -> dict[str, str]:
         return staging_config()
     if topic.startswith("_crossfeed.") and topic.endswith(".sorted"):
         return sorted_config()
+    if topic.startswith("_crossfeed.") and topic.endswith(".captured"):
+        return staging_config()
     raise ValueError(f"{topic!r} is not one of crossfeed's internal topics")
 
 
@@ -86,6 +88,13 @@ def changes(feed: str) -> str:
 def sorted_(feed: str) -> str:
     """Ordered feeds: the sorter's output topic for ``feed`` (on the target cluster)."""
     return f"_crossfeed.{feed}.sorted"
+
+
+def captured(feed: str) -> str:
+    """Ordered feeds with Debezium input: Debezium's events in commit order with crossfeed's
+    ordering headers, on the *source* cluster (services/puller/capture.py); the feed's
+    puller reads it as an ordered feed reads a change producer's topic."""
+    return f"_crossfeed.{feed}.captured"
 
 
 def is_internal(topic: str) -> bool:

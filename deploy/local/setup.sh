@@ -2,8 +2,8 @@
 # Installs everything crossfeed needs on this machine, idempotently and from caches:
 #   1. PostgreSQL server binaries (Debian's postgresql) if initdb is absent;
 #   2. the Python virtualenv .venv with the pinned dependencies (constraints.txt);
-#   3. the JVM classpaths from Maven Central: Kafka broker/tools/MirrorMaker 2, and
-#      Spark's Kafka connector (deploy/maven/*/pom.xml).
+#   3. the JVM classpaths from Maven Central: Kafka broker/tools/MirrorMaker 2/Connect,
+#      Spark's Kafka connector and the Debezium PostgreSQL connector (deploy/maven/*/pom.xml).
 # A step whose inputs did not change since its last success is skipped (stamp files
 # in .crossfeed/lib and .venv), so a warm run takes about a second and works offline.
 set -euo pipefail
@@ -65,5 +65,16 @@ if [ ! -f "$LIB/spark.stamp" ] || [ "$(cat "$LIB/spark.stamp")" != "$spark_stamp
     say "WARNING: $(cat "$LIB/spark.missing"); the sorter is unavailable"
   fi
   echo "$spark_stamp" > "$LIB/spark.stamp"
+fi
+debezium_stamp=$(stamp_of deploy/maven/debezium/pom.xml)
+if [ ! -f "$LIB/debezium.stamp" ] || [ "$(cat "$LIB/debezium.stamp")" != "$debezium_stamp" ]; then
+  say "resolving the Debezium PostgreSQL connector (Maven Central)"
+  rm -rf "$LIB/debezium"
+  # Debezium's parent POM names Confluent's repository, which is not reachable here:
+  # Maven logs "Unknown host" for it and resolves everything from Maven Central.
+  $MVN -f deploy/maven/debezium/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+    -DoutputDirectory="$LIB/debezium/debezium-connector-postgres" >"$LIB/debezium.mvn.log" 2>&1 ||
+    { cat "$LIB/debezium.mvn.log"; echo "setup: could not resolve the Debezium connector" >&2; exit 1; }
+  echo "$debezium_stamp" > "$LIB/debezium.stamp"
 fi
 say "ready"

@@ -25,6 +25,7 @@ FIXED: dict[str, Callable[[FeedSpec], Any]] = {
     "mode": lambda s: s.mode,
     "start": lambda s: s.start,
     "staging.partitions": lambda s: s.config.staging_partitions,
+    "input": lambda s: s.config.input,
 }
 
 

@@ -46,7 +46,7 @@ class Discovery:
         target_counts = {} if ordered else kafka_topics.partition_counts(self.target)
         new: set[TopicPartition] = set()
         self.waiting.clear()
-        selected = self.feed.selector.select(source_counts)
+        selected = self.feed.read_topics(source_counts)
         for gone in set(self.errors) - set(selected):  # deleted or no longer selected
             del self.errors[gone]
         changed = [topic for topic in selected if self.ready.get(topic) != source_counts[topic]]

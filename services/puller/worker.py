@@ -33,6 +33,7 @@ from crossfeed.kafka.reachability import Reachability, wait_for_cluster
 from crossfeed.kafka.targets import TargetTopics
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
 from crossfeed.services.puller import metrics
+from crossfeed.services.puller.capture import Capture
 from crossfeed.services.puller.copies import Route
 from crossfeed.services.puller.discovery import Discovery
 from crossfeed.services.puller.membership import CoordinatorMembership, GroupMembership
@@ -105,6 +106,8 @@ class PullerWorker:
         # How long a transaction may stay open (commit_interval_ms; each read sets it).
         self.interval_s = settings.puller.commit_interval_ms / 1000
         self.last_metrics = 0.0
+        # Debezium input: the capture runs where the feed's one task runs (capture.py).
+        self.capture: Capture | None = None
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -136,6 +139,10 @@ class PullerWorker:
         if self.feed.mode == "mirror":
             kafka_topics.ensure_internal(target_admin, topics.OFFSET_SYNCS)
         self.targets = TargetTopics(target_admin)
+        if self.feed.input == "debezium":  # the task reads it from the start
+            kafka_topics.ensure_internal(
+                clients.admin(self.source_conf), topics.captured(self.feed.name)
+            )
         self.discovery = Discovery(self.feed, clients.admin(self.source_conf), target_admin)
         self.discovery.refresh()
         self.last_refresh = time.monotonic()
@@ -399,6 +406,9 @@ class PullerWorker:
             starts.append(KafkaTP(tp.topic, tp.partition, offset))
             self.route[(tp.topic, tp.partition)] = (task, state)
         self.tasks[s] = task
+        if self.feed.input == "debezium" and self.capture is None:
+            self.capture = Capture(self.feed, self.source_conf, self.ctx.source_cluster_id)
+            self.capture.start()
         metrics.TASKS.labels(self.feed.name).set(len(self.tasks))
         if starts:
             self.reader.incremental_assign(starts)
@@ -489,6 +499,9 @@ class PullerWorker:
         task = self.tasks.pop(s, None)
         if task is None:
             return
+        if self.capture is not None and not self.tasks:
+            self.capture.stop()  # the new owner of the task runs it now
+            self.capture = None
         if task.pending is not None:  # a commit under way: its outcome first
             failure = task.pending.result()
             task.pending = task.pending_since = None
@@ -690,7 +703,10 @@ class PullerWorker:
     def status(self) -> dict[str, Any]:
         discovery = self.discovery
         problem = self._problem()
-        return {
+        capture = self.capture.status() if self.capture is not None else None
+        if problem is None and capture is not None and capture["problem"]:
+            problem = f"capture: {capture['problem']}"
+        answer: dict[str, Any] = {
             "role": "puller",
             "instance": self.instance_id,
             "feed": self.feed.name,
@@ -706,6 +722,9 @@ class PullerWorker:
                 for task, state in sorted(self.route.values(), key=lambda found: found[1].tp)
             },
         }
+        if capture is not None:
+            answer["capture"] = capture
+        return answer
 
 
 def _positions_text(starts: list[KafkaTP], most: int = 8) -> str:

@@ -183,7 +183,7 @@ class SorterWorker:
         while not stop.is_set():
             try:
                 meta = admin.list_topics(timeout=10)
-                selected = self.feed.selector.select(meta.topics)
+                selected = self.feed.read_topics(meta.topics)
                 broken = [n for n in selected if meta.topics[n].error is not None]
                 if broken:  # a partial listing must not make partitions look removed
                     raise RuntimeError(f"topics {broken} could not be described")

@@ -162,6 +162,16 @@ class TestSql:
             "double": "double precision",
             "string": "text",
             "bytes": "bytea",
+            "int16": "smallint",
+            "int32": "integer",
+            "float": "real",
+            "numeric": "numeric",
+            "date": "date",
+            "time": "time without time zone",
+            "timestamp": "timestamp without time zone",
+            "timestamptz": "timestamp with time zone",
+            "uuid": "uuid",
+            "jsonb": "jsonb",
         }
 
     def test_ident_quotes(self) -> None:

@@ -24,8 +24,20 @@ PG_TYPES: Final[Mapping[str, str]] = {
     "double": "double precision",
     "string": "text",
     "bytes": "bytea",
+    # Debezium input (debezium.py): the Connect types crossfeed's ChangeEvent does not have.
+    "int16": "smallint",
+    "int32": "integer",
+    "float": "real",
+    "numeric": "numeric",
+    "date": "date",
+    "time": "time without time zone",
+    "timestamp": "timestamp without time zone",
+    "timestamptz": "timestamp with time zone",
+    "uuid": "uuid",
+    "jsonb": "jsonb",
 }
-"""ChangeEvent column type (Avro) -> PostgreSQL type (as information_schema names it)."""
+"""Column type -> PostgreSQL type (as format_type names it): ChangeEvent's Avro types, then
+those of Debezium input."""
 
 
 class Misfit(ValueError):
@@ -56,7 +68,7 @@ class RowChange:
     (object.__setattr__ per field), made once per row change."""
 
     table: str
-    op: str
+    op: str  # upsert, delete, ddl, or truncate (Debezium input: every row at or below it)
     key: tuple[Any, ...]  # primary-key values, in key order
     values: Mapping[str, Any]  # upsert: column -> value (key columns included)
     commit_ts: int
@@ -260,7 +272,7 @@ def plan(
         have = existing.columns.get(column.name)
         if have is None:
             missing.append(column)
-        elif have != column.pg_type:
+        elif have.split("(", 1)[0] != column.pg_type:  # numeric(12,2) is a numeric
             raise Misfit(
                 "TypeMismatch",
                 f"column {schema_name}.{table}.{column.name} is {have} but the change's "
@@ -395,10 +407,16 @@ def column_arrays(
     the database would have made the same double of the int)."""
     arrays = [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in types]
     for i, kind in enumerate(types):
-        if kind == "double":
+        if kind in ("double", "float"):
             arrays[i] = [v if v is None or type(v) is float else float(v) for v in arrays[i]]
     arrays.append(list(commit_ts))
     return arrays
+
+
+def truncate(schema_name: str, table: str) -> str:
+    """A source TRUNCATE: every row at or below the change's commit_ts (last writer wins,
+    as for a delete); parameter: the commit_ts."""
+    return f"DELETE FROM {qualified(schema_name, table)} WHERE {ident(COMMIT_TS_COLUMN)} <= %s"
 
 
 def bookkeeping_ddl(schema_name: str) -> list[str]:

@@ -64,6 +64,7 @@ from crossfeed.services.sink.ordered_base import (
 )
 from crossfeed.services.sink.postgres import mapping
 from crossfeed.services.sink.postgres.batch import Batch
+from crossfeed.services.sink.postgres.debezium import DebeziumMounter
 from crossfeed.services.sink.postgres.fastmount import FastMounter
 from crossfeed.services.sink.postgres.mapping import Misfit, RowChange, TableSchema
 from crossfeed.services.sink.sorted_stream import (
@@ -122,6 +123,8 @@ class PostgresSink(OrderedSink):
         self.conn: psycopg.Connection[Any] | None = None
         self.tables: dict[str, TableSchema | None] = {}
         self.mounter = mapping.Mounter()
+        # Debezium input: its envelopes, mapped by the Connect schema in each event.
+        self.debezium = DebeziumMounter() if feed.input == "debezium" else None
         self.fast = FastMounter(codec.fingerprint("ChangeEvent"))
         # (table, schema_version, shape) known to fit the table as cached in self.tables
         self.fitted: set[tuple[str, int, tuple[str, tuple[str, ...]]]] = set()
@@ -343,7 +346,20 @@ class PostgresSink(OrderedSink):
             self._execute("SAVEPOINT cf_row")
         value = msg.value()
         try:
-            change = self._mount(value, open_txn.position.commit_ts)
+            if self.debezium is None:
+                change = self._mount(value, open_txn.position.commit_ts)
+            else:
+                mounted = self.debezium.mount(msg.key(), value, open_txn.position.commit_ts)
+                if mounted is None:  # nothing to apply (a tombstone, a message)
+                    if careful:
+                        self._execute("RELEASE SAVEPOINT cf_row")
+                    return
+                change = mounted
+            if change.op == "truncate":
+                self._truncate(change)
+                if careful:
+                    self._execute("RELEASE SAVEPOINT cf_row")
+                return
             self._fit(change)
             if careful and change.op != "ddl":
                 batch = Batch()
@@ -384,6 +400,20 @@ class PostgresSink(OrderedSink):
         except CodecError as err:
             raise Misfit("UndecodableValue", f"not a ChangeEvent: {err}") from None
         return self.mounter.mount(event, commit_ts)
+
+    def _truncate(self, change: RowChange) -> None:
+        """A source TRUNCATE, where it stands in the order: what came before is written
+        first, inside the open transaction's savepoint (a cut short takes it back)."""
+        self._spill_open()
+        if self._table(change.table) is None:
+            return  # nothing was ever written there
+        assert self.conn is not None
+        try:
+            self.conn.execute(mapping.truncate(self.schema, change.table), (change.commit_ts,))
+        except LOST:
+            raise
+        except psycopg.Error as err:
+            raise Refused(f"the database refused a truncate: {err}") from err
 
     def _complete(self) -> None:
         """The open source transaction is whole: its changes join the batch."""

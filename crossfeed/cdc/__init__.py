@@ -1,0 +1,1 @@
+"""Change data capture with Debezium on Kafka Connect: the connector crossfeed needs."""

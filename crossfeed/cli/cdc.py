@@ -1,0 +1,128 @@
+"""``crossfeed cdc add|config|status|remove``: the Debezium PostgreSQL connector on Kafka
+Connect, configured as ``--input debezium`` feeds need it (crossfeed/cdc/connector.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from crossfeed.cdc import connector
+from crossfeed.cdc.connect_api import ConnectError
+from crossfeed.cli.common import clean_errors, fail, out_console
+from crossfeed.local.connect import REST_PORT
+from crossfeed.local.postgres import SOURCE_URI
+
+app = typer.Typer(help="Capture a PostgreSQL database with Debezium on Kafka Connect.")
+
+DEFAULT_CONNECT = f"http://127.0.0.1:{REST_PORT}"
+ConnectOpt = typer.Option(
+    DEFAULT_CONNECT, "--connect", help="Kafka Connect's REST URL (default: the local stack's)"
+)
+
+
+def _config(
+    database: str, prefix: str, tables: list[str], heartbeat_ms: int, replication_factor: int
+) -> dict[str, str]:
+    try:
+        return connector.connector_config(
+            database,
+            prefix,
+            tables=tables or None,
+            heartbeat_ms=heartbeat_ms,
+            replication_factor=replication_factor,
+        )
+    except ValueError as err:
+        fail(str(err))
+
+
+DatabaseOpt = typer.Option(
+    SOURCE_URI,
+    "--database",
+    help="postgresql://USER[:PASSWORD]@HOST:PORT/DB (default: the local stack's source, "
+    "crossfeed local up --cdc); the server needs wal_level=logical",
+)
+PrefixOpt = typer.Option(..., "--prefix", help="topic prefix: topics are PREFIX.SCHEMA.TABLE")
+TablesOpt = typer.Option([], "--table", help="schema.table to capture (repeat; default all)")
+HeartbeatOpt = typer.Option(1000, "--heartbeat-ms", help="heartbeat interval (idle databases)")
+ReplicationOpt = typer.Option(
+    1, "--replication-factor", help="replication factor of the topics Connect creates"
+)
+
+
+@app.command()
+@clean_errors
+def add(
+    name: str = typer.Argument(..., help="connector name"),
+    prefix: str = PrefixOpt,
+    database: str = DatabaseOpt,
+    tables: list[str] = TablesOpt,
+    heartbeat_ms: int = HeartbeatOpt,
+    replication_factor: int = ReplicationOpt,
+    connect: str = ConnectOpt,
+) -> None:
+    """Register the Debezium connector for a database (or update it)."""
+    config = _config(database, prefix, tables, heartbeat_ms, replication_factor)
+    try:
+        connector.register(connect, name, config)
+    except ConnectError as err:
+        fail(str(err))
+    out_console.print(
+        f"connector {name} registered on {connect}: topics {prefix}.<schema>.<table>, "
+        f"transactions in {prefix}.transaction. Feed it with: crossfeed changefeed create "
+        f"NAME --mode ordered --input debezium --topics '{prefix}\\..*' --sink-uri ...",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@app.command("config")
+@clean_errors
+def show_config(
+    prefix: str = PrefixOpt,
+    database: str = DatabaseOpt,
+    tables: list[str] = TablesOpt,
+    heartbeat_ms: int = HeartbeatOpt,
+    replication_factor: int = ReplicationOpt,
+) -> None:
+    """Print the connector's JSON configuration, for a Connect cluster of your own."""
+    config = _config(database, prefix, tables, heartbeat_ms, replication_factor)
+    typer.echo(json.dumps(config, indent=2))
+
+
+@app.command()
+@clean_errors
+def status(
+    name: Optional[str] = typer.Argument(None, help="connector name (default: all)"),  # noqa: UP045
+    connect: str = ConnectOpt,
+) -> None:
+    """The state of the connector(s) and their task."""
+    try:
+        wanted = [name] if name else connector.names(connect)
+        for one in wanted:
+            found = connector.status(connect, one)
+            tasks = ", ".join(
+                f"task {t.get('id')} {t.get('state')}" for t in found.get("tasks", [])
+            )
+            state = found.get("connector", {}).get("state", "?")
+            out_console.print(f"{one}: {state}; {tasks or 'no task'}", highlight=False)
+    except ConnectError as err:
+        fail(str(err))
+    if not name and not wanted:
+        out_console.print("no connectors")
+
+
+@app.command()
+@clean_errors
+def remove(
+    name: str = typer.Argument(..., help="connector name"),
+    connect: str = ConnectOpt,
+) -> None:
+    """Delete the connector (its replication slot stays on the database: drop it with
+    SELECT pg_drop_replication_slot('crossfeed_<prefix>') once nothing needs it)."""
+    try:
+        connector.remove(connect, name)
+    except ConnectError as err:
+        fail(str(err))
+    out_console.print(f"connector {name} removed")

@@ -1,0 +1,130 @@
+"""The local stack's Kafka Connect worker (``crossfeed local up --cdc``): distributed mode,
+REST on 127.0.0.1 only, writing to dc-a, with the Debezium PostgreSQL connector in its
+``plugin.path``. Connect itself (connect-runtime, connect-json) is on the Kafka classpath
+``make setup`` resolves; the Debezium plugin's jars are ``.crossfeed/lib/debezium/``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from crossfeed import paths
+from crossfeed.cdc.connect_api import ConnectError, request
+from crossfeed.local import processes
+from crossfeed.local.kafka import HEAP, LOG4J2_PROPERTIES, SetupMissing, kafka_classpath
+
+REST_PORT = 18083 + paths.port_offset()
+GROUP_ID = "crossfeed-connect"
+# Connect's own topics on dc-a (one partition each is plenty for one worker).
+CONFIG_TOPIC = "_connect.configs"
+OFFSET_TOPIC = "_connect.offsets"
+STATUS_TOPIC = "_connect.status"
+
+
+def plugin_dir() -> Path:
+    """The worker's ``plugin.path``: one folder per plugin in it (Connect treats a jar at
+    its top as a plugin of its own), the Debezium connector's ``make setup`` resolved."""
+    return paths.lib_dir("debezium.stamp") / "debezium"
+
+
+@dataclass(frozen=True)
+class ConnectWorker:
+    """One Connect worker whose Kafka cluster is ``bootstrap`` (dc-a)."""
+
+    bootstrap: str
+    port: int = REST_PORT
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def dir(self) -> Path:
+        return paths.home() / "connect"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / "connect.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / "connect.pid"
+
+    @property
+    def properties_file(self) -> Path:
+        return self.dir / "connect-distributed.properties"
+
+    def pid(self) -> int | None:
+        return processes.running_pid(self.pid_file, str(self.properties_file))
+
+    def properties(self) -> str:
+        return "\n".join(
+            [
+                f"bootstrap.servers={self.bootstrap}",
+                f"group.id={GROUP_ID}",
+                f"config.storage.topic={CONFIG_TOPIC}",
+                f"offset.storage.topic={OFFSET_TOPIC}",
+                f"status.storage.topic={STATUS_TOPIC}",
+                "config.storage.replication.factor=1",
+                "offset.storage.replication.factor=1",
+                "offset.storage.partitions=1",
+                "status.storage.replication.factor=1",
+                "status.storage.partitions=1",
+                # JSON with schemas: no schema registry is needed (or served here).
+                "key.converter=org.apache.kafka.connect.json.JsonConverter",
+                "value.converter=org.apache.kafka.connect.json.JsonConverter",
+                "key.converter.schemas.enable=true",
+                "value.converter.schemas.enable=true",
+                # Source offsets flushed often: after a crash Debezium re-sends less.
+                "offset.flush.interval.ms=1000",
+                f"listeners=http://127.0.0.1:{self.port}",
+                "rest.advertised.host.name=127.0.0.1",
+                f"rest.advertised.port={self.port}",
+                f"plugin.path={plugin_dir()}",
+                "topic.creation.enable=true",
+                "",
+            ]
+        )
+
+    def start(self) -> int:
+        """Start the worker in the background (no wait); returns its pid."""
+        existing = self.pid()
+        if existing:
+            return existing
+        if not any(plugin_dir().glob("*/debezium-connector-postgres-*.jar")):
+            raise SetupMissing(
+                f"the Debezium PostgreSQL connector is not in {plugin_dir()}: run 'make setup'"
+            )
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.properties_file.write_text(self.properties())
+        (self.dir / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
+        cmd = [
+            "java",
+            *HEAP.split(),
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
+            "-cp",
+            kafka_classpath(),
+            "org.apache.kafka.connect.cli.ConnectDistributed",
+            str(self.properties_file),
+        ]
+        processes.rotate(self.log_file)
+        return processes.spawn(cmd, self.log_file, self.pid_file, dict(os.environ))
+
+    def stop(self, *, hard: bool = False) -> bool:
+        pid = self.pid()
+        if pid is None:
+            return False
+        processes.terminate(pid, hard=hard)
+        return True
+
+    def answers(self) -> bool:
+        """The REST API lists the Debezium PostgreSQL connector among its plugins."""
+        try:
+            plugins = request(self.url, "GET", "/connector-plugins")
+        except ConnectError:
+            return False
+        return any(p.get("class", "").endswith("PostgresConnector") for p in plugins)

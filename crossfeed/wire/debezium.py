@@ -1,0 +1,185 @@
+"""What crossfeed reads of Debezium's records (PostgreSQL connector, Connect's JSON converter
+with schemas): the transaction block of a data event, the BEGIN/END records of the
+transaction topic and the heartbeats. No I/O.
+
+Debezium writes, for topic prefix ``P`` (``topic.prefix``):
+
+* ``P.<schema>.<table>``: one data event per row change, ``{"schema": ..., "payload":
+  {"before", "after", "source", "transaction", "op", ...}}``. With
+  ``provide.transaction.metadata=true`` a streamed event's ``transaction`` block holds
+  ``id`` (``<xid>:<lsn>``, the LSN of *this event*: only the xid names the transaction),
+  ``total_order`` (1.. across the transaction) and ``data_collection_order`` (1.. per
+  table). Snapshot events (``op`` ``r``) have no block; ``source.snapshot`` says where in
+  the snapshot they are (``first`` ... ``last``).
+* ``P.transaction`` (one partition, in commit order): ``BEGIN`` and ``END`` records; only
+  END carries ``event_count`` and ``data_collections`` (events per table). The LSN in an
+  END's id is the transaction's commit LSN, which grows with commit order.
+* ``__debezium-heartbeat.P``: ``{"ts_ms": ...}`` every ``heartbeat.interval.ms``.
+
+The data events are read with a fast path (the converter writes the envelope's fields in
+schema order, and a ``"`` inside a JSON string is always escaped, so the last
+``"transaction":`` of the bytes is the envelope's); anything it does not recognise is
+parsed in full.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+TRANSACTION_SUFFIX: Final = ".transaction"
+HEARTBEAT_PREFIX: Final = "__debezium-heartbeat."
+
+_TXN_BLOCK = re.compile(
+    rb'"transaction":(?:null|\{"id":"(\d+):\d*","total_order":(\d+),'
+    rb'"data_collection_order":(\d+)\})'
+)
+_SNAPSHOT = re.compile(rb'"snapshot":(?:null|"([a-z_]+)")')
+
+
+class NotDebezium(ValueError):
+    """A record that is not what Debezium writes there; the message says what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class DataEvent:
+    """What ordering needs of one data event. ``xid`` None: no transaction block (a
+    snapshot row, or an event written without transaction metadata)."""
+
+    xid: str | None
+    total_order: int = 0
+    collection_order: int = 0
+    snapshot: str | None = None  # source.snapshot: first, true, last, ... (None: streamed)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnEnd:
+    """An END record of the transaction topic."""
+
+    xid: str
+    lsn: int  # the commit LSN: grows with commit order
+    event_count: int
+    collections: tuple[tuple[str, int], ...]  # (schema.table, events) as Debezium lists them
+    ts_us: int
+
+    @property
+    def txn_id(self) -> str:
+        """crossfeed's txn id: unique even when PostgreSQL reuses an xid."""
+        return f"{self.xid}.{self.lsn}"
+
+
+def transaction_topic(prefix: str) -> str:
+    return prefix + TRANSACTION_SUFFIX
+
+
+def heartbeat_topic(prefix: str) -> str:
+    return HEARTBEAT_PREFIX + prefix
+
+
+def collection_topic(prefix: str, collection: str) -> str:
+    """The data topic of ``schema.table`` under the default topic naming."""
+    return f"{prefix}.{collection}"
+
+
+def infer_prefix(topics: list[str]) -> str:
+    """The topic prefix of PostgreSQL data topics (``<prefix>.<schema>.<table>``); ValueError
+    when they disagree or none is given."""
+    prefixes = {t.rsplit(".", 2)[0] for t in topics if t.count(".") >= 2}
+    if len(prefixes) != 1:
+        found = ", ".join(sorted(prefixes)) or "none"
+        raise ValueError(
+            f"cannot tell Debezium's topic prefix from the topics {sorted(topics)} "
+            f"(prefixes found: {found}); set debezium.topic.prefix"
+        )
+    return prefixes.pop()
+
+
+def data_event(value: bytes | None) -> DataEvent:
+    """The ordering facts of a data event's value; NotDebezium if it is not one."""
+    if not value:
+        raise NotDebezium("no value (a tombstone)")
+    at = value.rfind(b'"transaction":')
+    snap_at = value.rfind(b'"snapshot":', 0, at if at >= 0 else len(value))
+    if at >= 0 and snap_at >= 0 and value.startswith(b'{"schema":'):
+        txn = _TXN_BLOCK.match(value, at)
+        snap = _SNAPSHOT.match(value, snap_at)
+        if txn is not None and snap is not None:
+            snapshot = _snapshot_phase(snap.group(1))
+            if txn.group(1) is None:
+                return DataEvent(None, snapshot=snapshot)
+            return DataEvent(txn.group(1).decode(), int(txn.group(2)), int(txn.group(3)), snapshot)
+    return _data_event_slow(value)
+
+
+def _snapshot_phase(raw: bytes | str | None) -> str | None:
+    if raw is None:
+        return None
+    phase = raw.decode() if isinstance(raw, bytes) else raw
+    return None if phase in ("false", "incremental") else phase
+
+
+def _data_event_slow(value: bytes) -> DataEvent:
+    payload = payload_of(value)
+    if "op" not in payload or "source" not in payload:
+        raise NotDebezium("the payload has no 'op' and 'source' (not a Debezium change event)")
+    source = payload.get("source") or {}
+    snapshot = _snapshot_phase(source.get("snapshot"))
+    block = payload.get("transaction")
+    if block is None:
+        return DataEvent(None, snapshot=snapshot)
+    try:
+        xid = str(block["id"]).split(":", 1)[0]
+        return DataEvent(
+            xid, int(block["total_order"]), int(block["data_collection_order"]), snapshot
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise NotDebezium(f"malformed transaction block {block!r:.120}: {err}") from None
+
+
+def payload_of(value: bytes) -> dict[str, Any]:
+    """The ``payload`` of a JSON-converter value (with or without schemas)."""
+    try:
+        decoded = json.loads(value)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise NotDebezium(f"not JSON: {err}") from None
+    if not isinstance(decoded, dict):
+        raise NotDebezium(f"JSON {type(decoded).__name__}, not an object")
+    payload = decoded.get("payload", decoded) if "schema" in decoded else decoded
+    if not isinstance(payload, dict):
+        raise NotDebezium("the payload is not an object")
+    return payload
+
+
+def txn_record(value: bytes | None) -> TxnEnd | None:
+    """An END record of the transaction topic, or None for a BEGIN; NotDebezium else."""
+    if not value:
+        raise NotDebezium("no value on the transaction topic")
+    payload = payload_of(value)
+    status = payload.get("status")
+    if status == "BEGIN":
+        return None
+    if status != "END":
+        raise NotDebezium(f"transaction record with status {status!r} (BEGIN or END expected)")
+    try:
+        xid, lsn = str(payload["id"]).split(":", 1)
+        collections = tuple(
+            (str(c["data_collection"]), int(c["event_count"]))
+            for c in payload.get("data_collections") or ()
+        )
+        return TxnEnd(
+            xid, int(lsn), int(payload["event_count"]), collections, int(payload["ts_ms"]) * 1000
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise NotDebezium(f"malformed END record: {err}") from None
+
+
+def heartbeat_ts_us(value: bytes | None) -> int:
+    """The time of a heartbeat record, µs; NotDebezium if it has none."""
+    if not value:
+        raise NotDebezium("heartbeat without a value")
+    try:
+        return int(payload_of(value)["ts_ms"]) * 1000
+    except (KeyError, TypeError, ValueError) as err:
+        raise NotDebezium(f"heartbeat without ts_ms: {err}") from None

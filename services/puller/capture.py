@@ -1,0 +1,471 @@
+"""An ordered feed with Debezium input (``--input debezium``): Debezium's topics on the
+source cluster into ``_crossfeed.<feed>.captured`` there, in commit order, each event
+stamped with crossfeed's ordering headers (crossfeed/core/debezium_order.py has the rules;
+docs/ordered-feeds.md, "Debezium input"). The feed's puller task then reads that one
+partition as it reads a change producer's topic: it follows the watermarks written here.
+
+Exactly once, as a consume-transform-produce loop on the source cluster: the captured
+records, the watermark and the read positions (with the ordering state in the commit
+metadata of the transaction topic's position) commit in one Kafka transaction under
+``crossfeed-capture.<feed>``. A new capture (the puller holding the feed's task, after a
+handoff or a restart) fences the old one and carries on from the committed positions.
+
+Memory stays bounded: a data event whose transaction's END has not been read yet waits in
+a buffer of at most ``MAX_BUFFER_BYTES``; past that, the partition with the most buffered
+is rewound to its first waiting event and paused until the head transaction changes
+(a 1,000,000-row transaction is read twice, not held).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaException
+from confluent_kafka import TopicPartition as KafkaTP
+
+from crossfeed.core.debezium_order import RECENT_XIDS, Emit, Joiner, Verdict
+from crossfeed.feeds import FeedSpec
+from crossfeed.kafka import clients
+from crossfeed.kafka import topics as kafka_topics
+from crossfeed.wire import debezium, headers, ids, records, topics
+
+log = logging.getLogger(__name__)
+
+MAX_BUFFER_BYTES = 64 << 20
+COMMIT_INTERVAL_S = 0.1
+REFRESH_S = 5.0  # new tables (data topics) are picked up this often
+RETRY_S = (0.5, 1.0, 2.0, 5.0)
+RESOLVED = headers.TYPE_RESOLVED.encode()
+
+
+@dataclass
+class _Partition:
+    """A data partition: what was read and not yet emitted, in order."""
+
+    name: str  # "topic/partition": the joiner's name for it
+    tp: KafkaTP
+    buffer: deque[tuple[Any, debezium.DataEvent | None]] = field(default_factory=deque)
+    next_offset: int = -1  # the first offset not yet emitted or dropped (-1: unknown)
+    read_next: int = -1  # the offset after the last one read
+    paused: bool = False
+
+
+class Capture:
+    """One feed's capture loop (run on its own thread by the puller holding the feed)."""
+
+    def __init__(self, feed: FeedSpec, source_conf: dict[str, Any], source_cluster_id: str):
+        self.feed = feed
+        self.conf = source_conf
+        self.cluster_id = source_cluster_id
+        self.prefix = feed.debezium_prefix()
+        self.txn_topic = debezium.transaction_topic(self.prefix)
+        self.heartbeat_topic = debezium.heartbeat_topic(self.prefix)
+        self.out = topics.captured(feed.name)
+        self.problem: str | None = None  # the last failure, for /status
+        self.emitted = 0
+        self.resolved_ts = 0
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"capture-{self.feed.name}")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                _Loop(self).run(self._stop)
+                return
+            except KafkaException as err:
+                kafka_err = err.args[0]
+                if clients.is_fenced(kafka_err):
+                    log.warning("capture of feed %s fenced: another puller runs it", self.feed.name)
+                    self.problem = f"fenced: {kafka_err.str()}"
+                    return
+                self.problem = kafka_err.str()
+            except Exception as err:  # a bug or a bad record we cannot skip: say it, retry
+                log.exception("capture of feed %s failed", self.feed.name)
+                self.problem = f"{type(err).__name__}: {err}"
+            wait = RETRY_S[min(failures, len(RETRY_S) - 1)]
+            failures += 1
+            log.warning(
+                "capture of feed %s restarts in %.1fs: %s", self.feed.name, wait, self.problem
+            )
+            self._stop.wait(wait)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "topic": self.out,
+            "emitted": self.emitted,
+            "resolved_ts_us": self.resolved_ts,
+            "problem": self.problem,
+        }
+
+
+class _Loop:
+    """One run of the capture, from the committed positions until stopped or failed."""
+
+    def __init__(self, capture: Capture) -> None:
+        self.c = capture
+        self.feed = capture.feed
+        self.joiner = Joiner(covers=self._covers)
+        self.parts: dict[tuple[str, int], _Partition] = {}
+        self.txn_next = -1  # the transaction topic: next offset to read
+        self.end_offsets: deque[int] = deque()  # offsets of the ENDs the joiner holds
+        self.heartbeats: set[int] = set()  # heartbeat partitions read
+        self.buffered = 0
+        self.snapshot_done = False
+        self.snapshot_until: dict[tuple[str, int], int] | None = None
+        self.watermark = -1  # the resolved_ts last written
+        self.dirty = False
+        self.last_commit = time.monotonic()
+        self.last_refresh = 0.0
+
+    def _covers(self, collection: str) -> bool:
+        return self.feed.selector.selects(debezium.collection_topic(self.c.prefix, collection))
+
+    # -- start --------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        admin = clients.admin(self.c.conf)
+        kafka_topics.ensure_internal(admin, self.c.out)
+        self.producer: Any = clients.transactional_producer(
+            self.c.conf,
+            ids.capture_transactional_id(self.feed.name),
+            **{"linger.ms": 20, "queue.buffering.max.kbytes": 65536},
+        )
+        self.consumer: Any = clients.consumer(
+            self.c.conf,
+            **{
+                "group.id": ids.capture_group(self.feed.name),
+                "queued.max.messages.kbytes": 32768,
+                "fetch.wait.max.ms": 50,
+            },
+        )
+        try:
+            self._restore(admin)
+            self.producer.begin_transaction()
+            if self.watermark < 0:  # the puller must see a watermark before any change
+                self._write_watermark(self.joiner.resolved_ts())
+            while not stop.is_set():
+                self._step(admin)
+            self._commit()
+        finally:
+            self.consumer.close()
+            self.producer.flush(5)
+
+    def _restore(self, admin: Any) -> None:
+        txn_tp = KafkaTP(self.c.txn_topic, 0)
+        committed = {
+            (tp.topic, tp.partition): tp
+            for tp in self.consumer.committed(
+                [txn_tp, *(KafkaTP(t, p) for t, p in self._data_partitions(admin))], 30
+            )
+        }
+        found = committed.get((self.c.txn_topic, 0))
+        state = found.metadata if found is not None and found.offset >= 0 else None
+        self.txn_next = found.offset if found is not None and found.offset >= 0 else 0
+        completed = self._completed_before(self.txn_next)
+        self.joiner.restore(state, completed)
+        if state:
+            self.watermark = self.joiner.resolved_ts()
+            self.snapshot_done = '"snap":1' in state
+        assign = [KafkaTP(self.c.txn_topic, 0, self.txn_next)]
+        for key in self._data_partitions(admin):
+            tp = committed.get(key)
+            offset = tp.offset if tp is not None and tp.offset >= 0 else OFFSET_BEGINNING
+            assign.append(self._add_partition(key, offset))
+        assign.extend(self._heartbeat_partitions(admin))
+        self.consumer.assign(assign)
+        self.last_refresh = time.monotonic()
+        log.info(
+            "capture of feed %s: %s -> %s from %s (%d data partitions, %d completed xids known)",
+            self.feed.name,
+            self.c.prefix,
+            self.c.out,
+            "committed positions" if state else "the beginning",
+            len(self.parts),
+            len(completed),
+        )
+
+    def _completed_before(self, end: int) -> list[str]:
+        """xids of the transactions completed before ``end`` of the transaction topic."""
+        if end <= 0:
+            return []
+        reader: Any = clients.consumer(
+            self.c.conf, **{"group.id": ids.capture_group(self.feed.name)}
+        )
+        try:
+            start = max(0, end - 2 * RECENT_XIDS)
+            reader.assign([KafkaTP(self.c.txn_topic, 0, start)])
+            xids: list[str] = []
+            deadline = time.monotonic() + 60
+            position = start
+            while position < end and time.monotonic() < deadline:
+                for msg in reader.consume(5000, 1.0):
+                    if msg.error() or msg.offset() >= end:
+                        continue
+                    position = msg.offset() + 1
+                    try:
+                        done = debezium.txn_record(msg.value())
+                    except debezium.NotDebezium:
+                        continue
+                    if done is not None:
+                        xids.append(done.xid)
+                if reader.position([KafkaTP(self.c.txn_topic, 0)])[0].offset >= end:
+                    break
+            return xids
+        finally:
+            reader.close()
+
+    def _data_partitions(self, admin: Any) -> list[tuple[str, int]]:
+        counts = kafka_topics.partition_counts(admin)
+        return [
+            (topic, p)
+            for topic in self.feed.selector.select(counts)
+            if topic != self.c.txn_topic
+            for p in range(counts[topic])
+        ]
+
+    def _heartbeat_partitions(self, admin: Any) -> list[KafkaTP]:
+        counts = kafka_topics.partition_counts(admin)
+        n = counts.get(self.c.heartbeat_topic, 0)
+        fresh = [p for p in range(n) if p not in self.heartbeats]
+        self.heartbeats.update(fresh)
+        # Heartbeats only matter from now on: start at the end.
+        return [KafkaTP(self.c.heartbeat_topic, p, -1) for p in fresh]
+
+    def _add_partition(self, key: tuple[str, int], offset: int) -> KafkaTP:
+        tp = KafkaTP(key[0], key[1], offset)
+        self.parts[key] = _Partition(f"{key[0]}/{key[1]}", KafkaTP(key[0], key[1]))
+        self.parts[key].next_offset = offset if offset >= 0 else -1
+        return tp
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def _step(self, admin: Any) -> None:
+        now = time.monotonic()
+        if now - self.last_refresh >= REFRESH_S:
+            self._refresh(admin)
+            self.last_refresh = now
+        for msg in self.consumer.consume(2000, 0.05):
+            if msg.error():
+                if not msg.error().retriable():
+                    log.warning("capture read error: %s", msg.error())
+                continue
+            topic = msg.topic()
+            if topic == self.c.txn_topic:
+                self._on_txn_record(msg)
+            elif topic == self.c.heartbeat_topic:
+                self._on_heartbeat(msg)
+            else:
+                part = self.parts.get((topic, msg.partition()))
+                if part is None or part.paused:
+                    continue  # a record fetched before the pause: read again later
+                if part.next_offset < 0:
+                    part.next_offset = msg.offset()
+                part.read_next = msg.offset() + 1
+                part.buffer.append((msg, self._event(msg.value())))
+                self.buffered += len(msg.value() or b"")
+        self._drain()
+        if self.buffered > MAX_BUFFER_BYTES:
+            self._spill()
+        self._check_snapshot()
+        if time.monotonic() - self.last_commit >= COMMIT_INTERVAL_S:
+            self._commit()
+
+    def _refresh(self, admin: Any) -> None:
+        new = [
+            self._add_partition(key, OFFSET_BEGINNING)
+            for key in self._data_partitions(admin)
+            if key not in self.parts
+        ]
+        new.extend(self._heartbeat_partitions(admin))
+        if new:
+            log.info("capture of feed %s: reading %s", self.feed.name, [t.topic for t in new])
+            self.consumer.incremental_assign(new)
+
+    def _on_txn_record(self, msg: Any) -> None:
+        offset = msg.offset()
+        self.txn_next = offset + 1
+        try:
+            end = debezium.txn_record(msg.value())
+        except debezium.NotDebezium as err:
+            log.warning(
+                "capture of feed %s: %s/%d@%d skipped: %s",
+                self.feed.name,
+                msg.topic(),
+                msg.partition(),
+                offset,
+                err,
+            )
+            return
+        if end is not None:
+            self._snapshot_signal()
+            if self.joiner.on_end(end):
+                self.end_offsets.append(offset)
+        self.dirty = True
+
+    def _on_heartbeat(self, msg: Any) -> None:
+        try:
+            ts = debezium.heartbeat_ts_us(msg.value())
+        except debezium.NotDebezium:
+            return
+        self._snapshot_signal()
+        if self.snapshot_done and self.joiner.on_heartbeat(ts):
+            self.dirty = True
+
+    def _drain(self) -> None:
+        """Emit what the head allows, partition by partition, until nothing moves."""
+        moved = True
+        while moved:
+            moved = False
+            for part in self.parts.values():
+                while part.buffer:
+                    msg, event = part.buffer[0]
+                    if event is None:
+                        verdict: Verdict | Emit = Verdict.DROP
+                    else:
+                        ts_us = max(msg.timestamp()[1], 0) * 1000
+                        verdict = self.joiner.offer(part.name, event, ts_us)
+                    if verdict is Verdict.WAIT:
+                        break
+                    part.buffer.popleft()
+                    part.next_offset = msg.offset() + 1
+                    self.buffered -= len(msg.value() or b"")
+                    self.dirty = True
+                    if isinstance(verdict, Emit):
+                        self._emit(msg, verdict)
+                        if verdict.completes:
+                            self.end_offsets.popleft()
+                            moved = True
+                            self._resume_paused()
+
+    def _event(self, value: bytes | None) -> debezium.DataEvent | None:
+        """A data event's ordering facts (None: a tombstone, which the sink would skip)."""
+        if value is None:
+            return None
+        try:
+            event = debezium.data_event(value)
+        except debezium.NotDebezium:
+            # Not ours to judge: it travels as a change of its own, and the sink says
+            # what is wrong with it (a dead letter with its context).
+            return debezium.DataEvent(None)
+        if event.snapshot == "last":
+            self._snapshot_signal()
+        return event
+
+    def _emit(self, msg: Any, how: Emit) -> None:
+        hdrs = list(msg.headers() or [])
+        hdrs.append((headers.COMMIT_TS, b"%d" % how.commit_ts))
+        if how.txn is not None:
+            hdrs.append((headers.TXN, how.txn.encode()))
+        ts_ms = msg.timestamp()[1]
+        clients.produce_copy(
+            self.producer, self.c.out, msg.value(), msg.key(), 0, None, max(ts_ms, 0), hdrs
+        )
+        self.c.emitted += 1
+
+    def _spill(self) -> None:
+        """Too much waits for its END: rewind the fullest partition and pause it."""
+        part = max(self.parts.values(), key=lambda p: len(p.buffer))
+        first = part.buffer[0][0].offset()
+        for msg, _ in part.buffer:
+            self.buffered -= len(msg.value() or b"")
+        part.buffer.clear()
+        part.paused = True
+        self.consumer.pause([part.tp])
+        self.consumer.seek(KafkaTP(part.tp.topic, part.tp.partition, first))
+        part.next_offset = part.read_next = first
+        log.info(
+            "capture of feed %s: %s rewound to %d until its transaction is the head",
+            self.feed.name,
+            part.name,
+            first,
+        )
+
+    def _resume_paused(self) -> None:
+        paused = [p for p in self.parts.values() if p.paused]
+        for part in paused:
+            part.paused = False
+        if paused:
+            self.consumer.resume([p.tp for p in paused])
+
+    # -- the initial snapshot -----------------------------------------------------------
+
+    def _snapshot_signal(self) -> None:
+        """The snapshot has ended (its last row, an END or a heartbeat was read): once every
+        data partition is read up to its current end, no snapshot row is left unread."""
+        if self.snapshot_done or self.snapshot_until is not None:
+            return
+        until = {}
+        for key, part in self.parts.items():
+            _, high = self.consumer.get_watermark_offsets(part.tp, timeout=10, cached=False)
+            until[key] = high
+        self.snapshot_until = until
+
+    def _check_snapshot(self) -> None:
+        if self.snapshot_done or self.snapshot_until is None:
+            return
+        for key, high in self.snapshot_until.items():
+            part = self.parts[key]
+            if high > max(part.read_next, part.next_offset, 0):
+                return
+        self.snapshot_done = True
+        log.info("capture of feed %s: initial snapshot read", self.feed.name)
+
+    # -- committing -----------------------------------------------------------------------
+
+    def _write_watermark(self, resolved: int) -> None:
+        mark = records.resolved_mark(
+            source_cluster=self.c.cluster_id,
+            topic=self.c.out,
+            partition=0,
+            resolved_ts_us=resolved,
+            next_offset=-1,
+        )
+        hdrs: list[Any] = [(headers.TYPE, RESOLVED), (headers.COMMIT_TS, b"%d" % max(resolved, 0))]
+        self.producer.produce(self.c.out, value=mark, key=None, partition=0, headers=hdrs)
+        self.watermark = resolved
+        self.c.resolved_ts = resolved
+
+    def _commit(self) -> None:
+        self.last_commit = time.monotonic()
+        resolved = self.joiner.resolved_ts()
+        if self.snapshot_done and resolved > self.watermark:
+            self._write_watermark(resolved)
+            self.dirty = True
+        if not self.dirty:
+            return
+        positions = [self._txn_position()]
+        for part in self.parts.values():
+            if part.next_offset >= 0:
+                positions.append(KafkaTP(part.tp.topic, part.tp.partition, part.next_offset))
+        meta = self.consumer.consumer_group_metadata()
+        self.producer.send_offsets_to_transaction(positions, meta, 30)
+        self.producer.commit_transaction(30)
+        self.producer.begin_transaction()
+        self.dirty = False
+
+    def _txn_position(self) -> KafkaTP:
+        """The transaction topic's position: the ENDs the joiner still holds are read
+        again after a restart; the ordering state rides along as commit metadata."""
+        offset = self.end_offsets[0] if self.end_offsets else self.txn_next
+        state = self.joiner.snapshot_state()
+        if self.snapshot_done:
+            state = state[:-1] + ',"snap":1}'
+        return KafkaTP(self.c.txn_topic, 0, offset, metadata=state)

@@ -1,0 +1,271 @@
+"""The PostgreSQL sink's mounter for Debezium input: a data event (Connect's JSON converter
+with schemas) -> a row change. No I/O.
+
+The table is ``source.table`` (in the feed's target schema); the primary key is the record
+key's fields; ``c``/``u``/``r`` upsert the ``after`` row, ``d`` deletes by key, ``t``
+truncates (every row at or below the change's commit_ts). Column types come from the
+Connect schema in each event: the schema half of the value is the same in every event of a
+table version, so it is parsed once per distinct bytes and the payload alone per event.
+
+A value that cannot be mapped — a Connect type without a PostgreSQL type here, a value that
+does not decode as its type — is a Misfit: the sink sends it to the dead-letter topic with
+the reason (or stops the feed with ``errors.tolerance=none``).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Final
+
+from crossfeed.services.sink.postgres.mapping import Column, Misfit, RowChange
+
+EPOCH: Final = dt.datetime(1970, 1, 1)  # naive: MicroTimestamp columns have no zone
+EPOCH_DATE: Final = dt.date(1970, 1, 1)
+Convert = Callable[[Any], Any]
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _bytes(value: Any) -> bytes:
+    return base64.b64decode(value)
+
+
+def _decimal(scale: int) -> Convert:
+    def convert(value: Any) -> Decimal:
+        unscaled = int.from_bytes(base64.b64decode(value), "big", signed=True)
+        return Decimal(unscaled).scaleb(-scale)
+
+    return convert
+
+
+def _variable_decimal(value: Any) -> Decimal:
+    unscaled = int.from_bytes(base64.b64decode(value["value"]), "big", signed=True)
+    return Decimal(unscaled).scaleb(-int(value["scale"]))
+
+
+def _date(value: Any) -> dt.date:
+    return EPOCH_DATE + dt.timedelta(days=int(value))
+
+
+def _time(unit_us: int) -> Convert:
+    def convert(value: Any) -> dt.time:
+        micros = int(value) * unit_us
+        seconds, micro = divmod(micros, 1_000_000)
+        minutes, second = divmod(seconds, 60)
+        hour, minute = divmod(minutes, 60)
+        return dt.time(hour % 24, minute, second, micro)
+
+    return convert
+
+
+def _timestamp(unit_us: int) -> Convert:
+    def convert(value: Any) -> dt.datetime:
+        return EPOCH + dt.timedelta(microseconds=int(value) * unit_us)
+
+    return convert
+
+
+def _zoned(value: Any) -> dt.datetime:
+    return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def _uuid(value: Any) -> uuid.UUID:
+    return uuid.UUID(str(value))
+
+
+def _float(value: Any) -> float:
+    return float(value)
+
+
+# Connect logical type name -> (column type, converter); the column type is a key of
+# mapping.PG_TYPES.
+_LOGICAL: Final[dict[str, tuple[str, Convert]]] = {
+    "io.debezium.data.VariableScaleDecimal": ("numeric", _variable_decimal),
+    "io.debezium.time.Date": ("date", _date),
+    "org.apache.kafka.connect.data.Date": ("date", _date),
+    "io.debezium.time.MicroTime": ("time", _time(1)),
+    "io.debezium.time.Time": ("time", _time(1000)),
+    "io.debezium.time.NanoTime": ("time", lambda v: _time(1)(int(v) // 1000)),
+    "io.debezium.time.MicroTimestamp": ("timestamp", _timestamp(1)),
+    "io.debezium.time.Timestamp": ("timestamp", _timestamp(1000)),
+    "io.debezium.time.ZonedTimestamp": ("timestamptz", _zoned),
+    "io.debezium.data.Uuid": ("uuid", _uuid),
+    "io.debezium.data.Json": ("jsonb", _identity),
+    "io.debezium.data.Enum": ("string", _identity),
+}
+_PRIMITIVE: Final[dict[str, tuple[str, Convert]]] = {
+    "int8": ("int16", _identity),
+    "int16": ("int16", _identity),
+    "int32": ("int32", _identity),
+    "int64": ("long", _identity),
+    "float32": ("float", _float),
+    "float64": ("double", _float),
+    "boolean": ("boolean", _identity),
+    "string": ("string", _identity),
+    "bytes": ("bytes", _bytes),
+}
+
+
+def column_type(field: dict[str, Any]) -> tuple[str, Convert]:
+    """A Connect schema field's column type and value converter; Misfit if unmappable."""
+    name = field.get("name")
+    if name == "org.apache.kafka.connect.data.Decimal":
+        scale = int((field.get("parameters") or {}).get("scale", 0))
+        return "numeric", _decimal(scale)
+    if name in _LOGICAL:
+        return _LOGICAL[name]
+    kind = field.get("type")
+    if isinstance(kind, str) and kind in _PRIMITIVE:
+        return _PRIMITIVE[kind]
+    shown = f"{kind}" + (f" ({name})" if name else "")
+    raise Misfit(
+        "UnmappableType",
+        f"column {field.get('field')!r} has Connect type {shown}, which the PostgreSQL sink "
+        "does not map",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What one distinct schema half of a value means, worked out once."""
+
+    columns: tuple[Column, ...]
+    converters: dict[str, Convert]
+    version: int  # a number for this shape (the sink caches per table and version)
+    problem: Misfit | None = None  # the schema cannot be mapped
+
+
+class DebeziumMounter:
+    """Debezium data events -> row changes, caching each distinct schema."""
+
+    def __init__(self) -> None:
+        self._shapes: dict[tuple[bytes, bytes], _Shape] = {}
+
+    def mount(self, key: bytes | None, value: bytes | None, commit_ts: int) -> RowChange | None:
+        """The row change of one event; None for one with nothing to apply (a tombstone,
+        a logical decoding message); Misfit when it cannot be mapped."""
+        if value is None:
+            return None
+        schema_raw, payload = _split(value)
+        if payload is None:
+            return None
+        op = payload.get("op")
+        source = payload.get("source")
+        if not isinstance(source, dict) or not isinstance(op, str):
+            raise Misfit(
+                "NotDebezium", "the value is not a Debezium change event (no 'op' and 'source')"
+            )
+        table = source.get("table")
+        if not isinstance(table, str) or not table:
+            raise Misfit("MissingTable", "the change event's source names no table")
+        if op == "m":
+            return None  # a logical decoding message: no row
+        key_raw, key_payload = _split(key) if key else (b"", None)
+        shape = self._shape(schema_raw, key_raw, value, key)
+        if shape.problem is not None:
+            raise shape.problem
+        if op == "t":
+            return RowChange(
+                table, "truncate", (), {}, commit_ts, shape.columns, None, shape.version
+            )
+        key_columns = [c for c in shape.columns if c.primary_key]
+        if not key_columns or not isinstance(key_payload, dict):
+            raise Misfit(
+                "MissingKey",
+                f"table {table}: the event has no record key with the primary key "
+                "(a table without a primary key needs REPLICA IDENTITY and a message.key.columns)",
+            )
+        convert = shape.converters
+        try:
+            row_key = tuple(convert[c.name](key_payload[c.name]) for c in key_columns)
+        except (KeyError, TypeError, ValueError, ArithmeticError) as err:
+            raise Misfit("BadKey", f"table {table}: key {key_payload!r:.120} ({err})") from None
+        if op == "d":
+            return RowChange(
+                table, "delete", row_key, {}, commit_ts, shape.columns, None, shape.version
+            )
+        if op not in ("c", "u", "r"):
+            raise Misfit("UnknownOp", f"table {table}: op {op!r} (c, u, r, d, t or m expected)")
+        after = payload.get("after")
+        if not isinstance(after, dict):
+            raise Misfit("MissingValues", f"table {table}: op {op!r} without 'after'")
+        values: dict[str, Any] = {}
+        for column in shape.columns:
+            raw = after.get(column.name)
+            try:
+                values[column.name] = None if raw is None else convert[column.name](raw)
+            except (TypeError, ValueError, ArithmeticError, KeyError) as err:
+                raise Misfit(
+                    "BadValue",
+                    f"table {table}: column {column.name!r} ({column.type}) cannot take "
+                    f"{raw!r:.60}: {err}",
+                ) from None
+        return RowChange(
+            table, "upsert", row_key, values, commit_ts, shape.columns, None, shape.version
+        )
+
+    def _shape(self, schema_raw: bytes, key_raw: bytes, value: bytes, key: bytes | None) -> _Shape:
+        found = self._shapes.get((schema_raw, key_raw))
+        if found is not None:
+            return found
+        try:
+            shape = _make_shape(value, key, len(self._shapes) + 1)
+        except Misfit as err:
+            shape = _Shape((), {}, 0, err)
+        if len(self._shapes) > 10_000:
+            self._shapes.clear()
+        self._shapes[(schema_raw, key_raw)] = shape
+        return shape
+
+
+def _split(raw: bytes) -> tuple[bytes, dict[str, Any] | None]:
+    """(the schema half's bytes, the decoded payload) of a JSON-converter record. The
+    converter writes ``{"schema":...,"payload":...}``; ``"payload":`` cannot occur inside
+    the schema half (field names there are values of ``"field"``), so the first one splits."""
+    cut = raw.find(b',"payload":') if raw.startswith(b'{"schema":') else -1
+    try:
+        if cut < 0:
+            decoded = json.loads(raw)
+            if isinstance(decoded, dict) and "payload" in decoded:
+                return json.dumps(decoded.get("schema")).encode(), decoded["payload"]
+            if isinstance(decoded, dict) and "op" in decoded:
+                raise Misfit(
+                    "NoSchema",
+                    "the event carries no Connect schema: the JSON converter must run with "
+                    "schemas.enable=true",
+                )
+            raise Misfit("NotDebezium", "the value is not a Debezium change event")
+        payload = json.loads(raw[cut + len(b',"payload":') : -1])
+    except (ValueError, UnicodeDecodeError) as err:
+        raise Misfit("UndecodableValue", f"not JSON: {err}") from None
+    if payload is not None and not isinstance(payload, dict):
+        raise Misfit("NotDebezium", "the payload is not an object")
+    return raw[:cut], payload
+
+
+def _make_shape(value: bytes, key: bytes | None, version: int) -> _Shape:
+    schema = json.loads(value).get("schema") or {}
+    fields = {f.get("field"): f for f in schema.get("fields") or ()}
+    row = fields.get("after") or fields.get("before")
+    if row is None:
+        raise Misfit("NotDebezium", "the event's schema has no 'before' or 'after' struct")
+    key_names: list[str] = []
+    if key:
+        key_schema = json.loads(key).get("schema") or {}
+        key_names = [str(f.get("field")) for f in key_schema.get("fields") or ()]
+    columns = []
+    converters: dict[str, Convert] = {}
+    for field in row.get("fields") or ():
+        name = str(field.get("field"))
+        kind, convert = column_type(field)
+        columns.append(Column(name, kind, name in key_names, bool(field.get("optional", True))))
+        converters[name] = convert
+    return _Shape(tuple(columns), converters, version)
