@@ -109,6 +109,33 @@ def up(*, postgres: bool = True, cdc: bool = False) -> dict[str, str]:
     return ids
 
 
+def up_cdc() -> list[str]:
+    """Start the capture side (dc-a must answer): the source PostgreSQL and Connect with
+    Debezium; returns what was started here (tests stop just that)."""
+    started = []
+    pg = _source_pg()
+    if not pg.running():
+        pg.start()
+        started.append(pg.name)
+    worker = connect_worker()
+    if worker.pid() is None:
+        worker.start()
+        started.append("connect")
+    if not processes.wait_until(pg.answers, READY_TIMEOUT_S):
+        raise StackError(f"{pg.name} did not answer; see {pg.log_file}")
+    pg.ensure_database()
+    _wait_connect(worker)
+    return started
+
+
+def restart_connect(*, hard: bool = True) -> None:
+    """Kill (or stop) the Connect worker and start it again; returns once it answers."""
+    worker = connect_worker()
+    worker.stop(hard=hard)
+    worker.start()
+    _wait_connect(worker)
+
+
 def _source_pg() -> Postgres:
     return postgres.source()
 

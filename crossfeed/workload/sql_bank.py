@@ -1,0 +1,190 @@
+"""The bank workload in SQL, for a database captured by Debezium (``--input debezium``):
+``accounts`` and a ``transfers`` ledger with foreign keys to it. Each transfer is one
+database transaction over both tables — debit, credit, ledger row — so the total balance
+is the same in every state the source ever had, and no ledger row exists without its
+accounts. Concurrent sessions make commits interleave.
+
+:class:`Sampler` reads the *target* database while a feed runs, each sample one
+REPEATABLE READ snapshot: a torn source transaction would show as a total that is off, or
+a ledger row whose account is missing. :func:`rows` reads a table for the final
+row-for-row comparison of source and target.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+OPENING_BALANCE = 1_000
+ACCOUNT_COLUMNS = ("id", "balance", "owner", "opened", "credit_limit")
+TRANSFER_COLUMNS = ("id", "src", "dst", "amount", "at", "memo", "ref")
+
+
+def create(uri: str, accounts: int, schema: str = "public") -> int:
+    """The two tables in ``schema`` with ``accounts`` opened; returns the total balance."""
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        conn.execute(
+            f'CREATE TABLE "{schema}".accounts (id integer PRIMARY KEY, balance bigint NOT NULL, '
+            "owner text NOT NULL, opened date NOT NULL, credit_limit numeric(12,2))"
+        )
+        conn.execute(
+            f'CREATE TABLE "{schema}".transfers (id bigserial PRIMARY KEY, '
+            f'src integer NOT NULL REFERENCES "{schema}".accounts(id), '
+            f'dst integer NOT NULL REFERENCES "{schema}".accounts(id), amount bigint NOT NULL, '
+            "at timestamptz NOT NULL DEFAULT now(), memo jsonb, ref uuid)"
+        )
+        conn.execute(
+            f'INSERT INTO "{schema}".accounts SELECT g, %s, %s || g, '
+            "date '2020-01-01' + g, 100.50 FROM generate_series(1, %s) g",
+            (OPENING_BALANCE, "owner-", accounts),
+        )
+    return OPENING_BALANCE * accounts
+
+
+@dataclass
+class Transfers:
+    """Transfers in ``sessions`` concurrent connections until stopped or ``total`` done
+    (``rate``: transactions/s over all sessions, 0 as fast as they go)."""
+
+    uri: str
+    accounts: int
+    sessions: int = 4
+    total: int = 0
+    rate: float = 0.0
+    schema: str = "public"
+    done: int = 0
+    errors: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def start(self) -> Transfers:
+        for n in range(self.sessions):
+            thread = threading.Thread(target=self._session, args=(n,), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def join(self, timeout: float | None = None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+    def _take(self) -> bool:
+        with self._lock:
+            if self.stop.is_set() or (self.total and self.done >= self.total):
+                return False
+            self.done += 1
+            return True
+
+    def _session(self, n: int) -> None:
+        rng = random.Random(n)
+        interval = self.sessions / self.rate if self.rate else 0.0
+        accounts = f'"{self.schema}".accounts'
+        transfers = f'"{self.schema}".transfers'
+        try:
+            with psycopg.connect(self.uri, autocommit=True) as conn:
+                next_at = time.monotonic()
+                while self._take():
+                    src, dst = rng.sample(range(1, self.accounts + 1), 2)
+                    amount = rng.randint(1, 50)
+                    # Rows locked in id order, so concurrent sessions never deadlock.
+                    moves = sorted([(src, -amount), (dst, amount)])
+                    with conn.transaction():
+                        for account, delta in moves:
+                            conn.execute(
+                                f"UPDATE {accounts} SET balance = balance + %s WHERE id = %s",
+                                (delta, account),
+                            )
+                        conn.execute(
+                            f"INSERT INTO {transfers} (src, dst, amount, memo, ref) "
+                            "VALUES (%s, %s, %s, %s, gen_random_uuid())",
+                            (src, dst, amount, f'{{"session": {n}}}'),
+                        )
+                    if interval:
+                        next_at += interval
+                        time.sleep(max(0.0, next_at - time.monotonic()))
+        except psycopg.Error as err:
+            self.errors.append(f"session {n}: {err}")
+
+
+@dataclass
+class Sample:
+    total: int | None  # None: the tables are not there yet
+    accounts: int
+    transfers: int
+    dangling: int  # ledger rows whose account is missing
+
+
+def sample(conn: psycopg.Connection[Any], schema: str) -> Sample:
+    """One consistent read of the target (REPEATABLE READ: one snapshot)."""
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        try:
+            row = conn.execute(f'SELECT sum(balance), count(*) FROM "{schema}".accounts').fetchone()
+            ledger = conn.execute(
+                f"SELECT count(*), count(*) FILTER (WHERE a.id IS NULL OR b.id IS NULL) "
+                f'FROM "{schema}".transfers t LEFT JOIN "{schema}".accounts a ON a.id = t.src '
+                f'LEFT JOIN "{schema}".accounts b ON b.id = t.dst'
+            ).fetchone()
+        except psycopg.errors.UndefinedTable:
+            return Sample(None, 0, 0, 0)
+    assert row is not None and ledger is not None
+    total = int(row[0]) if row[0] is not None else None
+    return Sample(total, int(row[1]), int(ledger[0]), int(ledger[1]))
+
+
+class Sampler(threading.Thread):
+    """Samples the target while the feed runs; ``torn`` lists every sample that shows a
+    state the source never had (once the accounts are all there)."""
+
+    def __init__(self, uri: str, schema: str, accounts: int, total: int) -> None:
+        super().__init__(daemon=True)
+        self.uri, self.schema, self.accounts, self.total = uri, schema, accounts, total
+        self.samples = 0
+        self.torn: list[str] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                with psycopg.connect(self.uri, autocommit=True, connect_timeout=2) as conn:
+                    while not self.done.is_set():
+                        self._check(sample(conn, self.schema))
+                        time.sleep(0.005)
+            except psycopg.Error:
+                time.sleep(0.2)
+
+    def _check(self, seen: Sample) -> None:
+        if seen.total is None or seen.accounts == 0:
+            return  # before the snapshot is applied
+        self.samples += 1
+        if seen.accounts != self.accounts or seen.total != self.total or seen.dangling:
+            self.torn.append(
+                f"{seen.accounts} accounts, total {seen.total} (expected {self.total}), "
+                f"{seen.dangling} of {seen.transfers} ledger rows without their accounts"
+            )
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(10)
+
+
+def rows(uri: str, schema: str, table: str, columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    """Every row of ``table`` (those columns), in primary-key order."""
+    names = ", ".join(f'"{c}"' for c in columns)
+    with psycopg.connect(uri) as conn:
+        try:
+            return [
+                tuple(r)
+                for r in conn.execute(f'SELECT {names} FROM "{schema}"."{table}" ORDER BY 1')
+            ]
+        except psycopg.errors.UndefinedTable:
+            return []
