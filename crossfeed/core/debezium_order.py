@@ -34,11 +34,14 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TypeVar
 
 from crossfeed.wire.debezium import DataEvent, TxnEnd
+
+T = TypeVar("T")
 
 RECENT_XIDS = 20_000
 """Completed xids remembered to drop Debezium's re-sent events (rule C); a re-send after
@@ -93,7 +96,15 @@ class Joiner:
         if end.lsn <= max(newest, self.last_lsn):
             return False
         self.queue.append(end)
+        if self.head is None:
+            self._next_head()  # one with none of the feed's tables is done at once
         return True
+
+    def held(self) -> list[int]:
+        """Commit LSNs of the ENDs read and not yet done (the head first)."""
+        return ([self.head.end.lsn] if self.head is not None else []) + [
+            end.lsn for end in self.queue
+        ]
 
     def head_lsn(self) -> int:
         return self.head.end.lsn if self.head is not None else -1
@@ -213,3 +224,27 @@ class Joiner:
         head.last_order = {str(k): int(v) for k, v in order.items()}
         self.previous_ts = max(saved, head.commit_ts)
         return True
+
+
+Waiting = deque[tuple[T, DataEvent | None, int]]
+"""A data partition's events read and not yet decided: (record, its facts — None for a
+tombstone —, its time µs), in order."""
+
+
+def drain(joiner: Joiner, waiting: Mapping[str, Waiting[T]]) -> Iterator[tuple[T, Verdict | Emit]]:
+    """Every event the head allows, partition by partition, until nothing moves: each
+    (record, what to do with it), taken off its partition's queue. A partition stops at
+    its first event that must wait."""
+    moved = True
+    while moved:
+        moved = False
+        for name, queue in waiting.items():
+            while queue:
+                record, event, ts_us = queue[0]
+                verdict = Verdict.DROP if event is None else joiner.offer(name, event, ts_us)
+                if verdict is Verdict.WAIT:
+                    break
+                queue.popleft()
+                yield record, verdict
+                if isinstance(verdict, Emit) and verdict.completes:
+                    moved = True  # a new head: partitions that waited may move

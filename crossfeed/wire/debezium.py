@@ -83,19 +83,6 @@ def collection_topic(prefix: str, collection: str) -> str:
     return f"{prefix}.{collection}"
 
 
-def infer_prefix(topics: list[str]) -> str:
-    """The topic prefix of PostgreSQL data topics (``<prefix>.<schema>.<table>``); ValueError
-    when they disagree or none is given."""
-    prefixes = {t.rsplit(".", 2)[0] for t in topics if t.count(".") >= 2}
-    if len(prefixes) != 1:
-        found = ", ".join(sorted(prefixes)) or "none"
-        raise ValueError(
-            f"cannot tell Debezium's topic prefix from the topics {sorted(topics)} "
-            f"(prefixes found: {found}); set debezium.topic.prefix"
-        )
-    return prefixes.pop()
-
-
 def data_event(value: bytes | None) -> DataEvent:
     """The ordering facts of a data event's value; NotDebezium if it is not one."""
     if not value:

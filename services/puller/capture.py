@@ -28,7 +28,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
-from crossfeed.core.debezium_order import RECENT_XIDS, Emit, Joiner, Verdict
+from crossfeed.core.debezium_order import RECENT_XIDS, Emit, Joiner, Waiting, drain
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
@@ -49,7 +49,7 @@ class _Partition:
 
     name: str  # "topic/partition": the joiner's name for it
     tp: KafkaTP
-    buffer: deque[tuple[Any, debezium.DataEvent | None]] = field(default_factory=deque)
+    buffer: Waiting[Any] = field(default_factory=deque)
     next_offset: int = -1  # the first offset not yet emitted or dropped (-1: unknown)
     read_next: int = -1  # the offset after the last one read
     paused: bool = False
@@ -125,7 +125,7 @@ class _Loop:
         self.joiner = Joiner(covers=self._covers)
         self.parts: dict[tuple[str, int], _Partition] = {}
         self.txn_next = -1  # the transaction topic: next offset to read
-        self.end_offsets: deque[int] = deque()  # offsets of the ENDs the joiner holds
+        self.end_offsets: dict[int, int] = {}  # commit LSN -> offset of the ENDs read
         self.heartbeats: set[int] = set()  # heartbeat partitions read
         self.buffered = 0
         self.snapshot_done = False
@@ -279,7 +279,8 @@ class _Loop:
                 if part.next_offset < 0:
                     part.next_offset = msg.offset()
                 part.read_next = msg.offset() + 1
-                part.buffer.append((msg, self._event(msg.value())))
+                ts_us = max(msg.timestamp()[1], 0) * 1000
+                part.buffer.append((msg, self._event(msg.value()), ts_us))
                 self.buffered += len(msg.value() or b"")
         self._drain()
         if self.buffered > MAX_BUFFER_BYTES:
@@ -316,8 +317,11 @@ class _Loop:
             return
         if end is not None:
             self._snapshot_signal()
+            head = self.joiner.head_lsn()
             if self.joiner.on_end(end):
-                self.end_offsets.append(offset)
+                self.end_offsets[end.lsn] = offset
+            if self.joiner.head_lsn() != head:
+                self._resume_paused()  # a partition rewound for this head reads again
         self.dirty = True
 
     def _on_heartbeat(self, msg: Any) -> None:
@@ -330,30 +334,18 @@ class _Loop:
             self.dirty = True
 
     def _drain(self) -> None:
-        """Emit what the head allows, partition by partition, until nothing moves."""
-        moved = True
-        while moved:
-            moved = False
-            for part in self.parts.values():
-                while part.buffer:
-                    msg, event = part.buffer[0]
-                    if event is None:
-                        verdict: Verdict | Emit = Verdict.DROP
-                    else:
-                        ts_us = max(msg.timestamp()[1], 0) * 1000
-                        verdict = self.joiner.offer(part.name, event, ts_us)
-                    if verdict is Verdict.WAIT:
-                        break
-                    part.buffer.popleft()
-                    part.next_offset = msg.offset() + 1
-                    self.buffered -= len(msg.value() or b"")
-                    self.dirty = True
-                    if isinstance(verdict, Emit):
-                        self._emit(msg, verdict)
-                        if verdict.completes:
-                            self.end_offsets.popleft()
-                            moved = True
-                            self._resume_paused()
+        """Emit what the head allows (crossfeed/core/debezium_order.py: drain)."""
+        buffers = {part.name: part.buffer for part in self.parts.values()}
+        by_name = {part.name: part for part in self.parts.values()}
+        for msg, verdict in drain(self.joiner, buffers):
+            part = by_name[f"{msg.topic()}/{msg.partition()}"]
+            part.next_offset = msg.offset() + 1
+            self.buffered -= len(msg.value() or b"")
+            self.dirty = True
+            if isinstance(verdict, Emit):
+                self._emit(msg, verdict)
+                if verdict.completes:
+                    self._resume_paused()
 
     def _event(self, value: bytes | None) -> debezium.DataEvent | None:
         """A data event's ordering facts (None: a tombstone, which the sink would skip)."""
@@ -384,7 +376,7 @@ class _Loop:
         """Too much waits for its END: rewind the fullest partition and pause it."""
         part = max(self.parts.values(), key=lambda p: len(p.buffer))
         first = part.buffer[0][0].offset()
-        for msg, _ in part.buffer:
+        for msg, _, _ in part.buffer:
             self.buffered -= len(msg.value() or b"")
         part.buffer.clear()
         part.paused = True
@@ -464,7 +456,9 @@ class _Loop:
     def _txn_position(self) -> KafkaTP:
         """The transaction topic's position: the ENDs the joiner still holds are read
         again after a restart; the ordering state rides along as commit metadata."""
-        offset = self.end_offsets[0] if self.end_offsets else self.txn_next
+        held = self.joiner.held()
+        self.end_offsets = {lsn: self.end_offsets[lsn] for lsn in held if lsn in self.end_offsets}
+        offset = min(self.end_offsets.values(), default=self.txn_next)
         state = self.joiner.snapshot_state()
         if self.snapshot_done:
             state = state[:-1] + ',"snap":1}'

@@ -1,0 +1,102 @@
+"""crossfeed/wire/debezium.py: what crossfeed reads of Debezium's records. The fast path
+must agree with a full parse on every value, whatever the columns hold."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crossfeed.wire import debezium
+from crossfeed.wire.debezium import DataEvent, NotDebezium
+
+pytestmark = pytest.mark.unit
+
+SCHEMA = {"type": "struct", "fields": [{"type": "string", "field": "transaction"}]}
+
+
+def envelope(after: dict, *, txn: dict | None, snapshot: str = "false", op: str = "u") -> bytes:
+    payload = {
+        "before": None,
+        "after": after,
+        "source": {"version": "3.7.0.Final", "snapshot": snapshot, "table": "t", "txId": 9},
+        "transaction": txn,
+        "op": op,
+        "ts_ms": 1,
+    }
+    return json.dumps({"schema": SCHEMA, "payload": payload}, separators=(",", ":")).encode()
+
+
+def test_a_streamed_event_gives_its_xid_and_orders():
+    value = envelope(
+        {"id": 1}, txn={"id": "739:26842656", "total_order": 2, "data_collection_order": 1}
+    )
+    assert debezium.data_event(value) == DataEvent("739", 2, 1, None)
+
+
+def test_a_snapshot_row_has_no_transaction():
+    value = envelope({"id": 1}, txn=None, snapshot="last", op="r")
+    assert debezium.data_event(value) == DataEvent(None, snapshot="last")
+
+
+@settings(max_examples=300)
+@given(
+    text=st.text(),
+    key=st.sampled_from(["transaction", "snapshot", "note", "payload", "op"]),
+    txn=st.none()
+    | st.fixed_dictionaries(
+        {
+            "id": st.builds(
+                lambda xid, lsn: f"{xid}:{lsn}", st.integers(1, 2**32), st.integers(0, 2**40)
+            ),
+            "total_order": st.integers(1, 10**6),
+            "data_collection_order": st.integers(1, 10**6),
+        }
+    ),
+    snapshot=st.sampled_from(["false", "true", "first", "last", "incremental"]),
+)
+def test_the_fast_path_agrees_with_a_full_parse(text, key, txn, snapshot):
+    # A column may be named like an envelope field and hold anything, quotes included.
+    value = envelope({key: text, "id": 1}, txn=txn, snapshot=snapshot)
+    assert debezium.data_event(value) == debezium._data_event_slow(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"not json", b"[1,2]", b'{"schema":{},"payload":{"after":{}}}', b""],
+)
+def test_what_is_not_a_change_event_is_named(value):
+    with pytest.raises(NotDebezium):
+        debezium.data_event(value)
+
+
+def test_transaction_records():
+    begin = json.dumps({"schema": {}, "payload": {"status": "BEGIN", "id": "1:2"}}).encode()
+    assert debezium.txn_record(begin) is None
+    end = {
+        "status": "END",
+        "id": "739:26843344",
+        "event_count": 3,
+        "data_collections": [
+            {"data_collection": "public.transfers", "event_count": 1},
+            {"data_collection": "public.accounts", "event_count": 2},
+        ],
+        "ts_ms": 1795778269312,
+    }
+    parsed = debezium.txn_record(json.dumps({"schema": {}, "payload": end}).encode())
+    assert parsed is not None
+    assert (parsed.xid, parsed.lsn, parsed.event_count) == ("739", 26843344, 3)
+    assert parsed.collections == (("public.transfers", 1), ("public.accounts", 2))
+    assert parsed.ts_us == 1795778269312000 and parsed.txn_id == "739.26843344"
+    with pytest.raises(NotDebezium):
+        debezium.txn_record(json.dumps({"payload": {"status": "MAYBE"}, "schema": {}}).encode())
+
+
+def test_heartbeats_and_topic_names():
+    beat = json.dumps({"schema": {}, "payload": {"ts_ms": 5}}).encode()
+    assert debezium.heartbeat_ts_us(beat) == 5000
+    assert debezium.transaction_topic("pg1") == "pg1.transaction"
+    assert debezium.heartbeat_topic("pg1") == "__debezium-heartbeat.pg1"
+    assert debezium.collection_topic("pg1", "public.accounts") == "pg1.public.accounts"
