@@ -169,6 +169,7 @@ class Joiner:
     def _complete(self, head: _Head) -> None:
         self._remember(head.end)
         self.head = None
+        self._next_head()  # the head changes only here and in on_end, never unseen
 
     def _remember(self, end: TxnEnd) -> None:
         self.last_lsn = max(self.last_lsn, end.lsn)

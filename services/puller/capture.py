@@ -124,7 +124,8 @@ class _Loop:
         self.feed = capture.feed
         self.joiner = Joiner(covers=self._covers)
         self.parts: dict[tuple[str, int], _Partition] = {}
-        self.txn_next = -1  # the transaction topic: next offset to read
+        self.txn_next = 0  # the transaction topic: next offset to read
+        self.txn_assigned = False  # Debezium creates it with the first streamed transaction
         self.end_offsets: dict[int, int] = {}  # commit LSN -> offset of the ENDs read
         self.heartbeats: set[int] = set()  # heartbeat partitions read
         self.buffered = 0
@@ -169,22 +170,22 @@ class _Loop:
             self.producer.flush(5)
 
     def _restore(self, admin: Any) -> None:
-        txn_tp = KafkaTP(self.c.txn_topic, 0)
-        committed = {
-            (tp.topic, tp.partition): tp
-            for tp in self.consumer.committed(
-                [txn_tp, *(KafkaTP(t, p) for t, p in self._data_partitions(admin))], 30
-            )
-        }
+        wanted = [
+            KafkaTP(self.c.out, 0),  # carries the ordering state (see _commit)
+            KafkaTP(self.c.txn_topic, 0),
+            *(KafkaTP(t, p) for t, p in self._data_partitions(admin)),
+        ]
+        committed = {(tp.topic, tp.partition): tp for tp in self.consumer.committed(wanted, 30)}
+        carrier = committed.get((self.c.out, 0))
+        state = carrier.metadata if carrier is not None and carrier.offset >= 0 else None
         found = committed.get((self.c.txn_topic, 0))
-        state = found.metadata if found is not None and found.offset >= 0 else None
         self.txn_next = found.offset if found is not None and found.offset >= 0 else 0
         completed = self._completed_before(self.txn_next)
         self.joiner.restore(state, completed)
         if state:
             self.watermark = self.joiner.resolved_ts()
             self.snapshot_done = '"snap":1' in state
-        assign = [KafkaTP(self.c.txn_topic, 0, self.txn_next)]
+        assign = self._txn_partition(admin)
         for key in self._data_partitions(admin):
             tp = committed.get(key)
             offset = tp.offset if tp is not None and tp.offset >= 0 else OFFSET_BEGINNING
@@ -241,6 +242,13 @@ class _Loop:
             for p in range(counts[topic])
         ]
 
+    def _txn_partition(self, admin: Any) -> list[KafkaTP]:
+        """The transaction topic, once Debezium has created it."""
+        if self.txn_assigned or self.c.txn_topic not in kafka_topics.partition_counts(admin):
+            return []
+        self.txn_assigned = True
+        return [KafkaTP(self.c.txn_topic, 0, self.txn_next)]
+
     def _heartbeat_partitions(self, admin: Any) -> list[KafkaTP]:
         counts = kafka_topics.partition_counts(admin)
         n = counts.get(self.c.heartbeat_topic, 0)
@@ -295,6 +303,7 @@ class _Loop:
             for key in self._data_partitions(admin)
             if key not in self.parts
         ]
+        new.extend(self._txn_partition(admin))
         new.extend(self._heartbeat_partitions(admin))
         if new:
             log.info("capture of feed %s: reading %s", self.feed.name, [t.topic for t in new])
@@ -337,6 +346,7 @@ class _Loop:
         """Emit what the head allows (crossfeed/core/debezium_order.py: drain)."""
         buffers = {part.name: part.buffer for part in self.parts.values()}
         by_name = {part.name: part for part in self.parts.values()}
+        head = self.joiner.head_lsn()
         for msg, verdict in drain(self.joiner, buffers):
             part = by_name[f"{msg.topic()}/{msg.partition()}"]
             part.next_offset = msg.offset() + 1
@@ -344,8 +354,8 @@ class _Loop:
             self.dirty = True
             if isinstance(verdict, Emit):
                 self._emit(msg, verdict)
-                if verdict.completes:
-                    self._resume_paused()
+        if self.joiner.head_lsn() != head:
+            self._resume_paused()  # a partition rewound for the new head reads again
 
     def _event(self, value: bytes | None) -> debezium.DataEvent | None:
         """A data event's ordering facts (None: a tombstone, which the sink would skip)."""
@@ -443,7 +453,7 @@ class _Loop:
             self.dirty = True
         if not self.dirty:
             return
-        positions = [self._txn_position()]
+        positions = self._txn_positions()
         for part in self.parts.values():
             if part.next_offset >= 0:
                 positions.append(KafkaTP(part.tp.topic, part.tp.partition, part.next_offset))
@@ -453,13 +463,20 @@ class _Loop:
         self.producer.begin_transaction()
         self.dirty = False
 
-    def _txn_position(self) -> KafkaTP:
-        """The transaction topic's position: the ENDs the joiner still holds are read
-        again after a restart; the ordering state rides along as commit metadata."""
-        held = self.joiner.held()
-        self.end_offsets = {lsn: self.end_offsets[lsn] for lsn in held if lsn in self.end_offsets}
-        offset = min(self.end_offsets.values(), default=self.txn_next)
+    def _txn_positions(self) -> list[KafkaTP]:
+        """The transaction topic's position (the ENDs the joiner still holds are read
+        again after a restart) and the ordering state, committed as the metadata of an
+        offset of the output topic (which exists from the start; the group never reads
+        it)."""
         state = self.joiner.snapshot_state()
         if self.snapshot_done:
             state = state[:-1] + ',"snap":1}'
-        return KafkaTP(self.c.txn_topic, 0, offset, metadata=state)
+        positions = [KafkaTP(self.c.out, 0, 0, metadata=state)]
+        if self.txn_assigned:
+            held = self.joiner.held()
+            self.end_offsets = {
+                lsn: self.end_offsets[lsn] for lsn in held if lsn in self.end_offsets
+            }
+            offset = min(self.end_offsets.values(), default=self.txn_next)
+            positions.append(KafkaTP(self.c.txn_topic, 0, offset))
+        return positions

@@ -228,3 +228,15 @@ def test_a_restart_carries_the_head_on_from_the_committed_state():
     rest = [again.offer("a/0", DataEvent("3", n, n)) for n in (2, 3)]
     assert all(isinstance(v, Emit) and v.commit_ts == 1_000_000 for v in rest)
     assert [v.txn for v in rest if isinstance(v, Emit)] == ["3.30/2/3", "3.30/3/3"]
+
+
+def test_the_next_head_is_chosen_when_one_completes_not_by_a_later_offer():
+    # The capture resumes a partition it rewound when the head changes; a head chosen
+    # silently inside a later offer would leave that partition paused for good.
+    joiner = Joiner(covers=lambda c: True)
+    joiner.on_end(TxnEnd("1", 10, 1, (("public.a", 1),), 1))
+    joiner.on_end(TxnEnd("2", 20, 1, (("public.b", 1),), 2))
+    assert joiner.head_lsn() == 10
+    done = joiner.offer("a/0", DataEvent("1", 1, 1))
+    assert isinstance(done, Emit) and done.completes
+    assert joiner.head_lsn() == 20
