@@ -175,10 +175,27 @@ class FeedSpec(BaseModel):
         SinkUri.parse(value)
         return value
 
+    # Per field, so an error names the field and not the whole feed.
+    @field_validator("topics")
+    @classmethod
+    def _topics(cls, value: list[str]) -> list[str]:
+        TopicSelector(value)  # raises ValueError naming a bad regex
+        return value
+
+    @field_validator("exclude")
+    @classmethod
+    def _exclude(cls, value: list[str]) -> list[str]:
+        TopicSelector((), value)
+        return value
+
+    @field_validator("rename_format")
+    @classmethod
+    def _rename_format(cls, value: str) -> str:
+        rename("example", value)  # raises ValueError for an illegal format
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> FeedSpec:
-        TopicSelector(self.topics, self.exclude)  # raises ValueError naming a bad regex
-        rename("example", self.rename_format)  # raises ValueError for an illegal format
         sink = self.sink
         if sink.scheme == "kafka" and sink.cluster == self.source:
             raise ValueError(
