@@ -512,7 +512,10 @@ class PullerTask:
         from the delivery reports of its copies. Returns the failure if it did not
         commit: fenced, copies interleaved or not delivered, the commit refused."""
         if not self.ctx.ordered:
-            left = self.producer.flush(60)  # every delivery report is in
+            try:
+                left = clients.flush(self.producer, 60)  # every delivery report is in
+            except KafkaException as err:  # failed fatally: fenced, most likely
+                return TxnFailure.of(err)
             if left:
                 return TxnFailure(Outcome.FAILED, f"{left} copies still undelivered")
             for tp, state in self.partitions.items():
@@ -580,8 +583,13 @@ class PullerTask:
             try:
                 call(*args)
                 return None
-            except KafkaException as exc:
-                err = exc.args[0]
+            except (KafkaException, SystemError) as exc:
+                # A commit serves delivery reports too: a fatal error may surface as the
+                # SystemError clients.callback_failure explains.
+                failure = clients.callback_failure(exc)
+                if failure is None:
+                    raise
+                err = failure.args[0]
                 if err is None or not err.retriable() or clients.is_fenced(err):
                     break
                 time.sleep(0.2)
@@ -599,7 +607,7 @@ class PullerTask:
         try:
             if self.txn.phase is Phase.DEAD:
                 self.producer.purge()
-            self.producer.flush(5)
+            clients.flush(self.producer, 5)
         except KafkaException as err:  # a fenced producer has nothing left to deliver
             log.info("task %d: producer closed (%s)", self.staging_partition, err)
 
