@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlparse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crossfeed.config.errors import ConfigError, from_validation_error, read_yaml
+from crossfeed.core.secrets import mask_text
 from crossfeed.core.topic_selection import TopicSelector, rename
 
 FEED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -128,10 +129,20 @@ class SinkUri(BaseModel):
 
     @classmethod
     def parse(cls, uri: str) -> SinkUri:
+        """The parts of ``uri``; ValueError saying what is wrong (quoting the URI with its
+        password masked: the message may reach a REST answer or a log)."""
         parsed = urlparse(uri)
+        shown = mask_text(uri)
         if parsed.scheme == "kafka":
             if not parsed.netloc:
-                raise ValueError(f"sink URI {uri!r} names no cluster; write kafka://dc-b")
+                raise ValueError(f"sink URI {shown!r} names no cluster; write kafka://dc-b")
+            if "@" in parsed.netloc:
+                alias = parsed.netloc.rsplit("@", 1)[1]
+                raise ValueError(
+                    f"sink URI {shown!r} carries credentials; a kafka:// URI names a cluster "
+                    f"alias only (kafka://{alias}): put the credentials in the configuration "
+                    f"file ({alias}.sasl.username, {alias}.sasl.password)"
+                )
             topic = parsed.path.lstrip("/") or None
             return cls(scheme="kafka", cluster=parsed.netloc, topic=topic)
         if parsed.scheme in ("postgresql", "postgres"):
@@ -139,7 +150,7 @@ class SinkUri(BaseModel):
             dsn = uri.split("?", 1)[0].replace("postgres://", "postgresql://", 1)
             return cls(scheme="postgresql", dsn=dsn, schema_name=schema)
         raise ValueError(
-            f"sink URI {uri!r} has an unknown scheme {parsed.scheme!r}; use kafka://CLUSTER "
+            f"sink URI {shown!r} has an unknown scheme {parsed.scheme!r}; use kafka://CLUSTER "
             "or postgresql://USER@HOST:PORT/DB?schema=S"
         )
 
