@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, Producer
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
 from tests.support.clusters import Cluster, Clusters, two_clusters
+from tests.support.secured import secure, secure_home  # noqa: F401  (fixtures)
 from tests.support.services import services  # noqa: F401  (fixture)
 
 
