@@ -107,12 +107,13 @@ def test_a_fenced_puller_stays_up_and_takes_tasks_again_when_another_member_leav
         time.sleep(2)  # the new owners' producers fence the zombie's
         zombie.resume()
         # Woken, it finds its tasks gone and its producers fenced: it drops them and
-        # stays up, saying so in /status (the group may give it tasks back meanwhile).
+        # stays up, answering /status (the group may give it tasks back meanwhile).
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             zombie.assert_alive()
             assert zombie.status() is not None, zombie.failure("/status does not answer")
             time.sleep(0.5)
+        assert "fenced" in zombie.log_text(), zombie.failure("never fenced: not the case here")
         assert "Traceback" not in zombie.log_text(), zombie.failure("a traceback")
     first = live.acked
 
