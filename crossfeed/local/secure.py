@@ -49,7 +49,13 @@ class Certs:
 
 
 def _openssl(*args: str) -> None:
-    result = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
+    try:
+        result = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise RuntimeError(
+            "openssl is not installed (it makes the secured clusters' certificates): "
+            "install it (apt-get install openssl) and run the command again"
+        ) from None
     if result.returncode != 0:
         raise RuntimeError(f"openssl {args[0]} failed: {result.stderr.strip()}")
 

@@ -68,3 +68,11 @@ def test_a_lost_password_file_is_named_not_replaced(home):
     with pytest.raises(RuntimeError, match=r"crossfeed.password is missing, but dc-a already"):
         secured.prepare()
     assert not secured.password_file.exists()
+
+
+def test_without_openssl_the_certificates_say_what_to_install(home, monkeypatch):
+    from crossfeed.local.secure import make_certs
+
+    monkeypatch.setenv("PATH", str(home))  # no openssl here
+    with pytest.raises(RuntimeError, match=r"openssl is not installed .*apt-get install openssl"):
+        make_certs(home / "certs")
