@@ -8,7 +8,7 @@ in its format, instead of being printed to stderr by the C library.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -164,27 +164,27 @@ def callback_failure(err: BaseException) -> KafkaException | None:
     return None
 
 
-def flush(producer: protocols.Producer, timeout_s: float) -> int:
-    """``producer.flush``: the messages still undelivered after ``timeout_s``. Raises
-    KafkaException (never the SystemError above) when the producer failed fatally."""
+def served(call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)`` (a poll, flush or transactional call that serves callbacks),
+    raising the KafkaException of a fatal error rather than the SystemError above."""
     try:
-        return int(producer.flush(timeout_s))
+        return call(*args)
     except (KafkaException, SystemError) as err:
         failure = callback_failure(err)
         if failure is None:
             raise
         raise failure from None
+
+
+def flush(producer: protocols.Producer, timeout_s: float) -> int:
+    """``producer.flush``: the messages still undelivered after ``timeout_s``; raises
+    KafkaException when the producer failed fatally (see :func:`served`)."""
+    return int(served(producer.flush, timeout_s))
 
 
 def poll(producer: protocols.Producer, timeout_s: float) -> None:
     """``producer.poll``, raising KafkaException like :func:`flush`."""
-    try:
-        producer.poll(timeout_s)
-    except (KafkaException, SystemError) as err:
-        failure = callback_failure(err)
-        if failure is None:
-            raise
-        raise failure from None
+    served(producer.poll, timeout_s)
 
 
 def produce_waiting(

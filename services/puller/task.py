@@ -581,15 +581,10 @@ class PullerTask:
         err: KafkaError | None = None
         for _attempt in range(6):
             try:
-                call(*args)
+                clients.served(call, *args)  # a commit serves delivery reports too
                 return None
-            except (KafkaException, SystemError) as exc:
-                # A commit serves delivery reports too: a fatal error may surface as the
-                # SystemError clients.callback_failure explains.
-                failure = clients.callback_failure(exc)
-                if failure is None:
-                    raise
-                err = failure.args[0]
+            except KafkaException as exc:
+                err = exc.args[0]
                 if err is None or not err.retriable() or clients.is_fenced(err):
                     break
                 time.sleep(0.2)
