@@ -18,6 +18,7 @@ from urllib.parse import parse_qs, urlparse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crossfeed.config.errors import ConfigError, from_validation_error, read_yaml
+from crossfeed.core.secrets import mask_text
 from crossfeed.core.topic_selection import TopicSelector, rename
 from crossfeed.wire.topics import captured as captured_topic
 
@@ -143,10 +144,20 @@ class SinkUri(BaseModel):
 
     @classmethod
     def parse(cls, uri: str) -> SinkUri:
+        """The parts of ``uri``; ValueError saying what is wrong (quoting the URI with its
+        password masked: the message may reach a REST answer or a log)."""
         parsed = urlparse(uri)
+        shown = mask_text(uri)
         if parsed.scheme == "kafka":
             if not parsed.netloc:
-                raise ValueError(f"sink URI {uri!r} names no cluster; write kafka://dc-b")
+                raise ValueError(f"sink URI {shown!r} names no cluster; write kafka://dc-b")
+            if "@" in parsed.netloc:
+                alias = parsed.netloc.rsplit("@", 1)[1]
+                raise ValueError(
+                    f"sink URI {shown!r} carries credentials; a kafka:// URI names a cluster "
+                    f"alias only (kafka://{alias}): put the credentials in the configuration "
+                    f"file ({alias}.sasl.username, {alias}.sasl.password)"
+                )
             topic = parsed.path.lstrip("/") or None
             return cls(scheme="kafka", cluster=parsed.netloc, topic=topic)
         if parsed.scheme in ("postgresql", "postgres"):
@@ -154,7 +165,7 @@ class SinkUri(BaseModel):
             dsn = uri.split("?", 1)[0].replace("postgres://", "postgresql://", 1)
             return cls(scheme="postgresql", dsn=dsn, schema_name=schema)
         raise ValueError(
-            f"sink URI {uri!r} has an unknown scheme {parsed.scheme!r}; use kafka://CLUSTER "
+            f"sink URI {shown!r} has an unknown scheme {parsed.scheme!r}; use kafka://CLUSTER "
             "or postgresql://USER@HOST:PORT/DB?schema=S"
         )
 
@@ -215,10 +226,27 @@ class FeedSpec(BaseModel):
             data = {**data, "config": config}
         return data
 
+    # Per field, so an error names the field and not the whole feed.
+    @field_validator("topics")
+    @classmethod
+    def _topics(cls, value: list[str]) -> list[str]:
+        TopicSelector(value)  # raises ValueError naming a bad regex
+        return value
+
+    @field_validator("exclude")
+    @classmethod
+    def _exclude(cls, value: list[str]) -> list[str]:
+        TopicSelector((), value)
+        return value
+
+    @field_validator("rename_format")
+    @classmethod
+    def _rename_format(cls, value: str) -> str:
+        rename("example", value)  # raises ValueError for an illegal format
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> FeedSpec:
-        TopicSelector(self.topics, self.exclude)  # raises ValueError naming a bad regex
-        rename("example", self.rename_format)  # raises ValueError for an illegal format
         sink = self.sink
         if sink.scheme == "kafka" and sink.cluster == self.source:
             raise ValueError(

@@ -11,6 +11,7 @@ from crossfeed.local import stack
 from crossfeed.local.kafka import SetupMissing
 from crossfeed.local.postgres import PORT as POSTGRES_PORT
 from crossfeed.local.postgres import SOURCE_PORT
+from crossfeed.local.secure import USER, SecureStack
 
 app = typer.Typer(help="Run two local Kafka clusters (dc-a, dc-b) and PostgreSQL on loopback.")
 
@@ -19,6 +20,12 @@ app = typer.Typer(help="Run two local Kafka clusters (dc-a, dc-b) and PostgreSQL
 @clean_errors
 def up(
     no_postgres: bool = typer.Option(False, "--no-postgres", help="Kafka clusters only"),
+    secure: bool = typer.Option(
+        False,
+        "--secure",
+        help="dc-a and dc-b over SASL_SSL with SCRAM (127.0.0.1:19094, 127.0.0.1:29094), "
+        "with a CA made here; the password is written to a file the configuration refers to",
+    ),
     cdc: bool = typer.Option(
         False,
         "--cdc",
@@ -30,11 +37,14 @@ def up(
     if not no_postgres or cdc:
         require("postgres", "the local stack's PostgreSQL (or: crossfeed local up --no-postgres)")
     try:
-        ids = stack.up(postgres=not no_postgres, cdc=cdc)
-    except (stack.StackError, SetupMissing) as err:
+        ids = stack.up(postgres=not no_postgres, secure_pair=secure, cdc=cdc)
+    except (stack.StackError, SetupMissing, RuntimeError) as err:  # RuntimeError: openssl
         fail(str(err))
+    secured = SecureStack.local()
+    nodes = {n.alias: n for n in secured.nodes()} if secure else {}
     for alias, cluster_id in ids.items():
-        out_console.print(f"{alias} up, cluster.id {cluster_id}", highlight=False)
+        where = f" on {nodes[alias].secure_bootstrap} (SASL_SSL)" if secure else ""
+        out_console.print(f"{alias} up{where}, cluster.id {cluster_id}", highlight=False)
     if not no_postgres:
         out_console.print(f"postgres up on 127.0.0.1:{POSTGRES_PORT}", highlight=False)
     if cdc:
@@ -43,13 +53,19 @@ def up(
             f"on {stack.connect_worker().url}",
             highlight=False,
         )
+    if secure:
+        out_console.print(
+            f"user {USER}, password in {secured.password_file}, CA {secured.certs.ca}",
+            highlight=False,
+            soft_wrap=True,
+        )
     out_console.print(f"wrote {paths.local_config()}", highlight=False)
 
 
 @app.command()
 @clean_errors
 def down() -> None:
-    """Stop every part of the local stack (data stays under .crossfeed/)."""
+    """Stop every part of the local stack, the secured pair too (data stays under .crossfeed/)."""
     stopped = stack.down()
     out_console.print("stopped " + (", ".join(stopped) if stopped else "nothing (not running)"))
 
@@ -62,7 +78,7 @@ def status() -> None:
         state = "answering" if part.answering else ("not answering" if part.pid else "stopped")
         pid = f"pid {part.pid}" if part.pid else "-"
         out_console.print(
-            f"{part.name:<9} {part.address:<16} {pid:<10} {state:<13} {part.detail}"
+            f"{part.name:<13} {part.address:<16} {pid:<10} {state:<13} {part.detail}"
             f"  (log {part.log})",
             highlight=False,
             soft_wrap=True,
@@ -75,9 +91,10 @@ def stop(
     cluster: str = typer.Argument(..., help="dc-a or dc-b"),
     kill: bool = typer.Option(False, "--kill", help="kill -9 instead of a clean shutdown"),
 ) -> None:
-    """Stop one cluster without touching the other (losing a data center)."""
+    """Stop one cluster without touching the other (losing a data center); of the pair the
+    last 'crossfeed local up' started (plain or --secure)."""
     try:
-        was_running = stack.stop(cluster, hard=kill)
+        was_running = stack.stop(cluster, hard=kill, secure_pair=stack.secured())
     except stack.StackError as err:
         fail(str(err))
     out_console.print(f"{cluster} {'stopped' if was_running else 'was not running'}")
@@ -88,7 +105,7 @@ def stop(
 def start(cluster: str = typer.Argument(..., help="dc-a or dc-b")) -> None:
     """Start one stopped cluster again (regaining a data center)."""
     try:
-        cluster_id = stack.start(cluster)
+        cluster_id = stack.start(cluster, secure_pair=stack.secured())
     except (stack.StackError, SetupMissing) as err:
         fail(str(err))
     out_console.print(f"{cluster} up, cluster.id {cluster_id}", highlight=False)

@@ -18,6 +18,8 @@ from urllib.parse import quote
 
 import httpx
 
+from crossfeed.core.secrets import mask_text
+
 RETRY_PAUSE_S = 0.5
 
 
@@ -101,10 +103,12 @@ class CoordinatorClient:
                 response = self._http.request(method, url, json=body)
             except (httpx.ConnectError, httpx.ConnectTimeout) as err:
                 # Nothing was sent: safe to ask the next one, even for a mutation.
-                failures.append(f"{url} ({err or type(err).__name__})")
+                failures.append(mask_text(f"{url} ({err or type(err).__name__})"))
                 continue
             except httpx.TransportError as err:  # sent, maybe done: do not send it twice
-                raise ApiError(f"no answer from the coordinator at {url} ({err})") from None
+                raise ApiError(
+                    mask_text(f"no answer from the coordinator at {url} ({err})")
+                ) from None
             self.current = index
             if response.status_code >= 400:
                 raise ApiError(*_refusal(response))

@@ -8,6 +8,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from crossfeed.core import secrets
+
 
 class ConfigError(ValueError):
     """Invalid configuration: names the source, the field, the bad value and the fix."""
@@ -40,13 +42,20 @@ def from_validation_error(
     for problem in err.errors():
         # "properties" is a wrapper of ours around pass-through client settings; hide it.
         parts = [str(part) for part in problem["loc"] if part != "properties"]
-        field = ".".join(parts) or "(top level)"
-        value: Any = problem.get("input")
-        msg = problem["msg"].removeprefix("Value error, ")
+        msg = secrets.mask_text(problem["msg"].removeprefix("Value error, "))
         if problem["type"] == "extra_forbidden":
             known = _known_keys(model, parts[:-1]) if model is not None else None
             msg = "unknown setting" + (f"; known here: {', '.join(known)}" if known else "")
-        lines.append(f"  {field} = {value!r}: {msg}")
+        if not parts:  # a check across fields: its message names them (the input is all)
+            lines.append(f"  {msg}")
+            continue
+        field = ".".join(parts)
+        value = secrets.mask_value(parts[-1], problem.get("input"))
+        if problem["type"] == "value_error" and isinstance(value, list | dict):
+            # our own check: its message quotes the bad entry
+            lines.append(f"  {field}: {msg}")
+        else:
+            lines.append(f"  {field} = {value!r}: {msg}")
     return ConfigError(f"invalid configuration in {source}:\n" + "\n".join(lines))
 
 

@@ -23,25 +23,37 @@ SECTIONS = set(Settings.model_fields)
 def config_source(explicit: str | os.PathLike[str] | None = None) -> Path | None:
     """The configuration file to read, following the search order; None if there is none."""
     if explicit:
-        path = Path(explicit)
-        if not path.is_file():
-            raise ConfigError(f"configuration file {path} does not exist (given by --config)")
-        return path
+        return _given(Path(explicit), "given by --config")
     env = os.environ.get("CROSSFEED_CONFIG")
     if env:
-        path = Path(env)
-        if not path.is_file():
-            raise ConfigError(f"configuration file {path} does not exist (from $CROSSFEED_CONFIG)")
-        return path
+        return _given(Path(env), "from $CROSSFEED_CONFIG")
     for candidate in (Path("crossfeed.yaml").resolve(), paths.local_config()):
         if candidate.is_file():
             return candidate
     return None
 
 
+def _given(path: Path, how: str) -> Path:
+    """A configuration file named explicitly (``how``): it must be a file."""
+    if path.is_dir():
+        raise ConfigError(
+            f"configuration file {path} ({how}) is a directory: name the YAML file in it, "
+            f"e.g. {path / 'crossfeed.yaml'}"
+        )
+    if not path.is_file():
+        raise ConfigError(f"configuration file {path} does not exist ({how})")
+    return path
+
+
 def read_file(path: Path) -> dict[str, Any]:
     """Parse a YAML configuration file and fold flat ``alias.prop`` keys into ``clusters``."""
-    raw = read_yaml(path, "configuration file") or {}
+    raw = read_yaml(path, "configuration file")
+    if raw is None:  # nothing but blanks and comments: not "no clusters" by intent
+        raise ConfigError(
+            f"configuration file {path} is empty: add the clusters "
+            "('dc-a.bootstrap.servers: host:9092', one line per property) or point "
+            "--config at another file"
+        )
     if not isinstance(raw, dict):
         raise ConfigError(f"configuration file {path} must hold a mapping of settings")
     data: dict[str, Any] = {}

@@ -8,10 +8,10 @@ in its format, instead of being printed to stderr by the C library.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from crossfeed.kafka import protocols
@@ -149,6 +149,44 @@ def is_fenced(err: KafkaError) -> bool:
     return err.code() in FENCING_CODES or err.fatal()
 
 
+def callback_failure(err: BaseException) -> KafkaException | None:
+    """The KafkaException behind ``err``, when confluent-kafka raised one from inside
+    a poll or flush: a fatal error (a fenced transactional producer) is raised from its
+    error callback, and when librdkafka then serves another callback in the same call
+    (a delivery report), Python reports that callback as ``SystemError: ... returned a
+    result with an exception set``, caused by the KafkaException. None: another error."""
+    if isinstance(err, KafkaException):
+        return err
+    if isinstance(err, SystemError):
+        cause = err.__cause__ or err.__context__
+        if isinstance(cause, KafkaException):
+            return cause
+    return None
+
+
+def served(call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)`` (a poll, flush or transactional call that serves callbacks),
+    raising the KafkaException of a fatal error rather than the SystemError above."""
+    try:
+        return call(*args)
+    except (KafkaException, SystemError) as err:
+        failure = callback_failure(err)
+        if failure is None:
+            raise
+        raise failure from None
+
+
+def flush(producer: protocols.Producer, timeout_s: float) -> int:
+    """``producer.flush``: the messages still undelivered after ``timeout_s``; raises
+    KafkaException when the producer failed fatally (see :func:`served`)."""
+    return int(served(producer.flush, timeout_s))
+
+
+def poll(producer: protocols.Producer, timeout_s: float) -> None:
+    """``producer.poll``, raising KafkaException like :func:`flush`."""
+    served(producer.poll, timeout_s)
+
+
 def produce_waiting(
     producer: protocols.Producer, topic: str, poll_s: float = 0.05, **kwargs: Any
 ) -> None:
@@ -159,7 +197,7 @@ def produce_waiting(
             producer.produce(topic, **kwargs)
             return
         except BufferError:
-            producer.poll(poll_s)
+            poll(producer, poll_s)
 
 
 def produce_copy(
@@ -182,4 +220,4 @@ def produce_copy(
             producer.produce(topic, value, key, partition, on_delivery, None, timestamp_ms, headers)
             return
         except BufferError:
-            producer.poll(0.05)
+            poll(producer, 0.05)

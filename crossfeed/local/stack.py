@@ -1,26 +1,35 @@
 """``crossfeed local up|down|status|stop|start``: the two data centers on one machine.
 
 dc-a on 127.0.0.1:19092, dc-b on 127.0.0.1:29092 (each its own cluster id), and
-PostgreSQL on 127.0.0.1:25432. With ``--cdc`` the capture side too: a source PostgreSQL on
-127.0.0.1:15432 (``wal_level=logical``) and a Kafka Connect worker writing to dc-a with the
-Debezium PostgreSQL connector, REST on 127.0.0.1:18083. ``up`` is idempotent and waits
-until every part answers a real request; ``down`` leaves no process behind.
+PostgreSQL on 127.0.0.1:25432. ``up`` is idempotent and waits until every part
+answers a real request; ``down`` leaves no process behind.
+
+``up --cdc`` starts the capture side too: a source PostgreSQL on 127.0.0.1:15432
+(``wal_level=logical``) and a Kafka Connect worker writing to the plain dc-a with the
+Debezium PostgreSQL connector, REST on 127.0.0.1:18083.
+
+``up --secure`` runs dc-a and dc-b secured instead (SASL_SSL with SCRAM, on 19094 and
+29094; ``secure.py``): its clusters are other processes with their own data, so both
+pairs may run side by side. ``.crossfeed/local.yaml`` names the pair the last ``up``
+started, and ``crossfeed local stop|start`` act on that one (:func:`secured`).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 
 from crossfeed import paths
 from crossfeed.kafka import clients
-from crossfeed.local import postgres, processes
+from crossfeed.local import postgres, processes, secure
 from crossfeed.local.connect import ConnectWorker
 from crossfeed.local.kafka import KafkaNode
 from crossfeed.local.postgres import URI as POSTGRES_URI
 from crossfeed.local.postgres import Postgres
+from crossfeed.local.secure import SecureNode, SecureStack
 
 _OFF = paths.port_offset()
 CLUSTERS = (
@@ -32,7 +41,7 @@ CONNECT_READY_TIMEOUT_S = 120.0  # a JVM loading Connect and its plugins on 2 co
 
 
 def connect_worker() -> ConnectWorker:
-    """The capture side's Connect worker (its Kafka cluster is dc-a)."""
+    """The capture side's Connect worker (its Kafka cluster is the plain dc-a)."""
     return ConnectWorker(CLUSTERS[0].bootstrap)
 
 
@@ -40,11 +49,22 @@ class StackError(RuntimeError):
     """A part of the stack did not come up; the message names its log file."""
 
 
-def node(alias: str) -> KafkaNode:
-    for candidate in CLUSTERS:
+def secured() -> bool:
+    """Does ``.crossfeed/local.yaml`` name the secured pair (the last ``up --secure``)?"""
+    try:
+        config = yaml.safe_load(paths.local_config().read_text()) or {}
+        return bool(config["clusters"]["dc-a"].get("security.protocol") == "SASL_SSL")
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def node(alias: str, secure_pair: bool = False) -> KafkaNode:
+    """The cluster ``alias`` of the plain pair, or of the secured one."""
+    pair: tuple[KafkaNode, ...] = SecureStack.local().nodes() if secure_pair else CLUSTERS
+    for candidate in pair:
         if candidate.alias == alias:
             return candidate
-    known = ", ".join(c.alias for c in CLUSTERS)
+    known = ", ".join(c.alias for c in pair)
     raise StackError(f"unknown local cluster {alias!r}; the local stack has {known}")
 
 
@@ -53,47 +73,63 @@ def kafka_cluster_id(bootstrap: str, timeout_s: float = 2.0) -> str | None:
     return clients.cluster_id({"bootstrap.servers": bootstrap}, timeout_s)
 
 
+def _client_conf(kafka: KafkaNode) -> dict[str, Any]:
+    """How a client reaches ``kafka``: a secure node through its SASL_SSL listener, as
+    crossfeed will (so a start that cannot log in is caught here)."""
+    if isinstance(kafka, SecureNode):
+        return kafka.client_properties(secure.USER)
+    return {"bootstrap.servers": kafka.bootstrap}
+
+
 def _wait_kafka(kafka: KafkaNode, deadline: float) -> str:
+    conf = _client_conf(kafka)
     while time.monotonic() < deadline:
         if kafka.pid() is None:
             raise StackError(
                 f"{kafka.alias} exited during start-up; see {kafka.log_file}:\n"
                 f"{processes.tail(kafka.log_file)}"
             )
-        cluster_id = kafka_cluster_id(kafka.bootstrap)
+        cluster_id = clients.cluster_id(conf, 2.0)
         if cluster_id:
             return cluster_id
         time.sleep(0.5)
     raise StackError(
-        f"{kafka.alias} did not answer on {kafka.bootstrap} within {READY_TIMEOUT_S:.0f}s; "
-        f"see {kafka.log_file}:\n{processes.tail(kafka.log_file)}"
+        f"{kafka.alias} did not answer on {conf['bootstrap.servers']} within "
+        f"{READY_TIMEOUT_S:.0f}s; see {kafka.log_file}:\n{processes.tail(kafka.log_file)}"
     )
 
 
-def write_local_config() -> None:
-    """``.crossfeed/local.yaml``: the aliases every later command uses with no flags."""
-    config: dict[str, object] = {
-        "clusters": {c.alias: {"bootstrap.servers": c.bootstrap} for c in CLUSTERS},
-        "postgres": POSTGRES_URI,
-        "control_cluster": "dc-b",
-    }
+def write_local_config(*, secure_pair: bool = False) -> None:
+    """``.crossfeed/local.yaml``: the aliases every later command uses with no flags;
+    for the secured pair, with the password by ``${file:}`` reference."""
+    if secure_pair:
+        stack = SecureStack.local()
+        clusters = {n.alias: stack.cluster_config(n) for n in stack.nodes()}
+        what = "'crossfeed local up --secure'; dc-a and dc-b over SASL_SSL (SCRAM)"
+    else:
+        clusters = {c.alias: {"bootstrap.servers": c.bootstrap} for c in CLUSTERS}
+        what = "'crossfeed local up'; the local stack's cluster aliases"
+    config = {"clusters": clusters, "postgres": POSTGRES_URI, "control_cluster": "dc-b"}
     paths.local_config().parent.mkdir(parents=True, exist_ok=True)
     paths.local_config().write_text(
-        "# Written by 'crossfeed local up'; the local stack's cluster aliases.\n"
-        + yaml.safe_dump(config, sort_keys=False)
+        f"# Written by {what}.\n" + yaml.safe_dump(config, sort_keys=False)
     )
 
 
-def up(*, postgres: bool = True, cdc: bool = False) -> dict[str, str]:
-    """Start what is not running, wait for all; returns alias -> cluster.id. ``cdc``: the
-    capture side too (source PostgreSQL, Connect with Debezium)."""
+def up(*, postgres: bool = True, secure_pair: bool = False, cdc: bool = False) -> dict[str, str]:
+    """Start what is not running, wait for all; returns alias -> cluster.id. With
+    ``secure_pair``, dc-a and dc-b are the secured pair (``secure.py``); ``cdc``: the
+    capture side too (source PostgreSQL, Connect with Debezium, on the plain dc-a)."""
+    if cdc and secure_pair:
+        raise StackError("--cdc runs beside the plain pair; start it without --secure")
     deadline = time.monotonic() + READY_TIMEOUT_S
-    for kafka in CLUSTERS:
+    pair: tuple[KafkaNode, ...] = SecureStack.local().prepare() if secure_pair else CLUSTERS
+    for kafka in pair:
         kafka.start()
     databases = ([Postgres()] if postgres else []) + ([_source_pg()] if cdc else [])
     for pg in databases:
         pg.start()
-    ids = {kafka.alias: _wait_kafka(kafka, deadline) for kafka in CLUSTERS}
+    ids = {kafka.alias: _wait_kafka(kafka, deadline) for kafka in pair}
     if cdc:
         connect_worker().start()  # dc-a answers: Connect can make its topics
     for pg in databases:
@@ -105,7 +141,7 @@ def up(*, postgres: bool = True, cdc: bool = False) -> dict[str, str]:
         pg.ensure_database()
     if cdc:
         _wait_connect(connect_worker())
-    write_local_config()
+    write_local_config(secure_pair=secure_pair)
     return ids
 
 
@@ -158,22 +194,23 @@ def _wait_connect(worker: ConnectWorker) -> None:
     )
 
 
-def start(alias: str) -> str:
+def start(alias: str, secure_pair: bool = False) -> str:
     """Restart one stopped cluster (regaining a data center); returns its cluster.id."""
-    kafka = node(alias)
+    kafka = node(alias, secure_pair)
     kafka.start()
     return _wait_kafka(kafka, time.monotonic() + READY_TIMEOUT_S)
 
 
-def stop(alias: str, *, hard: bool = False) -> bool:
+def stop(alias: str, *, hard: bool = False, secure_pair: bool = False) -> bool:
     """Stop one cluster without touching the other (losing a data center)."""
-    return node(alias).stop(hard=hard)
+    return node(alias, secure_pair).stop(hard=hard)
 
 
 def down() -> list[str]:
-    """Stop everything; returns what was stopped."""
+    """Stop everything (both pairs); returns what was stopped."""
     stopped = ["connect"] if connect_worker().stop() else []
     stopped += [k.alias for k in CLUSTERS if k.stop()]
+    stopped += [f"{k.alias} (secure)" for k in SecureStack.local().nodes() if k.stop()]
     for pg in (Postgres(), _source_pg()):
         if pg.stop():
             stopped.append(pg.name)
@@ -193,13 +230,18 @@ class PartStatus:
 def status() -> list[PartStatus]:
     """What runs where, from pid files and a real request to each part."""
     parts = []
-    for kafka in CLUSTERS:
+    stack = SecureStack.local()
+    # The secured pair only once it was ever started (its directory exists).
+    secure_nodes = stack.nodes() if stack.base.is_dir() else ()
+    for kafka in (*CLUSTERS, *secure_nodes):
         pid = kafka.pid()
+        # Asked on the PLAINTEXT listener: what runs, whoever may log in.
         cluster_id = kafka_cluster_id(kafka.bootstrap, 1.0) if pid else None
+        is_secure = isinstance(kafka, SecureNode)
         parts.append(
             PartStatus(
-                kafka.alias,
-                kafka.bootstrap,
+                f"{kafka.alias} (secure)" if is_secure else kafka.alias,
+                kafka.secure_bootstrap if isinstance(kafka, SecureNode) else kafka.bootstrap,
                 pid,
                 cluster_id is not None,
                 f"cluster.id {cluster_id}" if cluster_id else "",

@@ -12,6 +12,8 @@ from typing import Any, Final
 
 from pydantic import BaseModel, Field
 
+from crossfeed.core.secrets import mask_text
+
 CODES: Final[dict[str, str]] = {
     "invalid_request": "the body or a parameter is malformed or fails validation",
     "unknown_cluster": "a cluster alias the coordinator's configuration does not know",
@@ -57,7 +59,8 @@ class ErrorBody(BaseModel):
 def body(code: str, message: str) -> dict[str, str]:
     if code not in CODES:  # a typo here would ship an undocumented code
         raise ValueError(f"undocumented error code {code!r}")
-    return {"error_code": code, "message": message}
+    # Every refusal, whoever words it: a URI quoted in it never shows its password.
+    return {"error_code": code, "message": mask_text(message)}
 
 
 def code_for(status_code: int) -> str:

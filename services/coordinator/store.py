@@ -20,6 +20,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
+from crossfeed.core.outage import Outage
 from crossfeed.kafka import clients
 from crossfeed.services.coordinator.fold import StateFold, StateView
 from crossfeed.wire import codec, topics
@@ -34,8 +35,8 @@ class StateStore:
         self._conf = conf
         self._consumer = self._new_consumer()
         self._admin = clients.admin(conf)  # asks for the last stable offset
-        self.synced_at = time.monotonic()  # when a sync last reached the end of the log
         self.sync_error = ""  # why the last sync failed ("" once one succeeds)
+        self.outage = Outage()  # since the first failed sync, until one succeeds
         self._partition = TopicPartition(topics.STATE, 0)
         self._lock = threading.Condition()
         self._fold = StateFold()
@@ -140,7 +141,8 @@ class StateStore:
 
     def sync(self, timeout_s: float = 10.0) -> bool:
         """Read every record committed so far; False on timeout or trouble."""
-        deadline = time.monotonic() + timeout_s
+        began = time.monotonic()
+        deadline = began + timeout_s
         while True:
             try:
                 end = self.end_offset(max(deadline - time.monotonic(), 1.0))
@@ -154,14 +156,19 @@ class StateStore:
                 if time.monotonic() >= deadline:
                     log.warning("cannot find the end of %s: %s", topics.STATE, err)
                     self.sync_error = f"cannot read {topics.STATE}: {err}"
+                    self.outage.failed(began)
                     return False
                 time.sleep(0.5)
         if not self.wait_for(end, max(deadline - time.monotonic(), 0.1)):
             self.sync_error = f"{topics.STATE} not read to its end in {timeout_s:.0f}s"
+            self.outage.failed(began)
             return False
-        self.synced_at, self.sync_error = time.monotonic(), ""
+        self.sync_error = ""
+        self.outage.answered()
         return True
 
     def unreachable_for(self) -> float:
-        """Seconds since a sync last reached the end of the log (0 after a good one)."""
-        return 0.0 if not self.sync_error else time.monotonic() - self.synced_at
+        """Seconds since the first sync that failed, of those since the last good one
+        (0 after a good one): not since the last good one, which may be long before the
+        cluster stopped answering (syncs run when a client asks)."""
+        return self.outage.lasted(time.monotonic())

@@ -112,8 +112,8 @@ class Route:
                     # clients.produce_copy inlined (the hottest loop): by position.
                     produce(topic, value, key, partition, report, None, max(ts_ms, 0), hdrs)
                     break
-                except BufferError:
-                    producer.poll(0.05)  # local queue full: let deliveries drain
+                except BufferError:  # local queue full: let deliveries drain
+                    clients.poll(producer, 0.05)
         self.blocks.append(block)
 
     def write_one(self, producer: Producer, copy: Copy) -> None:

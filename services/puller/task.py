@@ -512,7 +512,10 @@ class PullerTask:
         from the delivery reports of its copies. Returns the failure if it did not
         commit: fenced, copies interleaved or not delivered, the commit refused."""
         if not self.ctx.ordered:
-            left = self.producer.flush(60)  # every delivery report is in
+            try:
+                left = clients.flush(self.producer, 60)  # every delivery report is in
+            except KafkaException as err:  # failed fatally: fenced, most likely
+                return TxnFailure.of(err)
             if left:
                 return TxnFailure(Outcome.FAILED, f"{left} copies still undelivered")
             for tp, state in self.partitions.items():
@@ -578,7 +581,7 @@ class PullerTask:
         err: KafkaError | None = None
         for _attempt in range(6):
             try:
-                call(*args)
+                clients.served(call, *args)  # a commit serves delivery reports too
                 return None
             except KafkaException as exc:
                 err = exc.args[0]
@@ -599,7 +602,7 @@ class PullerTask:
         try:
             if self.txn.phase is Phase.DEAD:
                 self.producer.purge()
-            self.producer.flush(5)
+            clients.flush(self.producer, 5)
         except KafkaException as err:  # a fenced producer has nothing left to deliver
             log.info("task %d: producer closed (%s)", self.staging_partition, err)
 

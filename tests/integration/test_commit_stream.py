@@ -4,16 +4,15 @@ The translator follows dc-a's ``__consumer_offsets`` (parsed by ``commit_log.py`
 on what a real broker writes) and moves the group on dc-b as soon as a commit is read.
 Translation rounds are 60 s apart in these tests, so a translation that appears within a
 second can only have come from the stream; the rounds counter proves no round ran.
-Where the commit log cannot be read — not there, or not allowed by the source's ACLs (a
-third, secured cluster: ``tests/support/secured.py``) — the translator lists group
-offsets (poll) and says why.
+Where the commit log cannot be read — not there, or not allowed by the source's ACLs (the
+secured dc-a of ``crossfeed local up --secure``: ``tests/support/secured.py``) — the
+translator lists group offsets (poll) and says why.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -36,7 +35,8 @@ from crossfeed.translation import metrics
 from crossfeed.translation.translator import Translator
 from crossfeed.wire import headers
 from tests.integration.test_failover import committed, wait_for
-from tests.support.secured import ADMIN_USER, LIMITED_USER, Secured, secured_cluster
+from tests.support.clusters import Clusters
+from tests.support.secured import add_user
 from tests.support.verify import read_many
 
 pytestmark = pytest.mark.integration
@@ -166,29 +166,26 @@ def test_without_the_commit_log_the_translator_polls_and_says_why(
 # -- a source that does not let the translator read its commit log ----------------------------
 
 
-@pytest.fixture(scope="module")
-def secured() -> Iterator[Secured]:
-    with secured_cluster() as cluster:
-        yield cluster
-
-
 def test_without_the_right_to_read_the_commit_log_the_translator_polls_and_says_why(
-    clusters, secured, unique
+    clusters, secure: Clusters, unique
 ):
     """On a cluster with ACLs: a user with no right on ``__consumer_offsets`` polls (and
     says it is not authorized); a super user of the same cluster follows the stream."""
-    admin = clients.admin(secured.superuser)
+    superuser = secure.a.config  # crossfeed's own user
+    admin = clients.admin(superuser)
     topic = unique("acl")
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
-    producer = clients.producer(secured.superuser)
+    producer = clients.producer(superuser)
     for i in range(10):
         producer.produce(topic, value=f"v{i}".encode())
     producer.flush(10)
     group = unique("acl-group")
-    consumer = clients.consumer(secured.superuser, **{"group.id": group})
+    consumer = clients.consumer(superuser, **{"group.id": group})
     consumer.commit(offsets=[TopicPartition(topic, 0, 7)], asynchronous=False)
     consumer.close()
-    limited = "User:" + LIMITED_USER[0]
+    user = unique("limited")
+    limited_conf = add_user(secure.a, user, f"{user}-password")
+    limited = "User:" + user
     rights = [
         (ResourceType.TOPIC, topic, AclOperation.READ),
         (ResourceType.TOPIC, topic, AclOperation.DESCRIBE),
@@ -208,8 +205,8 @@ def test_without_the_right_to_read_the_commit_log_the_translator_polls_and_says_
         clusters={
             clusters.a.alias: clusters.a.config,
             clusters.b.alias: clusters.b.config,
-            "src-limited": secured.limited,
-            "src-admin": secured.user(*ADMIN_USER),
+            "src-limited": limited_conf,
+            "src-admin": superuser,
         },
         control_cluster=clusters.b.alias,
         **SLOW_ROUNDS,

@@ -1,6 +1,7 @@
 """crossfeed against secured clusters: dc-a and dc-b speak only SASL_SSL with SCRAM-SHA-512
-to their clients, with certificates of a CA made for the test session
-(``tests/support/secured.py``, ``crossfeed/local/secure.py``).
+to their clients, with certificates of a CA made for the test session — the pair
+``crossfeed local up --secure`` starts (the ``secure`` fixture, ``tests/support/secured.py``),
+its password read through the ``${file:}`` reference of the configuration it writes.
 
 A mirror feed created through a coordinator's REST API is run by a real puller and copies
 every record exactly once; a consumer group that committed on dc-a is moved to dc-b by
@@ -18,7 +19,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,18 +42,11 @@ from tests.integration.test_coordinator_process import (
 )
 from tests.integration.test_failover import committed
 from tests.support.clusters import Clusters
-from tests.support.secured import secured_pair
 from tests.support.services import ServiceProcess
 from tests.support.verify import read_many, verify_mirror
 from tests.support.workload import ContinuousProducer
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
-
-
-@pytest.fixture(scope="module")
-def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
-    with secured_pair(tmp_path_factory.mktemp("secured")) as pair:
-        yield pair
 
 
 def create_topic(config: dict[str, Any], partitions: int) -> str:
@@ -92,6 +85,24 @@ def copy_offsets(config: dict[str, Any], topic: str) -> dict[tuple[str, int], di
             if src:
                 out.setdefault((topic, partition), {})[parse_src(src).offset] = r.offset
     return out
+
+
+def test_local_up_secure_writes_the_password_by_reference(
+    secure: Clusters, secure_home: Path
+) -> None:
+    """The configuration ``crossfeed local up --secure`` writes names the password file,
+    never the password; the file is the user's alone; the brokers refuse plain clients."""
+    written = (secure_home / "local.yaml").read_text()
+    password_file = secure_home / "secure" / "crossfeed.password"
+    password = password_file.read_text().strip()
+    assert password and password == secure.a.config["sasl.password"]
+    assert password not in written
+    assert f"sasl.password: ${{file:{password_file}}}" in written
+    assert password_file.stat().st_mode & 0o077 == 0
+    for cluster in (secure.a, secure.b):
+        assert cluster.config["security.protocol"] == "SASL_SSL"
+        plain = {"bootstrap.servers": cluster.bootstrap, "security.protocol": "PLAINTEXT"}
+        assert clients.cluster_id(plain, 3.0) is None, cluster.alias
 
 
 def test_mirror_feed_coordinator_and_failover_over_sasl_ssl(
@@ -224,7 +235,7 @@ def test_a_puller_that_cannot_log_in_says_why_in_its_log_and_status(
         errors = [row for row in puller.log_text().splitlines() if " ERROR " in row]
         assert any(line in row for row in errors), puller.failure(f"no ERROR line: {line}")
         # Only the configured listener is named: no secret reaches the log.
-        assert "crossfeed-secret" not in puller.log_text()
+        assert secure.a.config["sasl.password"] not in puller.log_text()
     finally:
         puller.kill()
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import pytest
 
 from crossfeed import paths
+from tests.support.cli import run_crossfeed
 
 pytestmark = pytest.mark.unit
 
@@ -16,17 +15,7 @@ LATIN1 = "name: caf\xe9\nsource: dc-a\n".encode("latin-1")  # 0xe9 is not UTF-8 
 
 
 def _cli(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CROSSFEED_HOME": str(tmp_path / "home")}
-    env.pop("CROSSFEED_CONFIG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "crossfeed.cli.main", *args],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    return run_crossfeed(tmp_path / "home", *args, cwd=tmp_path)
 
 
 def _one_clean_line(run: subprocess.CompletedProcess[str], path) -> None:

@@ -156,3 +156,60 @@ def test_mirror_copies_are_sent_uncompressed_unless_configured(isolated):
     assert load_settings().puller.copy_compression == "none"
     write(isolated / "crossfeed.yaml", "puller:\n  copy_compression: zstd\n")
     assert load_settings().puller.copy_compression == "zstd"
+
+
+def test_a_directory_given_as_the_configuration_file_is_called_a_directory(isolated):
+    folder = isolated / "conf"
+    folder.mkdir()
+    with pytest.raises(ConfigError) as caught:
+        load_settings(folder)
+    message = str(caught.value)
+    assert f"configuration file {folder} (given by --config) is a directory" in message
+    assert "does not exist" not in message
+
+
+def test_a_directory_in_crossfeed_config_is_called_a_directory(isolated, monkeypatch):
+    monkeypatch.setenv("CROSSFEED_CONFIG", str(isolated))
+    with pytest.raises(ConfigError, match=r"\(from \$CROSSFEED_CONFIG\) is a directory"):
+        config_source()
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n"])
+def test_an_empty_configuration_file_is_called_empty(isolated, text):
+    path = write(isolated / "crossfeed.yaml", text)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert str(caught.value).startswith(f"configuration file {path} is empty:")
+
+
+def _feed_error(data: dict) -> str:
+    from crossfeed.feeds import parse_feed
+
+    base = {"name": "f1", "source": "dc-a", "sink-uri": "kafka://dc-b", "topics": ["t"]}
+    with pytest.raises(ConfigError) as caught:
+        parse_feed({**base, **data}, "feed file f.yaml")
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({"topics": ["ok", "a["]}, "  topics: invalid include pattern 'a[': "),
+        ({"exclude": ["(x"]}, "  exclude: invalid exclude pattern '(x': "),
+        (
+            {"rename-format": "b.${topik}"},
+            "  rename-format = 'b.${topik}': rename-format 'b.${topik}': unknown placeholder",
+        ),
+    ],
+)
+def test_a_bad_feed_field_is_named_with_its_reason_not_the_whole_feed(data, expected):
+    message = _feed_error(data)
+    assert message.splitlines()[1].startswith(expected), message
+    assert "'name': 'f1'" not in message and "sink-uri" not in message, message
+
+
+def test_a_check_across_feed_fields_prints_its_reason_alone():
+    message = _feed_error({"sink-uri": "kafka://dc-a"})
+    assert message.splitlines()[1] == (
+        "  source and target are both 'dc-a'; a feed copies between two clusters"
+    ), message

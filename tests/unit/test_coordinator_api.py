@@ -334,3 +334,31 @@ def test_the_openapi_documents_the_error_body_and_its_codes() -> None:
     refused = put["409"]["content"]["application/json"]["schema"]["$ref"]
     assert refused.endswith("/ErrorBody")
     assert "/v1/changefeeds/{name}/tasks/{task}/restart" in spec["paths"]
+
+
+@pytest.mark.parametrize(
+    "sink_uri",
+    ["kafka://u:SECRET@dc-b/out", "kafka://u:SECRET@dc-b", "ftp://u:SECRET@dc-b/out"],
+)
+def test_a_refused_sink_uri_is_quoted_without_its_password(sink_uri: str) -> None:
+    body = {**FEED, "sink-uri": sink_uri, "mode": "ordered"}
+    response = client(FakeControl()).post("/v1/changefeeds", json=body, headers=auth())
+    assert response.status_code == 400, response.text
+    message = response.json()["message"]
+    assert "SECRET" not in response.text, message
+    assert "u:****@dc-b" in message, message
+
+
+def test_a_kafka_sink_uri_with_credentials_says_where_they_go() -> None:
+    body = {**FEED, "sink-uri": "kafka://u:SECRET@dc-b"}
+    response = client(FakeControl()).post("/v1/changefeeds", json=body, headers=auth())
+    message = response.json()["message"]
+    assert "names a cluster alias only (kafka://dc-b)" in message, message
+    assert "dc-b.sasl.password" in message, message
+
+
+def test_every_error_body_masks_a_uri_password_whoever_words_it() -> None:
+    from crossfeed.services.coordinator.errors import body
+
+    message = body("invalid_request", "sink: unknown cluster in postgresql://app:SECRET@db/x")
+    assert message["message"] == "sink: unknown cluster in postgresql://app:****@db/x"

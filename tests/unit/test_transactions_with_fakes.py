@@ -67,6 +67,10 @@ class FakeProducer:
         self.reports: list[tuple[Callable[[Any, Any], None], Message]] = []
         self.fail: dict[str, list[KafkaError]] = {}  # call name -> errors to raise, in turn
         self.interleave = False  # a foreign record lands between any two of ours
+        # A fatal error (fenced) that flush raises the way confluent-kafka does: from its
+        # error callback, then reported by Python as a SystemError of the next delivery
+        # callback served in the same call (tests/integration/test_puller_membership.py).
+        self.fatal_in_flush: KafkaError | None = None
 
     def _maybe_fail(self, name: str) -> None:
         errors = self.fail.get(name)
@@ -91,6 +95,13 @@ class FakeProducer:
 
     def flush(self, timeout: float = -1) -> int:
         self.calls.append(("flush",))
+        if self.fatal_in_flush is not None:
+            try:
+                raise KafkaException(self.fatal_in_flush)
+            except KafkaException as err:
+                raise SystemError(
+                    "<function Block.first> returned a result with an exception set"
+                ) from err
         for report, record in self.reports:
             report(None, record)
         self.reports = []
@@ -214,6 +225,22 @@ def test_a_fenced_commit_drops_the_task_and_a_retriable_one_is_retried():
     fenced = task.finish()
     assert fenced is not None and fenced.outcome is Outcome.FENCED
     assert task.failed(fenced).next is Next.DROP
+
+
+def test_a_producer_fenced_during_the_flush_is_a_fenced_failure_not_a_crash():
+    producer = FakeProducer()
+    task = _task(producer)
+    _read(task, range(3))
+    assert task.seal({TP: task.position(TP)}, set()) is None
+    producer.fatal_in_flush = KafkaError(
+        KafkaError._FENCED, "fenced by a newer instance", fatal=True
+    )
+    fenced = task.finish()
+    assert fenced is not None and fenced.outcome is Outcome.FENCED, fenced
+    assert "fenced by a newer instance" in fenced.detail
+    assert task.failed(fenced).next is Next.DROP
+    task.close()  # flushes again: the same error, caught
+    assert "commit" not in producer.names()
 
 
 def test_a_record_too_large_for_the_target_goes_to_the_dead_letter_topic():
