@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -50,6 +51,24 @@ def main(
 def version() -> None:
     """Print the crossfeed version."""
     typer.echo(__version__)
+
+
+@app.command()
+def settings(
+    write: Optional[Path] = typer.Option(  # noqa: UP045
+        None,
+        "--write",
+        help="put the reference into this page between its markers (docs/configuration.md)",
+    ),
+) -> None:
+    """Print the settings reference (Markdown), generated from their declarations."""
+    from crossfeed.config import reference
+
+    if write is None:
+        typer.echo(reference.markdown(), nl=False)
+    else:
+        changed = reference.write(write)
+        typer.echo(f"{write}: {'updated' if changed else 'already current'}")
 
 
 app.add_typer(local.app, name="local")
