@@ -8,6 +8,7 @@ from typing import Any, Optional
 import typer
 
 from crossfeed import __version__
+from crossfeed import log as logsetup
 from crossfeed.cli import admin, feed_ops, local, services
 from crossfeed.cli.common import State, clean_errors
 from crossfeed.extras import require
@@ -45,6 +46,9 @@ def main(
 ) -> None:
     State.config = config
     State.log_format = log_format
+    # No librdkafka line reaches the terminal of a command; a service's own log set-up
+    # (crossfeed/service.py) shows them at DEBUG.
+    logsetup.quiet_librdkafka()
 
 
 @app.command()
@@ -294,7 +298,6 @@ def demo(
     import json
     import signal
 
-    from crossfeed import log as logsetup
     from crossfeed.demo.display import Display
     from crossfeed.demo.scenario import Demo
     from crossfeed.local.kafka import SetupMissing
