@@ -81,10 +81,9 @@ Panel = Callable[[Any], None]
 def figure(result: Mapping[str, Any]) -> Any:
     """One panel per figure that was measured, three to a row: the parts a run left out
     (``--only``) or could not measure get a line in the notes at the bottom, not a panel."""
-    panels = [*_mirror(result.get("throughput", {})), *_failover(result.get("failover", {}))]
+    replicated = [*_mirror(result.get("throughput", {})), *_failover(result.get("failover", {}))]
     ordered = result.get("ordered", {})
-    if ordered.get("available"):
-        panels += _ordered(ordered)
+    panels = replicated + (_ordered(ordered) if ordered.get("available") else [])
     rows = max(1, -(-len(panels) // 3))
     fig, axes = plt.subplots(rows, 3, figsize=(17, 1 + 4.3 * rows), squeeze=False)
     cells = [ax for row in axes for ax in row]
@@ -102,7 +101,7 @@ def figure(result: Mapping[str, Any]) -> Any:
     against = (
         f" vs MirrorMaker 2 {versions.get('mirrormaker2')} (Kafka {versions.get('kafka')}): "
         f"{settings.get('records', 0):,} records, {settings.get('partitions')} partitions,"
-        if len(panels) > len(_ordered(ordered)) or not ordered.get("available")
+        if replicated or not panels
         else f" (Kafka {versions.get('kafka')}):"
     )
     fig.suptitle(

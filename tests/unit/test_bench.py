@@ -430,11 +430,13 @@ def test_chart_draws_only_the_parts_that_were_measured(tmp_path: Path):
     assert "n/a" not in texts
     notes = " ".join(t.get_text() for t in fig.texts)
     assert "mirror throughput and lag: not run" in notes and "failover: not run" in notes
+    assert "MirrorMaker" not in fig._suptitle.get_text()
     chart.plt.close(fig)
 
     fig = chart.figure(full)  # mirror and failover ran; ordered could not be measured
     titles, _ = _titles_and_texts(fig)
     assert len(titles) == 6 and not any(t.startswith("ordered") for t in titles)
+    assert "vs MirrorMaker 2 4.3.1" in fig._suptitle.get_text()
     assert "ordered feeds: not available — the sorter has not landed" in " ".join(
         t.get_text() for t in fig.texts
     )
