@@ -56,6 +56,10 @@ bench: setup ## benchmarks vs MirrorMaker 2, dc-b's ceiling, Spark and PostgreSQ
 slow: setup ## limit checks too long for make test: 1,000,000-event transactions, sink apply rates
 	@$(BIN)/python -m pytest -m slow -s $(PYTEST_ARGS)
 
+.PHONY: docs
+docs: setup ## regenerate the settings reference in docs/configuration.md from crossfeed/config/settings.py
+	@$(BIN)/crossfeed settings --write docs/configuration.md
+
 .PHONY: clean
 clean: down ## stop the stack and delete its data (.crossfeed/, keeps the jar cache)
 	@rm -rf .crossfeed/dc-a .crossfeed/dc-b .crossfeed/postgres .crossfeed/local.yaml

@@ -47,6 +47,25 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line)
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to ``sys.stderr`` as it is when a line is logged, not as it was when the
+    handler was made: a live terminal view that takes stderr over (rich's ``Live``, the
+    demo's table) then prints log lines above itself, instead of being pushed up by them
+    and leaving a stale frame behind. ``setStream`` still pins it to a stream."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pinned: Any = None  # StreamHandler's constructor set it to today's stderr
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr if self._pinned is None else self._pinned
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        self._pinned = value
+
+
 def setup(
     level: str = "INFO",
     fmt: str = "text",
@@ -55,7 +74,7 @@ def setup(
 ) -> logging.Logger:
     _context.clear()
     _context.update({k: v for k, v in (context or {}).items() if v})
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
@@ -65,8 +84,15 @@ def setup(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # librdkafka reports every failed connection attempt; keep them out unless debugging.
+    quiet_librdkafka(level)
+    return logging.getLogger(name)
+
+
+def quiet_librdkafka(level: str = "INFO") -> None:
+    """librdkafka's own lines (every client's ``logger`` is ``crossfeed.kafka.<kind>``,
+    crossfeed/kafka/clients.py) report every failed connection attempt: keep them out
+    unless debugging. What they mean is said once, in crossfeed's words
+    (crossfeed/kafka/diagnose.py, the services' status)."""
     logging.getLogger("crossfeed.kafka").setLevel(
         logging.DEBUG if level == "DEBUG" else logging.CRITICAL
     )
-    return logging.getLogger(name)

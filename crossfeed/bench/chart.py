@@ -1,10 +1,12 @@
 """The PNG next to each result file: medians as bars, min..max as error bars, and
-"n/a" where a figure is not available (never a zero-height bar)."""
+"n/a" where one system's figure is not available (never a zero-height bar). Only the
+parts a run measured get panels; the notes under them say what was not run or not
+available."""
 
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +69,58 @@ def _short(v: float) -> str:
 
 
 def render(result: Mapping[str, Any], path: Path) -> Path:
-    fig, axes = plt.subplots(3, 3, figsize=(17, 14))
-    tp = result.get("throughput", {})
+    fig = figure(result)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+Panel = Callable[[Any], None]
+
+
+def figure(result: Mapping[str, Any]) -> Any:
+    """One panel per figure that was measured, three to a row: the parts a run left out
+    (``--only``) or could not measure get a line in the notes at the bottom, not a panel."""
+    replicated = [*_mirror(result.get("throughput", {})), *_failover(result.get("failover", {}))]
+    ordered = result.get("ordered", {})
+    panels = replicated + (_ordered(ordered) if ordered.get("available") else [])
+    rows = max(1, -(-len(panels) // 3))
+    fig, axes = plt.subplots(rows, 3, figsize=(17, 1 + 4.3 * rows), squeeze=False)
+    cells = [ax for row in axes for ax in row]
+    for panel, ax in zip(panels, cells, strict=False):
+        panel(ax)
+    for ax in cells[len(panels) :]:
+        fig.delaxes(ax)
+    notes = _notes(result)
+    if not panels:
+        notes.insert(0, "nothing was measured")
+    fig.text(0.01, 0.01, "\n".join(textwrap.shorten(n, 190) for n in notes), fontsize=8)
+
+    machine, versions = result.get("machine", {}), result.get("versions", {})
+    settings = result.get("settings", {})
+    against = (
+        f" vs MirrorMaker 2 {versions.get('mirrormaker2')} (Kafka {versions.get('kafka')}): "
+        f"{settings.get('records', 0):,} records, {settings.get('partitions')} partitions,"
+        if replicated or not panels
+        else f" (Kafka {versions.get('kafka')}):"
+    )
+    fig.suptitle(
+        f"crossfeed {versions.get('crossfeed')}{against} median of {settings.get('repeat')} "
+        f"(bars: min–max); {machine.get('cpus')} cores, load at start "
+        f"{machine.get('load_avg_start')}"
+        + (" — BUSY MACHINE, NOISY" if machine.get("busy") else "")
+        + (" — QUICK RUN" if settings.get("quick") else ""),
+        fontsize=10,
+    )
+    bottom = min(0.3, 0.05 * 3 / rows)
+    fig.tight_layout(rect=(0, bottom, 1, 1 - 0.03 * 3 / rows))
+    return fig
+
+
+def _mirror(tp: Mapping[str, Any]) -> list[Panel]:
+    """Mirror throughput, CPU, RSS and lag: four panels, if the throughput part ran."""
+    if not tp:
+        return []
     sizes = sorted(tp, key=int, reverse=True)
     groups = [f"{int(s):,} B records" for s in sizes]
     replicators = SYSTEMS[1:]
@@ -79,72 +131,91 @@ def render(result: Mapping[str, Any], path: Path) -> Path:
             for key, label, colour in systems
         ]
 
-    ax = axes[0][0]
-    _bars(ax, groups, series("records_per_s", SYSTEMS))
-    ax.set_title("mirror throughput, records/s (dc-a → dc-b)")
-    for g, s in enumerate(sizes):
-        r = lookup(tp[s], "ratios.crossfeed/mm2.median")
-        c = lookup(tp[s], "ratios.crossfeed/ceiling.median")
-        note = f"crossfeed/MM2 {r:.2f}" if r else "crossfeed/MM2 n/a"
-        note += f"\ncrossfeed/ceiling {c:.2f}" if c else "\ncrossfeed/ceiling n/a"
-        ax.annotate(
-            note,
-            (g, 0),
-            xytext=(0, -26),
-            textcoords="offset points",
-            ha="center",
-            va="top",
-            fontsize=7,
-        )
-
-    ax = axes[0][1]
-    _bars(ax, groups, series("cpu_s_per_million", replicators))
-    ax.set_title("CPU seconds per million records copied")
-
-    ax = axes[0][2]
-    _bars(ax, groups, series("peak_rss_mb_total", replicators))
-    ax.set_title("peak RSS, MB (all the replicator's processes)")
-
-    ax = axes[1][0]
-    lag_series = []
-    for key, label, colour in replicators:
-        for figure, name in (("p50_ms", "p50"), ("p99_ms", "p99")):
-            lag_series.append(
-                (
-                    f"{label} {name}",
-                    colour if name == "p50" else _darker(colour),
-                    [lookup(tp[s], f"{key}.lag.{figure}") for s in sizes],
-                )
+    def throughput(ax: Any) -> None:
+        _bars(ax, groups, series("records_per_s", SYSTEMS))
+        ax.set_title("mirror throughput, records/s (dc-a → dc-b)")
+        for g, s in enumerate(sizes):
+            r = lookup(tp[s], "ratios.crossfeed/mm2.median")
+            c = lookup(tp[s], "ratios.crossfeed/ceiling.median")
+            note = f"crossfeed/MM2 {r:.2f}" if r else "crossfeed/MM2 n/a"
+            note += f"\ncrossfeed/ceiling {c:.2f}" if c else "\ncrossfeed/ceiling n/a"
+            ax.annotate(
+                note,
+                (g, 0),
+                xytext=(0, -26),
+                textcoords="offset points",
+                ha="center",
+                va="top",
+                fontsize=7,
             )
-    _bars(ax, groups, lag_series)
-    ax.set_title("end-to-end lag at 50% of each one's capacity, ms")
 
-    fo = result.get("failover", {})
+    def cpu(ax: Any) -> None:
+        _bars(ax, groups, series("cpu_s_per_million", replicators))
+        ax.set_title("CPU seconds per million records copied")
+
+    def rss(ax: Any) -> None:
+        _bars(ax, groups, series("peak_rss_mb_total", replicators))
+        ax.set_title("peak RSS, MB (all the replicator's processes)")
+
+    def lag(ax: Any) -> None:
+        lag_series = []
+        for key, label, colour in replicators:
+            for figure, name in (("p50_ms", "p50"), ("p99_ms", "p99")):
+                lag_series.append(
+                    (
+                        f"{label} {name}",
+                        colour if name == "p50" else _darker(colour),
+                        [lookup(tp[s], f"{key}.lag.{figure}") for s in sizes],
+                    )
+                )
+        _bars(ax, groups, lag_series)
+        ax.set_title("end-to-end lag at 50% of each one's capacity, ms")
+
+    return [throughput, cpu, rss, lag]
+
+
+def _failover(fo: Mapping[str, Any]) -> list[Panel]:
+    """Failover time and records re-read/skipped: two panels, if any side was measured."""
+    if not any(side.get("available") for side in fo.values() if isinstance(side, Mapping)):
+        return []
 
     def measured(key: str, figure: str) -> Any:
         side = fo.get(key, {})
         return side.get(figure) if side.get("available") else None
 
-    ax = axes[1][1]
-    _bars(
-        ax,
-        ["kill -9 dc-a → group reading on dc-b"],
-        [(label, colour, [measured(key, "ready_s")]) for key, label, colour in FAILOVER_SIDES],
-    )
-    ax.set_title("consumer failover, seconds")
-    ax = axes[1][2]
-    _bars(
-        ax,
-        ["records re-read", "records skipped"],
-        [
-            (label, colour, [measured(key, "re_read"), measured(key, "skipped")])
-            for key, label, colour in FAILOVER_SIDES
-        ],
-    )
-    ax.set_title("consumer failover, records re-read / skipped")
+    def seconds(ax: Any) -> None:
+        _bars(
+            ax,
+            ["kill -9 dc-a → group reading on dc-b"],
+            [(label, colour, [measured(key, "ready_s")]) for key, label, colour in FAILOVER_SIDES],
+        )
+        ax.set_title("consumer failover, seconds")
+
+    def records(ax: Any) -> None:
+        _bars(
+            ax,
+            ["records re-read", "records skipped"],
+            [
+                (label, colour, [measured(key, "re_read"), measured(key, "skipped")])
+                for key, label, colour in FAILOVER_SIDES
+            ],
+        )
+        ax.set_title("consumer failover, records re-read / skipped")
+
+    return [seconds, records]
+
+
+def _notes(result: Mapping[str, Any]) -> list[str]:
+    """What the chart does not show, and why."""
     notes = []
+    if not result.get("throughput"):
+        notes.append("mirror throughput and lag: not run")
+    fo = result.get("failover")
     for key, label, _ in FAILOVER_SIDES:
-        side = fo.get(key)
+        side = (fo or {}).get(key)
+        if fo is None:
+            notes.append("failover: not run")
+            break
         if side is None:
             notes.append(f"failover, {label}: not run")
         elif not side.get("available"):
@@ -152,25 +223,7 @@ def render(result: Mapping[str, Any], path: Path) -> Path:
     ordered = result.get("ordered", {})
     if not ordered.get("available"):
         notes.append(f"ordered feeds: not available — {ordered.get('reason', 'not run')}")
-    _ordered(axes[2], ordered)
-    fig.text(0.01, 0.01, "\n".join(textwrap.shorten(n, 190) for n in notes), fontsize=8)
-
-    machine, versions = result.get("machine", {}), result.get("versions", {})
-    settings = result.get("settings", {})
-    fig.suptitle(
-        f"crossfeed {versions.get('crossfeed')} vs MirrorMaker 2 {versions.get('mirrormaker2')}"
-        f" (Kafka {versions.get('kafka')}): {settings.get('records', 0):,} records, "
-        f"{settings.get('partitions')} partitions, median of {settings.get('repeat')} "
-        f"(bars: min–max); {machine.get('cpus')} cores, load at start "
-        f"{machine.get('load_avg_start')}"
-        + (" — BUSY MACHINE, NOISY" if machine.get("busy") else "")
-        + (" — QUICK RUN" if settings.get("quick") else ""),
-        fontsize=10,
-    )
-    fig.tight_layout(rect=(0, 0.05, 1, 0.97))
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return notes
 
 
 def _one(value: Any) -> dict[str, float] | None:
@@ -180,31 +233,43 @@ def _one(value: Any) -> dict[str, float] | None:
     return {"min": float(value), "median": float(value), "max": float(value)}
 
 
-def _ordered(row: Any, ordered: Mapping[str, Any]) -> None:
-    """Third row: the ordered feed (bank workload) beside its references."""
+def _ordered(ordered: Mapping[str, Any]) -> list[Panel]:
+    """The ordered feed (bank workload) beside its references: three panels."""
     grey, blue, green = "#999999", "#1f77b4", "#2ca02c"
-    rate = [
-        ("workload produce", grey, lookup(ordered, "produce.events_per_s")),
-        ("Spark pass-through", "#bbbbbb", lookup(ordered, "spark_passthrough.events_per_s")),
-        ("crossfeed → Kafka", blue, lookup(ordered, "kafka.events_per_s")),
-        ("crossfeed → PostgreSQL", green, lookup(ordered, "postgres.rows_per_s")),
-        ("PostgreSQL upsert ceiling", "#777777", lookup(ordered, "postgres.ceiling.rows_per_s")),
-    ]
-    _bars(row[0], ["events (row changes) / s"], [(n, c, [_one(v)]) for n, c, v in rate])
-    row[0].set_title("ordered feed, bank workload: throughput")
-    lags = []
-    for key, label, colour in (("kafka", "→ Kafka", blue), ("postgres", "→ PostgreSQL", green)):
-        for figure in ("p50", "p99"):
-            shade = colour if figure == "p50" else _darker(colour)
-            lags.append(
-                (f"{label} {figure}", shade, [_one(lookup(ordered, f"{key}.lag_ms.{figure}"))])
-            )
-    _bars(row[1], ["source commit → visible, ms"], lags)
-    row[1].set_title("ordered feed: lag at half load")
-    rss = ordered.get("kafka", {}).get("peak_rss_mb") or {}
-    names = sorted(rss)
-    _bars(row[2], names or ["n/a"], [("→ Kafka", blue, [_one(rss.get(n)) for n in names])])
-    row[2].set_title("ordered feed: peak RSS per process tree, MB")
+
+    def throughput(ax: Any) -> None:
+        rate = [
+            ("workload produce", grey, lookup(ordered, "produce.events_per_s")),
+            ("Spark pass-through", "#bbbbbb", lookup(ordered, "spark_passthrough.events_per_s")),
+            ("crossfeed → Kafka", blue, lookup(ordered, "kafka.events_per_s")),
+            ("crossfeed → PostgreSQL", green, lookup(ordered, "postgres.rows_per_s")),
+            (
+                "PostgreSQL upsert ceiling",
+                "#777777",
+                lookup(ordered, "postgres.ceiling.rows_per_s"),
+            ),
+        ]
+        _bars(ax, ["events (row changes) / s"], [(n, c, [_one(v)]) for n, c, v in rate])
+        ax.set_title("ordered feed, bank workload: throughput")
+
+    def lag(ax: Any) -> None:
+        lags = []
+        for key, label, colour in (("kafka", "→ Kafka", blue), ("postgres", "→ PostgreSQL", green)):
+            for figure in ("p50", "p99"):
+                shade = colour if figure == "p50" else _darker(colour)
+                lags.append(
+                    (f"{label} {figure}", shade, [_one(lookup(ordered, f"{key}.lag_ms.{figure}"))])
+                )
+        _bars(ax, ["source commit → visible, ms"], lags)
+        ax.set_title("ordered feed: lag at half load")
+
+    def rss(ax: Any) -> None:
+        per_tree = ordered.get("kafka", {}).get("peak_rss_mb") or {}
+        names = sorted(per_tree)
+        _bars(ax, names, [("→ Kafka", blue, [_one(per_tree.get(n)) for n in names])])
+        ax.set_title("ordered feed: peak RSS per process tree, MB")
+
+    return [throughput, lag, rss]
 
 
 def _num(v: float | None) -> str:

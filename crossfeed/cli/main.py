@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
 from crossfeed import __version__
+from crossfeed import log as logsetup
 from crossfeed.cli import admin, cdc, feed_ops, local, services
 from crossfeed.cli.common import State, clean_errors
 from crossfeed.extras import require
@@ -44,12 +46,33 @@ def main(
 ) -> None:
     State.config = config
     State.log_format = log_format
+    # No librdkafka line reaches the terminal of a command; a service's own log set-up
+    # (crossfeed/service.py) shows them at DEBUG.
+    logsetup.quiet_librdkafka()
 
 
 @app.command()
 def version() -> None:
     """Print the crossfeed version."""
     typer.echo(__version__)
+
+
+@app.command()
+def settings(
+    write: Optional[Path] = typer.Option(  # noqa: UP045
+        None,
+        "--write",
+        help="put the reference into this page between its markers (docs/configuration.md)",
+    ),
+) -> None:
+    """Print the settings reference (Markdown), generated from their declarations."""
+    from crossfeed.config import reference
+
+    if write is None:
+        typer.echo(reference.markdown(), nl=False)
+    else:
+        changed = reference.write(write)
+        typer.echo(f"{write}: {'updated' if changed else 'already current'}")
 
 
 app.add_typer(local.app, name="local")
@@ -276,7 +299,6 @@ def demo(
     import json
     import signal
 
-    from crossfeed import log as logsetup
     from crossfeed.demo.display import Display
     from crossfeed.demo.scenario import Demo
     from crossfeed.local.kafka import SetupMissing

@@ -49,6 +49,7 @@ from crossfeed.client.destination import (
     DestinationSettings,
     split_destination,
 )
+from crossfeed.kafka import clients
 from crossfeed.wire import codec, headers, topics
 
 log = logging.getLogger(__name__)
@@ -159,8 +160,9 @@ class _Recorder:
         admin_conf = connection_settings(producer_conf)
         # Kept for the consumer's life, for the same reason (an admin client dropped while
         # librdkafka completes one of its futures is destroyed on librdkafka's thread).
-        self.admin = AdminClient(admin_conf)
-        self.producer = Producer(producer_conf)
+        logger = producer_conf.get("logger")  # the application's, if it gave one
+        self.admin = AdminClient(clients.logged(admin_conf, "admin", logger))
+        self.producer = Producer(clients.logged(producer_conf, "producer"))
         self.consumed: dict[tuple[str, int], _Consumed] = {}
         self.topic_ready = False
         self.destination = (
@@ -278,6 +280,8 @@ class TimestampedConsumer:
     def __init__(self, config: Mapping[str, Any]) -> None:
         rest, destination = split_destination(config)
         consumer_conf, producer_conf, topic_conf = split_config(rest)
+        if "logger" in consumer_conf:  # librdkafka's lines of every client to the same logger
+            producer_conf.setdefault("logger", consumer_conf["logger"])
         group = consumer_conf.get("group.id")
         if not group:
             raise ValueError("TimestampedConsumer needs a group.id: timestamps are per group")
@@ -290,7 +294,7 @@ class TimestampedConsumer:
             destination,
         )
         consumer_conf["on_commit"] = self._recorder.on_commit
-        self._consumer = Consumer(consumer_conf)
+        self._consumer = Consumer(clients.logged(consumer_conf, "consumer"))
         self._recorder.ensure_topic()
 
     def destination_stats(self) -> dict[str, int] | None:

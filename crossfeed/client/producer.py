@@ -167,12 +167,15 @@ class ChangeProducer:
     ) -> None:
         self.transactional = "transactional.id" in config
         self._producer = Producer(
-            {
-                "enable.idempotence": True,
-                "delivery.report.only.error": True,
-                "on_delivery": self._on_delivery,
-                **config,
-            }
+            clients.logged(
+                {
+                    "enable.idempotence": True,
+                    "delivery.report.only.error": True,
+                    "on_delivery": self._on_delivery,
+                    **config,
+                },
+                "producer",
+            )
         )
         if self.transactional:
             self._producer.init_transactions(30)

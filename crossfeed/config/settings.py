@@ -290,7 +290,9 @@ class Settings(BaseSettings):
         "by every service (default: the first configured cluster)",
     )
     log_format: Literal["text", "json"] = Field("text", description="log line format")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="the lowest level of log line written"
+    )
     metrics_port: int = Field(0, ge=0, le=65535, description="/metrics port; 0 picks a free one")
     metrics_host: str = Field(
         "127.0.0.1",

@@ -367,5 +367,37 @@ def _rpo_line(report: Any) -> str:
     return (
         f"{report.get('unreplicated_records', '?')} records never reached dc-b"
         + (f" (RPO {seconds:.1f} s)" if isinstance(seconds, (int, float)) else "")
-        + f"; groups moved: {', '.join(report.get('moved', {})) or 'none'}"
+        + f"; {_groups_line(report)}"
     )
+
+
+def _groups_line(report: dict[str, Any]) -> str:
+    """What the failover did to each consumer group of the feed. The report's ``moved``
+    lists only the groups its final round committed on the target; a group that the
+    commit stream already kept at its translated offsets there, as it committed on the
+    source, needs no move and is not in it."""
+    target = report.get("target", "the target")
+    moved: dict[str, int] = report.get("moved", {})
+    active = set(report.get("active", []))
+    said = []
+    for group in report.get("groups", []):
+        name, rows = group["group"], group.get("partitions", [])
+        if name in moved:
+            said.append(f"group {name} moved to {target} ({moved[name]} partition(s))")
+        elif name in active:
+            said.append(f"group {name} has live members on {target}: left alone")
+        elif rows and all(row.get("exact") for row in rows):
+            said.append(
+                f"group {name} already at its translated offsets on {target} "
+                "(kept there as it committed)"
+            )
+        else:
+            inexact = sum(1 for row in rows if not row.get("exact"))
+            said.append(f"group {name}: nothing exact to move on {inexact} partition(s)")
+    listed = {group["group"] for group in report.get("groups", [])}
+    said += [
+        f"group {n} moved to {target} ({k} partition(s))"
+        for n, k in moved.items()
+        if n not in listed
+    ]
+    return "; ".join(said) or "no consumer group to move"

@@ -2,7 +2,8 @@
 
 librdkafka logs through Python logging (logger ``crossfeed.kafka.<client>``), so
 connection errors of a cluster that is down show up in the service log once,
-in its format, instead of being printed to stderr by the C library.
+in its format, instead of being printed to stderr by the C library. Every client
+crossfeed builds, the client library's included, gets its logger from :func:`logged`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,17 @@ QUIET.setLevel(logging.CRITICAL)
 QUIET.propagate = False
 
 
+def logged(conf: Mapping[str, Any], kind: str, logger: Any = None) -> dict[str, Any]:
+    """``conf`` with librdkafka's log lines sent to Python logging (confluent-kafka's
+    ``logger`` property): the logger ``conf`` names, else ``logger``, else
+    ``crossfeed.kafka.<kind>``; librdkafka's levels map onto logging's (3: ERROR, 4:
+    WARNING, 5-6: INFO, 7: DEBUG). Without it librdkafka prints ``%4|...|`` lines straight
+    to stderr."""
+    out = dict(conf)
+    out.setdefault("logger", logger or logging.getLogger(f"crossfeed.kafka.{kind}"))
+    return out
+
+
 def _merge(
     cluster: Mapping[str, Any],
     overrides: Mapping[str, Any],
@@ -30,9 +42,7 @@ def _merge(
 ) -> dict[str, Any]:
     """crossfeed's defaults for this kind of client, then the cluster's properties (with
     its ``<kind>.*`` overrides, see :mod:`client_overrides`), then what the caller needs."""
-    conf: dict[str, Any] = {**(defaults or {}), **for_client(cluster, kind), **overrides}
-    conf.setdefault("logger", logging.getLogger(f"crossfeed.kafka.{kind}"))
-    return conf
+    return logged({**(defaults or {}), **for_client(cluster, kind), **overrides}, kind)
 
 
 def admin(cluster: Mapping[str, Any], **overrides: Any) -> AdminClient:

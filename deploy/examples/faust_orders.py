@@ -1,4 +1,4 @@
-"""A faust-streaming application that fails over with crossfeed (see the README).
+"""A faust-streaming application that fails over with crossfeed (see docs/failover.md).
 
 It consumes one topic in the consumer group named by its app id, keeps a count per key
 in a table (backed by the changelog topic ``<app id>-seen-changelog``) and prints one
@@ -10,8 +10,8 @@ variable and nothing else:
     ORDERS_BROKER=kafka://127.0.0.1:19092 ORDERS_TOPIC=orders ORDERS_APP=orders-app \\
         python deploy/examples/faust_orders.py worker -l warn
 
-What crossfeed needs for this app to fail over (README, "Failing over the consumers
-people run"): the mirror feed copies the input topic *and* the table's changelog topic
+What crossfeed needs for this app to fail over (docs/failover.md, "Failing over the
+consumers people run"): the mirror feed copies the input topic *and* the table's changelog topic
 (``<app id>-.*-changelog``); the app id is the consumer group the translator moves; and
 ``processing_guarantee="exactly_once"``, because faust 0.15.3 in at-least-once mode never
 finishes rebuilding a table whose changelog ends in a transaction marker, which is how a

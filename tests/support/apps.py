@@ -199,7 +199,7 @@ def faust_counts(app: AppProcess, run: int = -1) -> list[tuple[str, int]]:
 
 def console_consumer(workdir: Path, group: str, topic: str) -> AppProcess:
     """``kafka-console-consumer --group`` printing ``Partition:<p>\\t<key>\\t<value>``;
-    read_committed (see the README: copies a puller had not committed are not records)."""
+    read_committed (see docs/failover.md: copies a puller had not committed are not records)."""
 
     def parse(line: str) -> tuple[int, str] | None:
         parts = line.split("\t")

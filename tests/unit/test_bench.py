@@ -388,3 +388,61 @@ def test_ordered_section_without_a_good_repetition_says_why():
     section = aggregate.ordered_section([{"error": "RuntimeError: no jars\ntrace"}])
     assert section["available"] is False
     assert section["reason"] == "RuntimeError: no jars"
+
+
+def _titles_and_texts(fig: Any) -> tuple[list[str], list[str]]:
+    titles = [ax.get_title() for ax in fig.axes]
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    return titles, texts
+
+
+ORDERED_RUN = {
+    "available": True,
+    "produce": {"events_per_s": 60_000.0},
+    "spark_passthrough": {"events_per_s": 100_000.0},
+    "kafka": {
+        "events_per_s": 52_000.0,
+        "lag_ms": {"p50": 900.0, "p99": 2_500.0},
+        "peak_rss_mb": {"puller": 80.0, "sorter": 1_400.0, "sink": 90.0},
+    },
+    "postgres": {
+        "rows_per_s": 53_000.0,
+        "lag_ms": {"p50": 1_200.0, "p99": 1_500.0},
+        "ceiling": {"rows_per_s": 90_000.0},
+    },
+}
+
+
+def test_chart_draws_only_the_parts_that_were_measured(tmp_path: Path):
+    from crossfeed.bench import chart
+
+    full = json.loads(_result(tmp_path).read_text())
+    only_ordered = {key: full[key] for key in ("settings", "machine", "versions", "duration_s")} | {
+        "ordered": ORDERED_RUN
+    }
+    fig = chart.figure(only_ordered)
+    titles, texts = _titles_and_texts(fig)
+    assert titles == [
+        "ordered feed, bank workload: throughput",
+        "ordered feed: lag at half load",
+        "ordered feed: peak RSS per process tree, MB",
+    ]
+    assert "n/a" not in texts
+    notes = " ".join(t.get_text() for t in fig.texts)
+    assert "mirror throughput and lag: not run" in notes and "failover: not run" in notes
+    assert "MirrorMaker" not in fig._suptitle.get_text()
+    chart.plt.close(fig)
+
+    fig = chart.figure(full)  # mirror and failover ran; ordered could not be measured
+    titles, _ = _titles_and_texts(fig)
+    assert len(titles) == 6 and not any(t.startswith("ordered") for t in titles)
+    assert "vs MirrorMaker 2 4.3.1" in fig._suptitle.get_text()
+    assert "ordered feeds: not available — the sorter has not landed" in " ".join(
+        t.get_text() for t in fig.texts
+    )
+    chart.plt.close(fig)
+
+    fig = chart.figure({key: full[key] for key in ("settings", "machine", "versions")})
+    assert fig.axes == []
+    assert "nothing was measured" in " ".join(t.get_text() for t in fig.texts)
+    chart.plt.close(fig)

@@ -219,28 +219,6 @@ def test_an_oversized_body_is_413_before_anything_is_stored() -> None:
     assert api.post("/v1/changefeeds", json=FEED, headers=auth()).status_code == 201
 
 
-def test_crossfeed_status_prints_the_commit_mode_of_each_feed() -> None:
-    from typer.testing import CliRunner
-
-    from crossfeed.cli.main import app as cli
-    from crossfeed.services.coordinator.rest_server import RestServer
-
-    control = FakeControl()
-    control.feeds["orders"] = StoredFeed(FeedSpec.model_validate(FEED), 1)
-    control.modes = {"orders": "poll (__consumer_offsets: [denied])"}
-    server = RestServer(make_app(control, TOKEN), "127.0.0.1", 0).start()
-    try:
-        url = f"http://127.0.0.1:{server.port}"
-        out = CliRunner().invoke(cli, ["status", "--server", url], catch_exceptions=False)
-        assert out.exit_code == 0, out.output
-        assert "orders: commits: poll (__consumer_offsets: [denied])" in out.output
-        control.modes = {"orders": "stream"}
-        out = CliRunner().invoke(cli, ["status", "--server", url], catch_exceptions=False)
-        assert "orders: commits: stream" in out.output
-    finally:
-        server.stop()
-
-
 def test_put_creates_then_updates_and_is_idempotent() -> None:
     api = client(FakeControl())
     created = api.put("/v1/changefeeds/orders", json=FEED, headers=auth())

@@ -12,21 +12,11 @@ import pytest
 import yaml
 
 from tests.support import docker_backend
-from tests.support.docker_backend import KafkaPlan, plans
+from tests.support.docker_backend import KafkaPlan
 
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def test_each_cluster_gets_its_own_cluster_id_and_port() -> None:
-    a, b = plans()
-    assert (a.alias, b.alias) == ("dc-a", "dc-b")
-    assert a.cluster_id != b.cluster_id and a.host_port != b.host_port
-    for plan in (a, b):
-        assert re.fullmatch(r"[A-Za-z0-9_-]{22}", plan.cluster_id)  # a KRaft cluster id
-        assert plan.env()["CLUSTER_ID"] == plan.cluster_id
-    assert plans()[0].cluster_id != a.cluster_id  # fresh every session
 
 
 def test_the_kafka_is_the_local_stacks_and_the_compose_files() -> None:

@@ -5,9 +5,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import signal
-import threading
-from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -19,9 +16,8 @@ import crossfeed.services.sink.metrics
 import crossfeed.services.sink.ordered_metrics
 import crossfeed.services.sorter.metrics
 import crossfeed.translation.metrics
-from crossfeed import __version__, service
+from crossfeed import __version__
 from crossfeed import log as logsetup
-from crossfeed.config import Settings
 
 pytestmark = pytest.mark.unit
 
@@ -86,31 +82,3 @@ def test_json_log_lines_carry_the_feed_and_the_instance() -> None:
     logging.getLogger("y").info("plain")
     assert "feed" not in json.loads(out.getvalue())
     logsetup.setup("INFO", "text")
-
-
-def test_a_service_process_logs_its_feed_and_instance_in_json(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    class Worker:
-        def run(self, stop: threading.Event) -> None:
-            logging.getLogger("crossfeed.services.puller.worker").info("copying")
-
-        def status(self) -> dict[str, Any]:
-            return {}
-
-    settings = Settings(log_format="json", clusters={"dc-a": {"bootstrap.servers": "x:1"}})
-    who = service.Who("puller", "puller-7", "orders")
-    try:
-        assert service.run(settings, Worker, 0, who) == 0
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        logsetup.setup("INFO", "text")
-    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
-    copying = next(line for line in lines if line["msg"] == "copying")
-    assert (copying["feed"], copying["instance"], copying["role"]) == (
-        "orders",
-        "puller-7",
-        "puller",
-    )
-    assert all(line["instance"] == "puller-7" for line in lines)

@@ -15,6 +15,8 @@ from crossfeed.services.coordinator.members import MembersView
 from crossfeed.services.coordinator.rest_server import RestServer
 from tests.unit.test_coordinator_api import FEED, TOKEN, FakeControl, auth, coordinator
 
+pytestmark = pytest.mark.integration
+
 DEAD = "http://127.0.0.1:9"  # nothing listens on the discard port
 
 
