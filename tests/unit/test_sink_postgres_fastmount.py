@@ -5,6 +5,7 @@ ordinary path."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -32,9 +33,22 @@ def ordinary(value: bytes, commit_ts: int) -> RowChange | str:
         return err.error_class
 
 
+def _nan_free(value: Any) -> Any:
+    # A corrupted double can read as NaN on both paths, and NaN != NaN: compare it as a mark.
+    if isinstance(value, float) and math.isnan(value):
+        return "<NaN>"
+    if isinstance(value, tuple):
+        return tuple(_nan_free(v) for v in value)
+    return value
+
+
 def same(a: RowChange, b: RowChange) -> bool:
     # values: the order matters too (it is the statement's column order)
-    return a == b and list(a.values.items()) == list(b.values.items()) and a.shape == b.shape
+    def fields(c: RowChange) -> tuple[Any, ...]:
+        values = [(k, _nan_free(v)) for k, v in c.values.items()]
+        return (c.table, c.op, _nan_free(c.key), values, c.commit_ts, c.columns, c.ddl)
+
+    return fields(a) == fields(b) and a.schema_version == b.schema_version and a.shape == b.shape
 
 
 def check(fast: FastMounter, value: bytes, commit_ts: int = 5) -> RowChange | None:
