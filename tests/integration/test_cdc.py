@@ -298,3 +298,50 @@ def test_debezium_input_into_a_kafka_topic_byte_for_byte_a_source_transaction_at
     stamps = [ts for _, _, ts in runs]
     assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
     feed.assert_running()
+
+
+@pytest.mark.slow
+def test_a_million_row_source_transaction_in_bounded_memory(
+    clusters, captured_db, pg_schema, services
+):
+    """make slow: one source transaction of 1,000,000 rows arrives whole, and no process
+    holds it (the capture rewinds, the sorter spills segments, the sink writes under a
+    savepoint)."""
+    db = captured_db
+    with psycopg.connect(db.uri, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bulk (id integer PRIMARY KEY, payload text NOT NULL)")
+    db.register(heartbeat_ms=500)
+    db.wait_running()
+    feed = _start_feed(services, clusters, db, pg_schema)
+    peaks = PeakRss({p.instance: p for p in feed.processes})
+    peaks.start()
+    counts: set[int] = set()
+    watching = threading.Event()
+
+    def watch() -> None:
+        with psycopg.connect(clusters.postgres_uri, autocommit=True) as conn:
+            while not watching.wait(0.2):
+                with contextlib.suppress(psycopg.errors.UndefinedTable):
+                    row = conn.execute(f'SELECT count(*) FROM "{pg_schema}".bulk').fetchone()
+                    counts.add(int(row[0]) if row else -1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        with psycopg.connect(db.uri, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO bulk SELECT g, repeat('x', 100) FROM generate_series(1, 1000000) g"
+            )
+        deadline = time.monotonic() + 1500
+        while 1_000_000 not in counts and time.monotonic() < deadline:
+            time.sleep(2)
+    finally:
+        peak = peaks.stop()
+        watching.set()
+        watcher.join(5)
+    print("peak RSS (MiB): " + ", ".join(f"{k} {v / 2**20:.0f}" for k, v in peak.items()))
+    assert 1_000_000 in counts, f"the transaction did not arrive: {sorted(counts)}\n{feed.logs()}"
+    assert counts <= {0, 1_000_000}, f"the transaction was seen torn: {sorted(counts)[:5]}"
+    puller = next(v for k, v in peak.items() if k.startswith("puller"))
+    assert puller < 1 << 30, f"the puller held {puller >> 20} MiB for one transaction"
+    feed.assert_running()
