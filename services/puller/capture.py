@@ -282,8 +282,10 @@ class _Loop:
                 self._on_heartbeat(msg)
             else:
                 part = self.parts.get((topic, msg.partition()))
-                if part is None or part.paused:
-                    continue  # a record fetched before the pause: read again later
+                if part is None or part.paused or msg.offset() < part.read_next:
+                    # fetched before a pause, or again: librdkafka drops what was fetched
+                    # before a seek, so what is read after the rewind starts at its offset
+                    continue
                 if part.next_offset < 0:
                     part.next_offset = msg.offset()
                 part.read_next = msg.offset() + 1
