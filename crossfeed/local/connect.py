@@ -13,7 +13,7 @@ from pathlib import Path
 from crossfeed import paths
 from crossfeed.cdc.connect_api import ConnectError, request
 from crossfeed.local import processes
-from crossfeed.local.kafka import HEAP, LOG4J2_PROPERTIES, SetupMissing, kafka_classpath
+from crossfeed.local.kafka import LOG4J2_PROPERTIES, SetupMissing, java_command
 
 REST_PORT = 18083 + paths.port_offset()
 GROUP_ID = "crossfeed-connect"
@@ -100,26 +100,16 @@ class ConnectWorker:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.properties_file.write_text(self.properties())
         (self.dir / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
-        cmd = [
-            "java",
-            *HEAP.split(),
-            "-XX:+UseG1GC",
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
-            "-cp",
-            kafka_classpath(),
+        cmd = java_command(
+            self.dir / "log4j2.properties",
             "org.apache.kafka.connect.cli.ConnectDistributed",
             str(self.properties_file),
-        ]
+        )
         processes.rotate(self.log_file)
         return processes.spawn(cmd, self.log_file, self.pid_file, dict(os.environ))
 
     def stop(self, *, hard: bool = False) -> bool:
-        pid = self.pid()
-        if pid is None:
-            return False
-        processes.terminate(pid, hard=hard)
-        return True
+        return processes.stop(self.pid(), hard=hard)
 
     def answers(self) -> bool:
         """The REST API lists the Debezium PostgreSQL connector among its plugins."""

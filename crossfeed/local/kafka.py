@@ -41,6 +41,24 @@ def kafka_classpath() -> str:
     return path.read_text().strip()
 
 
+def java_command(
+    log4j: Path, main_class: str, *args: str, jvm_options: tuple[str, ...] = ()
+) -> list[str]:
+    """A JVM of the local stack on the Kafka classpath (a broker, the Connect worker)."""
+    return [
+        "java",
+        *HEAP.split(),
+        "-XX:+UseG1GC",
+        *jvm_options,
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-cp",
+        kafka_classpath(),
+        main_class,
+        *args,
+    ]
+
+
 def new_cluster_id() -> str:
     """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -158,26 +176,15 @@ class KafkaNode:
         if existing:
             return existing
         self.prepare()
-        env = dict(os.environ)
-        cmd = [
-            "java",
-            *HEAP.split(),
-            "-XX:+UseG1GC",
-            "-XX:MaxGCPauseMillis=20",
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
-            "-cp",
-            kafka_classpath(),
+        cmd = java_command(
+            self.dir / "log4j2.properties",
             "kafka.Kafka",
             str(self.properties_file),
-        ]
+            jvm_options=("-XX:MaxGCPauseMillis=20",),
+        )
         processes.rotate(self.log_file)
-        return processes.spawn(cmd, self.log_file, self.pid_file, env)
+        return processes.spawn(cmd, self.log_file, self.pid_file, dict(os.environ))
 
     def stop(self, *, hard: bool = False) -> bool:
         """Stop the broker; ``hard`` is kill -9 (losing a data center). True if it ran."""
-        pid = self.pid()
-        if pid is None:
-            return False
-        processes.terminate(pid, hard=hard)
-        return True
+        return processes.stop(self.pid(), hard=hard)

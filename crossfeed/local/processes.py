@@ -69,6 +69,15 @@ def terminate(pid: int, *, grace_s: float = 20.0, hard: bool = False) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def stop(pid: int | None, *, hard: bool = False) -> bool:
+    """:func:`terminate` a process found by its pid file (None: not running); True if
+    it ran."""
+    if pid is None:
+        return False
+    terminate(pid, hard=hard)
+    return True
+
+
 def wait_until(check: Callable[[], bool], timeout_s: float, interval_s: float = 0.5) -> bool:
     """Poll ``check()`` until it is true or ``timeout_s`` passes."""
     deadline = time.monotonic() + timeout_s

@@ -44,13 +44,16 @@ def pg_schema(clusters: Any, unique: Any) -> Any:
     drop_schema_after_restarts(clusters.postgres_uri, schema)
 
 
-def _start_feed(services: Any, clusters: Any, db: CapturedDatabase, schema: str) -> Any:
+def _start_feed(
+    services: Any, clusters: Any, db: CapturedDatabase, schema: str, sink_uri: str = ""
+) -> Any:
+    """The feed's puller, sorter and sink; into PostgreSQL's ``schema`` unless ``sink_uri``."""
     return services.start_feed(
         "cdc-bank",
         clusters,
         [db.topics],
         mode="ordered",
-        sink_uri=f"{clusters.postgres_uri}?schema={schema}",
+        sink_uri=sink_uri or f"{clusters.postgres_uri}?schema={schema}",
         pullers=1,
         sorters=1,
         sinks=1,
@@ -148,6 +151,29 @@ class PeakRss(threading.Thread):
         return self.peak
 
 
+class RowCounts(threading.Thread):
+    """Every count of a target table seen while a feed applies one big transaction: it
+    must appear all at once (a torn one shows as a count in between)."""
+
+    def __init__(self, uri: str, schema: str, table: str) -> None:
+        super().__init__(daemon=True)
+        self.uri, self.sql = uri, f'SELECT count(*) FROM "{schema}"."{table}"'
+        self.seen: set[int] = set()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(self.uri, autocommit=True) as conn:
+            while not self.done.wait(0.05):
+                with contextlib.suppress(psycopg.errors.UndefinedTable):
+                    row = conn.execute(self.sql).fetchone()
+                    self.seen.add(int(row[0]) if row else -1)
+
+    def stop(self) -> set[int]:
+        self.done.set()
+        self.join(5)
+        return self.seen
+
+
 def _checkpoint_ts(sink: Any) -> int:
     status = sink.status() or {}
     return int(status.get("checkpoint_ts_us") or 0)
@@ -186,18 +212,8 @@ def test_idle_heartbeats_bad_input_a_100k_row_transaction_and_a_source_restart(
     peaks.start()
     sampler = sql_bank.Sampler(clusters.postgres_uri, pg_schema, ACCOUNTS, total)
     sampler.start()
-    bulk_counts: set[int] = set()
-    watching = threading.Event()
-
-    def watch_bulk() -> None:  # the 100,000 rows appear all at once or not at all
-        with psycopg.connect(clusters.postgres_uri, autocommit=True) as conn:
-            while not watching.wait(0.05):
-                with contextlib.suppress(psycopg.errors.UndefinedTable):
-                    row = conn.execute(f'SELECT count(*) FROM "{pg_schema}".bulk').fetchone()
-                    bulk_counts.add(int(row[0]) if row else -1)
-
-    watcher = threading.Thread(target=watch_bulk, daemon=True)
-    watcher.start()
+    bulk_counts = RowCounts(clusters.postgres_uri, pg_schema, "bulk")
+    bulk_counts.start()
     try:
         # One source transaction of 100,000 rows, then the source database restarted
         # while the feed still applies it, then more transfers.
@@ -216,9 +232,8 @@ def test_idle_heartbeats_bad_input_a_100k_row_transaction_and_a_source_restart(
     finally:
         peak = peaks.stop()
         sampler.stop()
-        watching.set()
-        watcher.join(5)
-    assert bulk_counts <= {0, 100_000}, f"the bulk transaction was seen torn: {bulk_counts}"
+        seen = bulk_counts.stop()
+    assert seen <= {0, 100_000}, f"the bulk transaction was seen torn: {seen}"
     assert not sampler.torn, f"the target showed states the source never had: {sampler.torn[:5]}"
     print("peak RSS (MiB): " + ", ".join(f"{k} {v / 2**20:.0f}" for k, v in peak.items()))
     letters: list[Any] = []
@@ -247,19 +262,7 @@ def test_debezium_input_into_a_kafka_topic_byte_for_byte_a_source_transaction_at
     db.register(heartbeat_ms=500)
     db.wait_running()
     target = unique("cdc-ledger")
-    feed = services.start_feed(
-        "cdc-kafka",
-        clusters,
-        [db.topics],
-        mode="ordered",
-        sink_uri=f"kafka://{clusters.b.alias}/{target}",
-        pullers=1,
-        sorters=1,
-        sinks=1,
-        config={"input": "debezium"},
-        settings=SETTINGS,
-        timeout=120,
-    )
+    feed = _start_feed(services, clusters, db, "", f"kafka://{clusters.b.alias}/{target}")
     workload = sql_bank.Transfers(db.uri, ACCOUNTS, sessions=3, total=300).start()
     workload.join(120)
     assert not workload.errors and workload.done == 300
@@ -315,33 +318,22 @@ def test_a_million_row_source_transaction_in_bounded_memory(
     feed = _start_feed(services, clusters, db, pg_schema)
     peaks = PeakRss({p.instance: p for p in feed.processes})
     peaks.start()
-    counts: set[int] = set()
-    watching = threading.Event()
-
-    def watch() -> None:
-        with psycopg.connect(clusters.postgres_uri, autocommit=True) as conn:
-            while not watching.wait(0.2):
-                with contextlib.suppress(psycopg.errors.UndefinedTable):
-                    row = conn.execute(f'SELECT count(*) FROM "{pg_schema}".bulk').fetchone()
-                    counts.add(int(row[0]) if row else -1)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
+    counts = RowCounts(clusters.postgres_uri, pg_schema, "bulk")
+    counts.start()
     try:
         with psycopg.connect(db.uri, autocommit=True) as conn:
             conn.execute(
                 "INSERT INTO bulk SELECT g, repeat('x', 100) FROM generate_series(1, 1000000) g"
             )
         deadline = time.monotonic() + 1500
-        while 1_000_000 not in counts and time.monotonic() < deadline:
+        while 1_000_000 not in counts.seen and time.monotonic() < deadline:
             time.sleep(2)
     finally:
         peak = peaks.stop()
-        watching.set()
-        watcher.join(5)
+        seen = counts.stop()
     print("peak RSS (MiB): " + ", ".join(f"{k} {v / 2**20:.0f}" for k, v in peak.items()))
-    assert 1_000_000 in counts, f"the transaction did not arrive: {sorted(counts)}\n{feed.logs()}"
-    assert counts <= {0, 1_000_000}, f"the transaction was seen torn: {sorted(counts)[:5]}"
+    assert 1_000_000 in seen, f"the transaction did not arrive: {sorted(seen)}\n{feed.logs()}"
+    assert seen <= {0, 1_000_000}, f"the transaction was seen torn: {sorted(seen)[:5]}"
     puller = next(v for k, v in peak.items() if k.startswith("puller"))
     assert puller < 1 << 30, f"the puller held {puller >> 20} MiB for one transaction"
     feed.assert_running()
