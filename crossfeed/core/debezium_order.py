@@ -111,7 +111,8 @@ class Joiner:
 
     def on_heartbeat(self, ts_us: int) -> bool:
         """A heartbeat at ``ts_us``; True if it moved commit_ts (and so resolved_ts)."""
-        if self.head is not None or self.queue or ts_us <= self.previous_ts:
+        busy = self.head is not None or self.queue or self.pending_head is not None
+        if busy or ts_us <= self.previous_ts:
             return False
         self.previous_ts = ts_us
         return True
@@ -145,6 +146,8 @@ class Joiner:
         it will be: the watermark the capture writes."""
         if self.head is not None:
             return self.head.commit_ts - 1
+        if self.pending_head is not None:  # after a restart, until its END is read again
+            return min(self.previous_ts, int(str(self.pending_head["ts"])) - 1)
         return self.previous_ts
 
     def _next_ts(self, ts_us: int) -> int:

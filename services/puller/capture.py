@@ -159,9 +159,11 @@ class _Loop:
         )
         try:
             self._restore(admin)
+            self.c.problem = None
             self.producer.begin_transaction()
             if self.watermark < 0:  # the puller must see a watermark before any change
                 self._write_watermark(self.joiner.resolved_ts())
+                self.dirty = True
             while not stop.is_set():
                 self._step(admin)
             self._commit()

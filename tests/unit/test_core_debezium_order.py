@@ -222,6 +222,9 @@ def test_a_restart_carries_the_head_on_from_the_committed_state():
     state = joiner.snapshot_state()
     again = Joiner(covers=lambda c: True)
     again.restore(state, completed=["1", "2"])
+    # Until the head's END is read again, nothing may promise past it.
+    assert not again.on_heartbeat(9_000_000)
+    assert again.resolved_ts() == 999_999
     assert again.offer("a/0", DataEvent("2", 1, 1)) is Verdict.DROP  # completed before
     assert again.on_end(end)  # the positions put the transaction topic back at its END
     assert again.offer("a/0", DataEvent("3", 1, 1)) is Verdict.DROP  # emitted before
