@@ -65,23 +65,47 @@ def debezium(txns: list[list[str]], snapshot: int = 0, resend_from: int | None =
     return partitions, ends
 
 
-def run(partitions: dict[str, list[Event]], ends: list[TxnEnd], seed: int, covers=lambda c: True):
+def run(
+    partitions: dict[str, list[Event]],
+    ends: list[TxnEnd],
+    seed: int,
+    covers=lambda c: True,
+    crash_at: int | None = None,
+):
     """Read everything in a random interleaving; returns [(event, Emit)] and the
-    watermarks given out, in order, as (position in the output, resolved_ts)."""
+    watermarks given out, in order, as (position in the output, resolved_ts). With
+    ``crash_at``, the capture stops after that many reads and a new one carries on from
+    what the old one committed (its state and positions, as the capture commits them)."""
     rng = random.Random(seed)
     joiner = Joiner(covers=covers)
     cursors = {name: 0 for name in partitions}
     end_cursor = 0
+    end_index: dict[int, int] = {}  # commit LSN -> index in ends
     waiting = {name: deque() for name in partitions}
     out: list[tuple[Event, Emit]] = []
     marks: list[tuple[int, int]] = []
+    reads = 0
     while end_cursor < len(ends) or any(cursors[n] < len(partitions[n]) for n in partitions):
+        if reads == crash_at:
+            # What the capture commits: the state, each partition at its first event not
+            # decided, the transaction topic at the oldest END still held.
+            state = joiner.snapshot_state()
+            for name, queue in waiting.items():
+                if queue:
+                    cursors[name] = partitions[name].index(queue[0][0])
+                queue.clear()
+            held = [end_index[lsn] for lsn in joiner.held() if lsn in end_index]
+            end_cursor = min(held, default=end_cursor)
+            joiner = Joiner(covers=covers)
+            joiner.restore(state, [e.xid for e in ends[:end_cursor]])
+        reads += 1
         sources = [n for n in partitions if cursors[n] < len(partitions[n])]
         if end_cursor < len(ends):
             sources.append("END")
         pick = rng.choice(sources)
         for _ in range(rng.randint(1, 4)):
             if pick == "END" and end_cursor < len(ends):
+                end_index.setdefault(ends[end_cursor].lsn, end_cursor)
                 joiner.on_end(ends[end_cursor])
                 end_cursor += 1
             elif pick != "END" and cursors[pick] < len(partitions[pick]):
@@ -150,6 +174,16 @@ def test_what_debezium_sends_again_is_dropped(txns, seed, data):
     partitions, ends = debezium(txns, resend_from=resend_from)
     out, marks = run(partitions, ends, seed)
     check(txns, out, marks)
+
+
+@settings(max_examples=300, deadline=None)
+@given(txns=TXNS.filter(bool), seed=st.integers(0, 2**32), data=st.data())
+def test_a_capture_restarted_anywhere_carries_on_exactly(txns, seed, data):
+    resend = data.draw(st.none() | st.integers(0, len(txns) - 1))
+    partitions, ends = debezium(txns, snapshot=data.draw(st.integers(0, 3)), resend_from=resend)
+    snapshot = sum(1 for events in partitions.values() for e in events if not e.xid)
+    out, marks = run(partitions, ends, seed, crash_at=data.draw(st.integers(0, 40)))
+    check(txns, out, marks, snapshot)
 
 
 def test_a_head_partly_sent_then_sent_again_whole_is_completed_once():
