@@ -12,6 +12,7 @@ What crossfeed relies on, and why each setting is here:
   event, and no schema registry is needed;
 * ``tombstones.on.delete=false``: a delete is one event (a tombstone carries nothing the
   sink applies);
+* ``skipped.operations=none``: a TRUNCATE is captured too (Debezium skips it by default);
 * ``topic.prefix``: the feed's topics are ``<prefix>.<schema>.<table>``, its transaction
   topic ``<prefix>.transaction``.
 """
@@ -72,6 +73,7 @@ def connector_config(
         "provide.transaction.metadata": "true",
         "heartbeat.interval.ms": str(heartbeat_ms),
         "tombstones.on.delete": "false",
+        "skipped.operations": "none",  # Debezium skips TRUNCATE by default
         "snapshot.mode": snapshot_mode,
         "key.converter": JSON_CONVERTER,
         "key.converter.schemas.enable": "true",

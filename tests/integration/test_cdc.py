@@ -192,6 +192,8 @@ def test_idle_heartbeats_bad_input_a_100k_row_transaction_and_a_source_restart(
     with psycopg.connect(db.uri, autocommit=True) as conn:
         conn.execute("CREATE TABLE oddities (id integer PRIMARY KEY, tags integer[])")
         conn.execute("CREATE TABLE bulk (id integer PRIMARY KEY, payload text NOT NULL)")
+        conn.execute("CREATE TABLE scratch (id integer PRIMARY KEY)")
+        conn.execute("INSERT INTO scratch VALUES (1), (2), (3)")
     db.register(heartbeat_ms=500)
     db.wait_running()
     feed = _start_feed(services, clusters, db, pg_schema)
@@ -226,7 +228,17 @@ def test_idle_heartbeats_bad_input_a_100k_row_transaction_and_a_source_restart(
         source.start()
         assert processes.wait_until(source.answers, 30)
         sql_bank.Transfers(db.uri, ACCOUNTS, sessions=2, total=200).start().join(120)
+        with psycopg.connect(db.uri, autocommit=True) as conn:  # TRUNCATE where it stands
+            conn.execute("TRUNCATE scratch")
+            conn.execute("INSERT INTO scratch VALUES (4)")
         _wait_equal(db, clusters.postgres_uri, pg_schema, feed, 300)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            scratch = sql_bank.rows(clusters.postgres_uri, pg_schema, "scratch", ("id",))
+            if scratch == [(4,)]:
+                break
+            time.sleep(0.5)
+        assert scratch == [(4,)], f"after TRUNCATE and one insert the target holds {scratch}"
         bulk = sql_bank.rows(clusters.postgres_uri, pg_schema, "bulk", ("id", "payload"))
         assert len(bulk) == 100_000
     finally:
