@@ -24,7 +24,10 @@ C. Debezium delivers at least once: after a Connect crash it writes transactions
    head, an event whose ``data_collection_order`` is not above the last one emitted from
    its partition is a copy and is dropped.
 D. Events without a transaction block (snapshot rows) are transactions of their own,
-   stamped at once. They come before everything streamed in their partition.
+   stamped at once. They come before everything streamed in their partition, and every
+   one of them is ordered before every streamed transaction: no transaction becomes the
+   head until :meth:`Joiner.start_streaming` (the capture calls it once the snapshot is
+   read to its end), so none is stamped before a snapshot row that is still unread.
 E. ``count`` is the END's ``event_count`` when the feed reads every table the END lists
    (``seq`` = ``total_order``); otherwise only the events of the feed's tables are
    counted and numbered in the order they are emitted.
@@ -85,6 +88,7 @@ class Joiner:
     recent_set: set[str] = field(default_factory=set)
     # After a restart: the head that was under way, until its END is read again.
     pending_head: dict[str, object] | None = None
+    streaming: bool = False  # the snapshot is read: streamed transactions may go (rule D)
 
     # -- the transaction topic and heartbeats ------------------------------------------
 
@@ -112,7 +116,7 @@ class Joiner:
     def on_heartbeat(self, ts_us: int) -> bool:
         """A heartbeat at ``ts_us``; True if it moved commit_ts (and so resolved_ts)."""
         busy = self.head is not None or self.queue or self.pending_head is not None
-        if busy or ts_us <= self.previous_ts:
+        if busy or not self.streaming or ts_us <= self.previous_ts:
             return False
         self.previous_ts = ts_us
         return True
@@ -127,7 +131,7 @@ class Joiner:
             return Emit(ts, None)
         if event.xid in self.recent_set:
             return Verdict.DROP
-        head = self.head or self._next_head()
+        head = self.head
         if head is None or event.xid != head.end.xid:
             return Verdict.WAIT
         if event.collection_order <= head.last_order.get(partition, 0):
@@ -141,9 +145,18 @@ class Joiner:
         self._complete(head)
         return Emit(head.commit_ts, txn, completes=True)
 
+    def start_streaming(self) -> None:
+        """The snapshot is read to its end: streamed transactions may go (rule D)."""
+        self.streaming = True
+        if self.head is None:
+            self._next_head()
+
     def resolved_ts(self) -> int:
         """Everything at or below this commit_ts has been emitted, and nothing at or below
-        it will be: the watermark the capture writes."""
+        it will be: the watermark the capture writes (0 while the snapshot is read: a
+        snapshot row may still come)."""
+        if not self.streaming:
+            return 0
         if self.head is not None:
             return self.head.commit_ts - 1
         if self.pending_head is not None:  # after a restart, until its END is read again
@@ -154,7 +167,7 @@ class Joiner:
         return max(self.previous_ts + 1, ts_us)
 
     def _next_head(self) -> _Head | None:
-        while self.queue:
+        while self.queue and self.streaming:
             end = self.queue.popleft()
             covered = [(c, n) for c, n in end.collections if self.covers(c)]
             expected = sum(n for _, n in covered)
@@ -188,6 +201,8 @@ class Joiner:
         the positions put the transaction topic back at the head's END — nor the recent
         xids, which are read back from the transaction topic (:meth:`restore`)."""
         state: dict[str, object] = {"v": 1, "ts": self.previous_ts, "lsn": self.last_lsn}
+        if self.streaming:
+            state["snap"] = 1
         if self.head is not None:
             state["head"] = {
                 "lsn": self.head.end.lsn,
@@ -208,6 +223,7 @@ class Joiner:
         state = json.loads(raw)
         self.previous_ts = int(state["ts"])
         self.last_lsn = int(state["lsn"])
+        self.streaming = bool(state.get("snap"))
         self.pending_head = state.get("head")
 
     def _resume_head(self, end: TxnEnd) -> bool:

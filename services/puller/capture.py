@@ -53,6 +53,7 @@ class _Partition:
     next_offset: int = -1  # the first offset not yet emitted or dropped (-1: unknown)
     read_next: int = -1  # the offset after the last one read
     paused: bool = False
+    streamed: bool = False  # a streamed event was read: its snapshot rows are all behind
 
 
 class Capture:
@@ -129,7 +130,6 @@ class _Loop:
         self.end_offsets: dict[int, int] = {}  # commit LSN -> offset of the ENDs read
         self.heartbeats: set[int] = set()  # heartbeat partitions read
         self.buffered = 0
-        self.snapshot_done = False
         self.snapshot_until: dict[tuple[str, int], int] | None = None
         self.watermark = -1  # the resolved_ts last written
         self.dirty = False
@@ -186,7 +186,6 @@ class _Loop:
         self.joiner.restore(state, completed)
         if state:
             self.watermark = self.joiner.resolved_ts()
-            self.snapshot_done = '"snap":1' in state
         assign = self._txn_partition(admin)
         for key in self._data_partitions(admin):
             tp = committed.get(key)
@@ -292,7 +291,9 @@ class _Loop:
                     part.next_offset = msg.offset()
                 part.read_next = msg.offset() + 1
                 ts_us = max(msg.timestamp()[1], 0) * 1000
-                part.buffer.append((msg, self._event(msg.value()), ts_us))
+                event = self._event(msg.value())
+                part.streamed = part.streamed or (event is not None and event.xid is not None)
+                part.buffer.append((msg, event, ts_us))
                 self.buffered += len(msg.value() or b"")
         self._drain()
         if self.buffered > MAX_BUFFER_BYTES:
@@ -343,7 +344,7 @@ class _Loop:
         except debezium.NotDebezium:
             return
         self._snapshot_signal()
-        if self.snapshot_done and self.joiner.on_heartbeat(ts):
+        if self.joiner.on_heartbeat(ts):
             self.dirty = True
 
     def _drain(self) -> None:
@@ -416,7 +417,7 @@ class _Loop:
     def _snapshot_signal(self) -> None:
         """The snapshot has ended (its last row, an END or a heartbeat was read): once every
         data partition is read up to its current end, no snapshot row is left unread."""
-        if self.snapshot_done or self.snapshot_until is not None:
+        if self.joiner.streaming or self.snapshot_until is not None:
             return
         until = {}
         for key, part in self.parts.items():
@@ -425,13 +426,18 @@ class _Loop:
         self.snapshot_until = until
 
     def _check_snapshot(self) -> None:
-        if self.snapshot_done or self.snapshot_until is None:
+        """Streaming starts once every data partition is past its snapshot rows: read up
+        to where it ended at the signal, or showing a streamed event (snapshot rows come
+        first in a partition)."""
+        if self.joiner.streaming or self.snapshot_until is None:
             return
         for key, high in self.snapshot_until.items():
             part = self.parts[key]
-            if high > max(part.read_next, part.next_offset, 0):
+            if high > max(part.read_next, part.next_offset, 0) and not part.streamed:
                 return
-        self.snapshot_done = True
+        self.joiner.start_streaming()
+        self._resume_paused()
+        self.dirty = True
         log.info("capture of feed %s: initial snapshot read", self.feed.name)
 
     # -- committing -----------------------------------------------------------------------
@@ -452,7 +458,7 @@ class _Loop:
     def _commit(self) -> None:
         self.last_commit = time.monotonic()
         resolved = self.joiner.resolved_ts()
-        if self.snapshot_done and resolved > self.watermark:
+        if self.joiner.streaming and resolved > self.watermark:
             self._write_watermark(resolved)
             self.dirty = True
         if not self.dirty:
@@ -473,8 +479,6 @@ class _Loop:
         offset of the output topic (which exists from the start; the group never reads
         it)."""
         state = self.joiner.snapshot_state()
-        if self.snapshot_done:
-            state = state[:-1] + ',"snap":1}'
         positions = [KafkaTP(self.c.out, 0, 0, metadata=state)]
         if self.txn_assigned:
             held = self.joiner.held()

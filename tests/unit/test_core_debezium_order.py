@@ -115,6 +115,13 @@ def run(
         for event, verdict in drain(joiner, waiting):
             if isinstance(verdict, Emit):
                 out.append((event, verdict))
+        if not joiner.streaming and all(
+            cursors[n] >= sum(1 for e in partitions[n] if not e.xid) for n in partitions
+        ):  # the capture's rule: every partition is past its snapshot rows
+            joiner.start_streaming()
+            for event, verdict in drain(joiner, waiting):
+                if isinstance(verdict, Emit):
+                    out.append((event, verdict))
         if rng.random() < 0.3:
             marks.append((len(out), joiner.resolved_ts()))
     assert all(not q for q in waiting.values()), "events left waiting at the end"
@@ -146,9 +153,11 @@ def check(txns: list[list[str]], out, marks, snapshot: int = 0) -> None:
     # commit order: commit_ts strictly grows with the order of the ENDs
     ordered = [commit_ts[str(1000 + k)] for k in range(len(txns))]
     assert ordered == sorted(ordered) and len(set(ordered)) == len(ordered)
-    # every commit_ts (snapshot rows too) is distinct per transaction of its own
+    # every commit_ts (snapshot rows too) is distinct per transaction of its own, and
+    # every snapshot row comes before every streamed transaction
     snapshot_ts = [v.commit_ts for e, v in out if not e.xid]
     assert len(set(snapshot_ts)) == len(snapshot_ts)
+    assert max(snapshot_ts, default=0) < min(commit_ts.values(), default=2**63)
     # marks never lie: nothing emitted after a mark is at or below it
     for position, resolved in marks:
         later = [v.commit_ts for _, v in out[position:]]
@@ -188,7 +197,7 @@ def test_a_capture_restarted_anywhere_carries_on_exactly(txns, seed, data):
 
 def test_a_head_partly_sent_then_sent_again_whole_is_completed_once():
     # Debezium wrote two of txn 7's three events, crashed before its END, then wrote it all.
-    joiner = Joiner(covers=lambda c: True)
+    joiner = Joiner(covers=lambda c: True, streaming=True)
     end = TxnEnd("7", 70, 3, (("public.accounts", 3),), 5_000_000)
     first = [DataEvent("7", n, n) for n in (1, 2)]
     again = [DataEvent("7", n, n) for n in (1, 2, 3)]
@@ -202,7 +211,7 @@ def test_a_head_partly_sent_then_sent_again_whole_is_completed_once():
 
 
 def test_an_end_at_or_below_the_last_commit_lsn_is_a_copy():
-    joiner = Joiner(covers=lambda c: True)
+    joiner = Joiner(covers=lambda c: True, streaming=True)
     end = TxnEnd("7", 70, 1, (("public.a", 1),), 1)
     assert joiner.on_end(end)
     assert isinstance(joiner.offer("a/0", DataEvent("7", 1, 1)), Emit)
@@ -211,7 +220,7 @@ def test_an_end_at_or_below_the_last_commit_lsn_is_a_copy():
 
 
 def test_commit_ts_follows_the_log_even_when_the_clock_goes_back():
-    joiner = Joiner(covers=lambda c: True)
+    joiner = Joiner(covers=lambda c: True, streaming=True)
     stamps = []
     for k, ts in enumerate([5_000_000, 4_000_000, 4_000_000, 9_000_000]):
         joiner.on_end(TxnEnd(str(k), 10 + k, 1, (("public.a", 1),), ts))
@@ -222,7 +231,7 @@ def test_commit_ts_follows_the_log_even_when_the_clock_goes_back():
 
 
 def test_heartbeats_move_an_idle_feed_but_never_a_transaction_under_way():
-    joiner = Joiner(covers=lambda c: True)
+    joiner = Joiner(covers=lambda c: True, streaming=True)
     assert joiner.on_heartbeat(7_000_000)
     assert joiner.resolved_ts() == 7_000_000
     joiner.on_end(TxnEnd("1", 10, 2, (("public.a", 2),), 6_000_000))
@@ -236,7 +245,7 @@ def test_heartbeats_move_an_idle_feed_but_never_a_transaction_under_way():
 
 
 def test_tables_the_feed_does_not_read_are_not_waited_for():
-    joiner = Joiner(covers=lambda c: c == "public.a")
+    joiner = Joiner(covers=lambda c: c == "public.a", streaming=True)
     # txn 1 touches only b: done at once; txn 2 touches a and b: a's events only, renumbered
     joiner.on_end(TxnEnd("1", 10, 2, (("public.b", 2),), 1_000_000))
     joiner.on_end(TxnEnd("2", 20, 3, (("public.b", 1), ("public.a", 2)), 2_000_000))
@@ -249,12 +258,12 @@ def test_tables_the_feed_does_not_read_are_not_waited_for():
 
 
 def test_a_restart_carries_the_head_on_from_the_committed_state():
-    joiner = Joiner(covers=lambda c: True)
+    joiner = Joiner(covers=lambda c: True, streaming=True)
     end = TxnEnd("3", 30, 3, (("public.a", 3),), 1_000_000)
     joiner.on_end(end)
     joiner.offer("a/0", DataEvent("3", 1, 1))
     state = joiner.snapshot_state()
-    again = Joiner(covers=lambda c: True)
+    again = Joiner(covers=lambda c: True, streaming=True)
     again.restore(state, completed=["1", "2"])
     # Until the head's END is read again, nothing may promise past it.
     assert not again.on_heartbeat(9_000_000)
@@ -267,10 +276,24 @@ def test_a_restart_carries_the_head_on_from_the_committed_state():
     assert [v.txn for v in rest if isinstance(v, Emit)] == ["3.30/2/3", "3.30/3/3"]
 
 
+def test_no_transaction_goes_before_the_snapshot_is_read():
+    # A streamed transaction's END may be read before a lagging table's snapshot rows; it
+    # must still be ordered after them (its commit_ts above theirs).
+    joiner = Joiner(covers=lambda c: True)
+    joiner.on_end(TxnEnd("9", 90, 1, (("public.a", 1),), 5_000_000))
+    assert joiner.offer("a/0", DataEvent("9", 1, 1)) is Verdict.WAIT
+    assert joiner.resolved_ts() == 0 and not joiner.on_heartbeat(9_000_000)
+    row = joiner.offer("b/0", DataEvent(None, snapshot="last"), 7_000_000)
+    assert isinstance(row, Emit) and row.commit_ts == 7_000_000
+    joiner.start_streaming()
+    streamed = joiner.offer("a/0", DataEvent("9", 1, 1))
+    assert isinstance(streamed, Emit) and streamed.commit_ts > row.commit_ts
+
+
 def test_the_next_head_is_chosen_when_one_completes_not_by_a_later_offer():
     # The capture resumes a partition it rewound when the head changes; a head chosen
     # silently inside a later offer would leave that partition paused for good.
-    joiner = Joiner(covers=lambda c: True)
+    joiner = Joiner(covers=lambda c: True, streaming=True)
     joiner.on_end(TxnEnd("1", 10, 1, (("public.a", 1),), 1))
     joiner.on_end(TxnEnd("2", 20, 1, (("public.b", 1),), 2))
     assert joiner.head_lsn() == 10
