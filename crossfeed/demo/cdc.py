@@ -6,10 +6,12 @@ A fresh database on the local stack's source PostgreSQL gets the SQL bank's tabl
 keys), its accounts opened and a first batch of transfers written *before* the Debezium
 connector is registered, so they arrive by its initial snapshot. A coordinator runs the
 feed (a puller capturing Debezium's topics in commit order, the Spark sorter, the
-PostgreSQL sink); once the snapshot is in the target, concurrent sessions write transfers — each one real multi-statement
-transaction over both tables — and a sampler reads the target in REPEATABLE READ: the
-total balance must never change and no ledger row may be without its accounts. At the
-end both tables are compared row for row, source against target.
+PostgreSQL sink). Once the snapshot is all in the target — its rows carry no source
+transaction, so a reader may see it in parts: the sampler starts only then — concurrent
+sessions write transfers, each one real multi-statement transaction over both tables,
+while a sampler reads the target in REPEATABLE READ: the total balance must never change
+and no ledger row may be without its accounts. At the end both tables are compared row
+for row, source against target.
 
 Every process is stopped at the end, Ctrl-C included, and the connector, its replication
 slot and the source database are removed; the target schema ``demo_cdc_<run>`` stays for
@@ -144,7 +146,6 @@ class CdcDemo(BankDemo):
         )
         self.say(f"created ordered feed {feed}: Debezium -> PostgreSQL {self.name}")
         sampler = sql_bank.Sampler(POSTGRES_URI, self.name, ACCOUNTS, total)
-        sampler.start()
         workload = sql_bank.Transfers(db.uri, ACCOUNTS, sessions=SESSIONS, rate=self.rate)
         began = time.monotonic()
         try:
@@ -158,8 +159,11 @@ class CdcDemo(BankDemo):
                 time.sleep(1)
             self.say(
                 f"Debezium's snapshot arrived after {time.monotonic() - began:.0f} s: "
-                f"{ACCOUNTS} accounts and {SNAPSHOT_TRANSFERS} transfers in the target"
+                f"{ACCOUNTS} accounts and {SNAPSHOT_TRANSFERS} transfers in the target (its "
+                "rows carry no source transaction and are applied in several database "
+                "transactions: the sampler reads the target from now on)"
             )
+            sampler.start()
             workload.start()
             self.say(
                 f"SQL bank workload: {SESSIONS} concurrent sessions, {self.rate:.0f} "
@@ -184,7 +188,8 @@ class CdcDemo(BankDemo):
             time.sleep(1)  # a last second of samples on the final state
         finally:
             workload.stop.set()
-            sampler.stop()
+            if sampler.ident is not None:  # started
+                sampler.stop()
         return CdcSummary(
             transactions=next(t.source_rows for t in tables if t.table == "transfers"),
             snapshot_transfers=SNAPSHOT_TRANSFERS,
