@@ -10,7 +10,7 @@ import typer
 from crossfeed import __version__
 from crossfeed import log as logsetup
 from crossfeed.cli import admin, cdc, feed_ops, local, services
-from crossfeed.cli.common import State, clean_errors
+from crossfeed.cli.common import State, clean_errors, fail
 from crossfeed.extras import require
 
 app = typer.Typer(
@@ -283,7 +283,9 @@ def demo(
     no_tty: bool = typer.Option(False, "--no-tty", help="plain lines instead of a live table"),
     records: int = typer.Option(6000, help="orders the producer writes to dc-a"),
     rate: Optional[float] = typer.Option(  # noqa: UP045
-        None, help="orders per second (default 1000); --ordered: transfers per second (200)"
+        None,
+        help="orders per second (default 1000); --ordered: transfers per second (200); "
+        "--cdc: transactions per second (100)",
     ),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
     ordered: bool = typer.Option(
@@ -292,20 +294,32 @@ def demo(
         help="the ordered feed instead: bank transfers from dc-a into PostgreSQL in commit "
         "order through the Spark sorter",
     ),
-    seconds: float = typer.Option(30.0, help="--ordered: how long the bank workload runs"),
+    cdc: bool = typer.Option(
+        False,
+        "--cdc",
+        help="a PostgreSQL database captured by Debezium instead: SQL transactions from "
+        "concurrent sessions into another PostgreSQL, compared row for row at the end",
+    ),
+    seconds: float = typer.Option(30.0, help="--ordered, --cdc: how long the bank workload runs"),
 ) -> None:
     """The main job, end to end: replicate, lose dc-a, fail consumers over (or, with
-    --ordered, an ordered feed into PostgreSQL that never shows a torn transfer)."""
+    --ordered, an ordered feed into PostgreSQL that never shows a torn transfer; with
+    --cdc, the same from a PostgreSQL database captured by Debezium). Exits 1 when
+    --cdc finds a torn sample or tables that differ."""
     import json
     import signal
 
+    from crossfeed.client.rest import ApiError
     from crossfeed.demo.display import Display
     from crossfeed.demo.scenario import Demo
     from crossfeed.local.kafka import SetupMissing
     from crossfeed.local.stack import StackError
 
-    # The demo runs coordinators and the local stack's PostgreSQL; --ordered the sorter too.
-    for extra in ("coordinator", "postgres", *(("sorter",) if ordered else ())):
+    if ordered and cdc:
+        fail("--ordered and --cdc are two demos: choose one")
+    # The demo runs coordinators and the local stack's PostgreSQL; --ordered and --cdc the
+    # sorter too.
+    for extra in ("coordinator", "postgres", *(("sorter",) if ordered or cdc else ())):
         clean_errors(require)(extra, "crossfeed demo")
     logsetup.setup("WARNING")  # the demo tells its own story; keep library chatter out
 
@@ -313,18 +327,22 @@ def demo(
         raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C: services stopped, dc-a back
 
     signal.signal(signal.SIGTERM, on_term)
-    display = Display(tty=not no_tty, ordered=ordered)
+    display = Display(tty=not no_tty, view="cdc" if cdc else "ordered" if ordered else "mirror")
     try:
-        if ordered:
+        if cdc:
+            from crossfeed.demo.cdc import CdcDemo
+
+            summary: Any = CdcDemo(seconds, rate or 100.0, display.say, display.progress).run()
+        elif ordered:
             from crossfeed.demo.ordered import OrderedDemo
 
-            summary: Any = OrderedDemo(seconds, rate or 200.0, display.say, display.progress).run()
+            summary = OrderedDemo(seconds, rate or 200.0, display.say, display.progress).run()
         else:
             summary = Demo(records, rate or 1000.0, display.say, display.progress).run()
     except KeyboardInterrupt:
         display.close()
         raise typer.Exit(130) from None
-    except (StackError, SetupMissing, TimeoutError, RuntimeError) as err:
+    except (StackError, SetupMissing, TimeoutError, RuntimeError, ApiError) as err:
         display.close()
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
@@ -333,6 +351,8 @@ def demo(
         typer.echo(json.dumps(summary.as_dict()))
     else:
         typer.echo("\n".join(["", "summary", *summary.lines()]))
+    if not getattr(summary, "ok", True):
+        raise typer.Exit(1)
 
 
 @app.command()

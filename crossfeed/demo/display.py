@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -55,18 +56,46 @@ ORDERED_HEADERS = [
 ]
 
 
+def _rows(counts: tuple[int, int] | None) -> str:
+    return "-" if counts is None else f"{counts[0]:,} / {counts[1]:,}"
+
+
+def _cdc_row(update: dict[str, Any]) -> list[str]:
+    """The CDC demo's row: a captured PostgreSQL database into another one."""
+    status = update.get("status") or {}
+    return [
+        f"{update.get('elapsed', 0):.0f} s",
+        str(status.get("state", "starting")),
+        _ts(status.get("consistency_ts_us")),
+        _rows(update.get("source")),
+        _rows(update.get("target")),
+        f"{update.get('samples', 0):,} ({update.get('torn', 0)} torn)",
+    ]
+
+
+CDC_HEADERS = [
+    "elapsed",
+    "feed state",
+    "consistency_ts",
+    "source accounts / transfers",
+    "target accounts / transfers",
+    "samples",
+]
+
+# view -> (headers, row, title)
+VIEWS: dict[str, tuple[list[str], Callable[[dict[str, Any]], list[str]], str]] = {
+    "mirror": (HEADERS, _row, "crossfeed demo: dc-a -> dc-b"),
+    "ordered": (ORDERED_HEADERS, _ordered_row, "crossfeed demo: ordered feed dc-a -> PostgreSQL"),
+    "cdc": (CDC_HEADERS, _cdc_row, "crossfeed demo: PostgreSQL -> Debezium -> PostgreSQL"),
+}
+
+
 class Display:
-    def __init__(self, tty: bool, *, ordered: bool = False) -> None:
+    def __init__(self, tty: bool, *, view: str = "mirror") -> None:
         self.console = Console()
         self.tty = tty and self.console.is_terminal
         self.live: Live | None = None
-        self.headers = ORDERED_HEADERS if ordered else HEADERS
-        self.row = _ordered_row if ordered else _row
-        self.title = (
-            "crossfeed demo: ordered feed dc-a -> PostgreSQL"
-            if ordered
-            else "crossfeed demo: dc-a -> dc-b"
-        )
+        self.headers, self.row, self.title = VIEWS[view]
 
     def say(self, line: str) -> None:
         if self.live is not None:

@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,13 +105,19 @@ class SumSampler(threading.Thread):
 
 
 @dataclass
-class OrderedDemo:
+class BankDemo:
+    """What the bank demos (``--ordered``, ``--cdc``) are told: how long and how fast the
+    workload runs, where their lines and live updates go; each run has its own names."""
+
     seconds: float = 30.0
     rate: float = 200.0
     say: Callable[[str], None] = print
     progress: Callable[[dict[str, Any]], None] = lambda _update: None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
 
+
+@dataclass
+class OrderedDemo(BankDemo):
     @property
     def feed(self) -> str:
         return f"demo-bank-{self.run_id}"
@@ -123,26 +129,15 @@ class OrderedDemo:
     def run(self) -> OrderedSummary:
         self.say("starting the local stack (dc-a, dc-b, PostgreSQL) ...")
         stack.up(postgres=True)
-        workdir = Path(tempfile.mkdtemp(prefix="crossfeed-demo-ordered-"))
-        procs = Processes(workdir)
-        try:
+        with demo_processes("crossfeed-demo-ordered-", self.say) as procs:
             return self._run(procs)
-        except KeyboardInterrupt:
-            self.say("interrupted: stopping everything")
-            raise
-        finally:
-            procs.stop_all()
-            self.say(f"logs of the demo's services: {workdir}")
 
     def _run(self, procs: Processes) -> OrderedSummary:
         a = {"bootstrap.servers": stack.node("dc-a").bootstrap}
-        port = _free_port()
-        procs.start("coordinator", "coordinator", "run", "--port", str(port))
-        api = CoordinatorClient(f"http://127.0.0.1:{port}")
-        wait_until(lambda: _answers(api), 60, "the coordinator to answer")
         topic = self.feed
         uri = f"{POSTGRES_URI}?schema={self.schema}"
-        api.create_feed(
+        api = start_ordered_feed(
+            procs,
             {
                 "name": self.feed,
                 "source": "dc-a",
@@ -150,13 +145,10 @@ class OrderedDemo:
                 "topics": [topic],
                 "mode": "ordered",
                 "config": {"staging.partitions": "2", "syncpoint.interval": "2"},
-            }
+            },
+            pullers=2,
         )
         self.say(f"created ordered feed {self.feed}: dc-a/{topic} -> PostgreSQL {self.schema}")
-        for n in (1, 2):
-            procs.start(f"puller-{n}", "puller", "run", "--feed", self.feed)
-        procs.start("sorter", "sorter", "run", "--feed", self.feed)
-        procs.start("sink", "sink", "run", "--feed", self.feed)
 
         total = ACCOUNTS * INITIAL_BALANCE
         sampler = SumSampler(POSTGRES_URI, self.schema, total)
@@ -226,6 +218,40 @@ class OrderedDemo:
             }
         )
         return status
+
+
+@contextlib.contextmanager
+def demo_processes(prefix: str, say: Callable[[str], None]) -> Iterator[Processes]:
+    """The demo's services as processes, their logs in a new directory; every one stopped
+    on the way out, Ctrl-C included."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    procs = Processes(workdir)
+    try:
+        yield procs
+    except KeyboardInterrupt:
+        say("interrupted: stopping everything")
+        raise
+    finally:
+        procs.stop_all()
+        say(f"logs of the demo's services: {workdir}")
+
+
+def start_ordered_feed(procs: Processes, spec: dict[str, Any], pullers: int) -> CoordinatorClient:
+    """A coordinator, the feed ``spec`` created over its REST API, then ``pullers`` pullers,
+    the Spark sorter and the sink: the coordinator assigns them the feed's work."""
+    port = _free_port()
+    procs.start("coordinator", "coordinator", "run", "--port", str(port))
+    api = CoordinatorClient(f"http://127.0.0.1:{port}")
+    wait_until(lambda: _answers(api), 60, "the coordinator to answer")
+    # It answers before it has won the election, and refuses a feed until then.
+    wait_until(lambda: api.ha_status().get("role") == "leader", 90, "the coordinator to lead")
+    api.create_feed(spec)
+    feed = str(spec["name"])
+    for n in range(1, pullers + 1):
+        procs.start(f"puller-{n}", "puller", "run", "--feed", feed)
+    procs.start("sorter", "sorter", "run", "--feed", feed)
+    procs.start("sink", "sink", "run", "--feed", feed)
+    return api
 
 
 def _feed_status(api: CoordinatorClient, feed: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ accounts. Concurrent sessions make commits interleave.
 :class:`Sampler` reads the *target* database while a feed runs, each sample one
 REPEATABLE READ snapshot: a torn source transaction would show as a total that is off, or
 a ledger row whose account is missing. :func:`rows` reads a table for the final
-row-for-row comparison of source and target.
+row-for-row comparison of source and target, :func:`compare` makes it for both tables.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import psycopg
 OPENING_BALANCE = 1_000
 ACCOUNT_COLUMNS = ("id", "balance", "owner", "opened", "credit_limit")
 TRANSFER_COLUMNS = ("id", "src", "dst", "amount", "at", "memo", "ref")
+TABLES = {"accounts": ACCOUNT_COLUMNS, "transfers": TRANSFER_COLUMNS}
 
 
 def create(uri: str, accounts: int, schema: str = "public") -> int:
@@ -188,3 +189,55 @@ def rows(uri: str, schema: str, table: str, columns: Sequence[str]) -> list[tupl
             ]
         except psycopg.errors.UndefinedTable:
             return []
+
+
+@dataclass
+class TableComparison:
+    """One table on the source and on the target, row for row."""
+
+    table: str
+    source_rows: int
+    target_rows: int
+    equal: bool
+    missing: int  # rows of the source not on the target (or different there)
+    extra: int  # rows of the target not on the source
+    example: str  # the first differing rows, for the message
+
+    def line(self) -> str:
+        if self.equal:
+            return f"{self.table}: {self.source_rows:,} rows on each side, equal"
+        return (
+            f"{self.table}: {self.source_rows:,} rows on the source, {self.target_rows:,} on "
+            f"the target ({self.missing:,} missing or different, {self.extra:,} not on the "
+            f"source; first {self.example})"
+        )
+
+
+def compare_rows(
+    table: str, source: Sequence[tuple[Any, ...]], target: Sequence[tuple[Any, ...]]
+) -> TableComparison:
+    """Both sides of ``table``, each in primary-key order (as :func:`rows` reads them)."""
+    if list(source) == list(target):
+        return TableComparison(table, len(source), len(target), True, 0, 0, "")
+    # By repr: a row may hold a dict (jsonb), which does not hash.
+    theirs, ours = {repr(r): r for r in source}, {repr(r): r for r in target}
+    missing = [theirs[k] for k in sorted(theirs.keys() - ours.keys())]
+    extra = [ours[k] for k in sorted(ours.keys() - theirs.keys())]
+    example = f"{missing[:1]} vs {extra[:1]}"
+    return TableComparison(
+        table, len(source), len(target), False, len(missing), len(extra), example
+    )
+
+
+def compare(
+    source_uri: str, target_uri: str, target_schema: str, source_schema: str = "public"
+) -> list[TableComparison]:
+    """Both tables of the bank, source against target."""
+    return [
+        compare_rows(
+            table,
+            rows(source_uri, source_schema, table, columns),
+            rows(target_uri, target_schema, table, columns),
+        )
+        for table, columns in TABLES.items()
+    ]

@@ -66,22 +66,10 @@ def _start_feed(
 def _wait_equal(db: CapturedDatabase, target_uri: str, schema: str, feed: Any, timeout: float):
     """Until both tables on the target equal the source's."""
     deadline = time.monotonic() + timeout
-    tables = {"accounts": sql_bank.ACCOUNT_COLUMNS, "transfers": sql_bank.TRANSFER_COLUMNS}
     differs = ""
     while time.monotonic() < deadline:
-        differs = ""
-        for table, columns in tables.items():
-            source = sql_bank.rows(db.uri, "public", table, columns)
-            target = sql_bank.rows(target_uri, schema, table, columns)
-            if source != target:
-                missing = sorted(set(source) - set(target))
-                extra = sorted(set(target) - set(source))
-                differs = (
-                    f"{table}: {len(source)} rows on the source, {len(target)} on the target "
-                    f"({len(missing)} missing or different, {len(extra)} not on the source; "
-                    f"first {missing[:1]} vs {extra[:1]})"
-                )
-                break
+        compared = sql_bank.compare(db.uri, target_uri, schema)
+        differs = "; ".join(c.line() for c in compared if not c.equal)
         if not differs:
             return
         time.sleep(1)

@@ -1,48 +1,44 @@
-"""The demo scenario, non-interactively: replicate, lose dc-a, fail the group over."""
+"""The demo scenarios, non-interactively: replicate, lose dc-a, fail the group over; and
+--cdc, a captured PostgreSQL database replicated whole."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from typing import Any
 
+import psycopg
 import pytest
 
 from crossfeed.kafka import clients
+from crossfeed.local import postgres
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 
-def _demo() -> dict[str, float]:
+def _demo(*args: str, shows: str = "feed state: normal") -> dict[str, Any]:
+    """``crossfeed demo --no-tty --json ARGS``: it exits 0, its output ``shows`` that, and
+    the summary it prints last."""
     run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "crossfeed.cli.main",
-            "demo",
-            "--no-tty",
-            "--json",
-            "--records",
-            "1500",
-            "--rate",
-            "750",
-        ],
+        [sys.executable, "-m", "crossfeed.cli.main", "demo", "--no-tty", "--json", *args],
         capture_output=True,
         text=True,
         timeout=400,
         check=False,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    # The live view shows the feed as the coordinator has it (it said "starting" for ever).
-    assert "feed state: normal" in run.stdout, run.stdout[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    # By default: the live view shows the feed as the coordinator has it (it said
+    # "starting" for ever).
+    assert shows in run.stdout, run.stdout[-3000:]
+    return dict(json.loads(run.stdout.strip().splitlines()[-1]))
 
 
 def test_demo_twice_in_a_row_loses_nothing_and_rereads_nothing(clusters):
     if clusters.backend != "local":
         pytest.skip("the demo runs on the local stack")
     for _ in range(2):  # running it twice in a row works
-        summary = _demo()
+        summary = _demo("--records", "1500", "--rate", "750")
         assert summary["produced"] == 1500
         assert summary["lost"] == 0
         assert summary["replicated"] == summary["produced"]
@@ -52,3 +48,25 @@ def test_demo_twice_in_a_row_loses_nothing_and_rereads_nothing(clusters):
         assert summary["consumed_before"] + summary["consumed_after"] == summary["produced"]
         # dc-a is back afterwards, same cluster
         assert clients.cluster_id(clusters.a.config, 30) == clusters.a.cluster_id
+
+
+@pytest.mark.spark
+def test_demo_cdc_replicates_a_captured_database_whole_and_cleans_up(clusters):
+    """crossfeed demo --cdc, shortened: the summary holds (nothing torn, both tables equal
+    row for row) and the source database, connector and replication slot are gone."""
+    if clusters.backend != "local":
+        pytest.skip("the demo runs on the local stack")
+    summary = _demo("--cdc", "--seconds", "10", shows="Debezium's snapshot arrived")
+    assert summary["ok"] and summary["equal"] and summary["torn"] == []
+    assert summary["samples"] > 0
+    assert summary["transactions"] > summary["snapshot_transfers"] == 200
+    rows = {t["table"]: (t["source_rows"], t["target_rows"]) for t in summary["tables"]}
+    assert rows["transfers"] == (summary["transactions"],) * 2
+    assert rows["accounts"] == (100, 100)
+    with psycopg.connect(postgres.source().uri, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT (SELECT count(*) FROM pg_database WHERE datname LIKE 'demo_cdc_%'), "
+            "(SELECT count(*) FROM pg_replication_slots "
+            "WHERE slot_name LIKE 'crossfeed_demo_cdc_%')"
+        ).fetchone()
+    assert left == (0, 0)

@@ -1,0 +1,86 @@
+"""A database of its own on the local stack's source PostgreSQL, captured by a Debezium
+connector of its own (its topic prefix, its replication slot): what ``crossfeed demo
+--cdc`` and the CDC tests create, and remove with :func:`drop` afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from crossfeed.cdc import connector
+from crossfeed.cdc.connect_api import ConnectError
+from crossfeed.local import postgres
+
+
+@dataclass
+class CapturedDatabase:
+    """A source database and the Debezium connector capturing it."""
+
+    name: str  # the database's and the connector's name
+    prefix: str  # topic prefix
+    uri: str  # the source database
+    connect_url: str
+
+    def register(self, **options: Any) -> None:
+        config = connector.connector_config(self.uri, self.prefix, **options)
+        connector.register(self.connect_url, self.name, config)
+
+    def wait_running(self, timeout: float = 90.0) -> None:
+        """Until the connector's task runs; RuntimeError if it failed, TimeoutError."""
+        deadline = time.monotonic() + timeout
+        last: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            with contextlib.suppress(ConnectError):
+                last = connector.status(self.connect_url, self.name)
+                tasks = last.get("tasks", [])
+                if tasks and all(t.get("state") == "RUNNING" for t in tasks):
+                    return
+                if any(t.get("state") == "FAILED" for t in tasks):
+                    raise RuntimeError(f"connector {self.name} failed: {last}")
+            time.sleep(0.5)
+        raise TimeoutError(f"connector {self.name} not running within {timeout:.0f}s: {last}")
+
+    @property
+    def topics(self) -> str:
+        """The feed's topic pattern: every table of schema public."""
+        return rf"{self.prefix}\.public\..*"
+
+    @property
+    def slot(self) -> str:
+        return str(connector.connector_config(self.uri, self.prefix)["slot.name"])
+
+
+def _admin_uri() -> str:
+    return postgres.source().uri.rsplit("/", 1)[0] + "/postgres"
+
+
+def create(name: str, connect_url: str) -> CapturedDatabase:
+    """A fresh database ``name`` on the source server (its connector, registered later
+    with ``register()``, is named and prefixed ``name`` too)."""
+    admin_uri = _admin_uri()
+    with psycopg.connect(admin_uri, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return CapturedDatabase(name, name, admin_uri.rsplit("/", 1)[0] + f"/{name}", connect_url)
+
+
+def drop(db: CapturedDatabase) -> None:
+    """Remove the connector, its replication slot and the database."""
+    with contextlib.suppress(ConnectError):
+        connector.remove(db.connect_url, db.name)
+    deadline = time.monotonic() + 30
+    with psycopg.connect(_admin_uri(), autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            try:
+                conn.execute(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                    "WHERE slot_name = %s",
+                    (db.slot,),
+                )
+                break
+            except psycopg.errors.ObjectInUse:  # the connector's task is still stopping
+                time.sleep(0.5)
+        conn.execute(f'DROP DATABASE IF EXISTS "{db.name}" WITH (FORCE)')
