@@ -9,18 +9,20 @@ PostgreSQL to the target PostgreSQL by two sides, one after the other in one run
 
 Per side: a backlog of transfers written with replication paused, then applied — rows/s
 from the first ledger row visible on the target to the last; then transfers at half
-that rate for ``lag_seconds``, each ledger row's commit→visible lag; a sampler on the
-target all along (torn samples), the peak RSS of every process, and at the end whether
-both tables on the target equal the source's.
+that rate (for crossfeed, half the slower of that and Debezium's capture rate: the
+pipeline's sustainable rate) for ``lag_seconds``, each ledger row's commit→visible lag;
+a sampler on the target all along (torn samples), the peak RSS of every process, and at
+the end whether both tables on the target equal the source's.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Protocol
 
 from crossfeed.bench.cdc_crossfeed import CrossfeedSide
-from crossfeed.bench.cdc_figures import apply_rate, goals, half_load
+from crossfeed.bench.cdc_figures import apply_rate, capture_rate, goals, half_load
 from crossfeed.bench.cdc_native import NativeSide
 from crossfeed.bench.cdc_watch import LagPoller, max_id, wait_transfers
 from crossfeed.bench.cleanup import Janitor
@@ -76,8 +78,11 @@ def measure(side: Side, *, transfers: int, lag_seconds: float, say: Any) -> dict
         total = side.prepare(ACCOUNTS)
         capture = PeakRss(side.capture_pids())
         capture.start()
+        written = time.monotonic()
         out: dict[str, Any] = {"backlog": _write(side.source_uri, total=transfers)}
         out |= side.after_backlog(transfers)
+        if "capture_s" in out:  # Debezium: what it published per second, writer included
+            out |= capture_rate(transfers, time.monotonic() - written)
         say(f"cdc {side.name}: backlog of {transfers:,} transfers written; applying")
         sampler = sql_bank.Sampler(side.target_uri, side.schema, ACCOUNTS, total)
         sampler.start()
@@ -89,7 +94,7 @@ def measure(side: Side, *, transfers: int, lag_seconds: float, say: Any) -> dict
             out |= apply_rate(transfers, first_at, last_at)
             out["startup_s"] = round(first_at - began, 1)
             say(f"cdc {side.name}: {out['rows_per_s']:,} rows/s applied from the backlog")
-            rate = half_load(out["rows_per_s"])
+            rate = half_load(min(out["rows_per_s"], out.get("capture_rows_per_s", math.inf)))
             poller = LagPoller(side.target_uri, side.schema, max_id(side.source_uri, "public"))
             poller.start()
             lag_phase = _write(side.source_uri, rate=rate, seconds=lag_seconds)

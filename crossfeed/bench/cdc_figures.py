@@ -25,6 +25,12 @@ def apply_rate(transfers: int, first_at: float, last_at: float) -> dict[str, flo
     }
 
 
+def capture_rate(transfers: int, seconds: float) -> dict[str, float]:
+    """Debezium's rate: the backlog's rows published to Kafka per second, from the first
+    transfer written to the last END record on the transaction topic."""
+    return {"capture_rows_per_s": round(transfers * ROWS_PER_TRANSFER / max(seconds, 1e-3), 1)}
+
+
 def half_load(rows_per_s: float) -> float:
     """Transactions/s for the lag phase: half the measured apply rate."""
     return max(rows_per_s / ROWS_PER_TRANSFER / 2, 1.0)

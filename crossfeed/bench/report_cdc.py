@@ -18,7 +18,10 @@ def _side(label: str, side: Mapping[str, Any]) -> list[str]:
     lag = side.get("lag") or {}
     lag_ms = lag.get("lag_ms") or {}
     rss = ", ".join(f"{k} {_num(v)}" for k, v in (side.get("peak_rss_mb") or {}).items())
-    capture = f", Debezium trailed the writer by {_num(side.get('capture_s'), 1)} s"
+    capture = (
+        f"; Debezium published {_num(side.get('capture_rows_per_s'))} rows/s (trailing the "
+        f"writer by {_num(side.get('capture_s'), 1)} s)"
+    )
     return [
         f"  {label}: {_num(side.get('rows_per_s'))} rows/s "
         f"({_num(side.get('transactions_per_s'))} transactions/s) from the backlog, start-up "

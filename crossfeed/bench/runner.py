@@ -62,7 +62,7 @@ class Plan:
     ordered_transfers: int = 500_000
     failover_rate: float = 1000.0
     cdc: bool = True
-    cdc_transfers: int = 30_000  # SQL bank transfers (3 rows each) in the CDC backlog
+    cdc_transfers: int = 20_000  # SQL bank transfers (3 rows each) in the CDC backlog
     quick: bool = False
     warmup_records: int = 200_000  # per side, copied once before any figure is taken
 
@@ -429,7 +429,7 @@ def _cdc(plan: Plan, a: dict[str, Any], b: dict[str, Any], janitor: Janitor, say
         a,
         b,
         transfers=plan.cdc_transfers,
-        lag_seconds=max(plan.lag_seconds, 15.0),
+        lag_seconds=max(plan.lag_seconds, 20.0),
         say=say,
         attempt=_attempt,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crossfeed.bench.cdc_figures import LagBook, apply_rate, goals, half_load
+from crossfeed.bench.cdc_figures import LagBook, apply_rate, capture_rate, goals, half_load
 
 pytestmark = pytest.mark.unit
 
@@ -58,3 +58,7 @@ def test_goals_of_a_failed_side_are_unknown_not_failed():
     assert verdict["of_native"] is None
     assert verdict["of_native_met"] is None
     assert verdict["lag_p99_met"] is None
+
+
+def test_capture_rate_is_the_backlogs_rows_over_writing_and_publishing():
+    assert capture_rate(1000, 10.0) == {"capture_rows_per_s": 300.0}
