@@ -68,11 +68,22 @@ class LagBook:
         return new
 
     def summary(self) -> dict[str, Any]:
+        """p50/p99/max, and the median of the first and last quarter of the rows in the
+        order they were seen: a lag that grows through the phase means the side does not
+        keep up with the rate (a backlog builds), a flat one is its latency."""
         lags = percentiles(self.lags_ms)
+        quarter = max(1, len(self.lags_ms) // 4)
+        first, last = self.lags_ms[:quarter], self.lags_ms[-quarter:]
         return {
             "rows": len(self.lags_ms),
             "lag_ms": {k: None if v is None else round(v, 1) for k, v in lags.items()},
+            "p50_first_quarter_ms": _median(first),
+            "p50_last_quarter_ms": _median(last),
         }
+
+
+def _median(values: list[float]) -> float | None:
+    return round(sorted(values)[len(values) // 2], 1) if values else None
 
 
 def goals(crossfeed: dict[str, Any], native: dict[str, Any]) -> dict[str, Any]:

@@ -29,7 +29,9 @@ def _side(label: str, side: Mapping[str, Any]) -> list[str]:
         f"    lag at half load ({_num(lag.get('offered_transfers_per_s'))} of "
         f"{_num(lag.get('asked_transfers_per_s'))} transactions/s written, "
         f"{_num(lag.get('rows'))} rows): p50 {_num(lag_ms.get('p50'))} ms, "
-        f"p99 {_num(lag_ms.get('p99'))} ms",
+        f"p99 {_num(lag_ms.get('p99'))} ms (median of the first quarter "
+        f"{_num(lag.get('p50_first_quarter_ms'))} ms, of the last "
+        f"{_num(lag.get('p50_last_quarter_ms'))} ms)",
         f"    torn samples {side.get('torn_samples')} of {side.get('samples')}; target equals "
         f"source: {side.get('target_equals_source')}; peak RSS MB: {rss or 'n/a'}",
     ]

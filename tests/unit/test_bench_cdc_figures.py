@@ -62,3 +62,13 @@ def test_goals_of_a_failed_side_are_unknown_not_failed():
 
 def test_capture_rate_is_the_backlogs_rows_over_writing_and_publishing():
     assert capture_rate(1000, 10.0) == {"capture_rows_per_s": 300.0}
+
+
+def test_lag_book_tells_a_growing_lag_from_a_flat_one():
+    book = LagBook()
+    book.add([(i, 0.0) for i in range(1, 9)], seen_at=0.1)
+    book.add([(i, 0.0) for i in range(9, 17)], seen_at=2.0)
+    summary = book.summary()
+    assert summary["p50_first_quarter_ms"] == 100.0
+    assert summary["p50_last_quarter_ms"] == 2000.0
+    assert LagBook().summary()["p50_first_quarter_ms"] is None
