@@ -107,9 +107,11 @@ def figure(result: Mapping[str, Any]) -> Any:
         if replicated or not panels
         else f" (Kafka {versions.get('kafka')}):"
     )
+    repeated = replicated or ordered.get("available")
     fig.suptitle(
-        f"crossfeed {versions.get('crossfeed')}{against} median of {settings.get('repeat')} "
-        f"(bars: min–max); {machine.get('cpus')} cores, load at start "
+        f"crossfeed {versions.get('crossfeed')}{against}"
+        + (f" median of {settings.get('repeat')} (bars: min–max);" if repeated else "")
+        + f" {machine.get('cpus')} cores, load at start "
         f"{machine.get('load_avg_start')}"
         + (" — BUSY MACHINE, NOISY" if machine.get("busy") else "")
         + (" — QUICK RUN" if settings.get("quick") else ""),
