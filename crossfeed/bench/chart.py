@@ -82,8 +82,11 @@ def figure(result: Mapping[str, Any]) -> Any:
     """One panel per figure that was measured, three to a row: the parts a run left out
     (``--only``) or could not measure get a line in the notes at the bottom, not a panel."""
     replicated = [*_mirror(result.get("throughput", {})), *_failover(result.get("failover", {}))]
+    from crossfeed.bench import chart_cdc  # its panels use this module's bars
+
     ordered = result.get("ordered", {})
     panels = replicated + (_ordered(ordered) if ordered.get("available") else [])
+    panels += chart_cdc.panels(result.get("cdc", {}))
     rows = max(1, -(-len(panels) // 3))
     fig, axes = plt.subplots(rows, 3, figsize=(17, 1 + 4.3 * rows), squeeze=False)
     cells = [ax for row in axes for ax in row]
@@ -91,7 +94,7 @@ def figure(result: Mapping[str, Any]) -> Any:
         panel(ax)
     for ax in cells[len(panels) :]:
         fig.delaxes(ax)
-    notes = _notes(result)
+    notes = _notes(result) + chart_cdc.notes(result.get("cdc", {}))
     if not panels:
         notes.insert(0, "nothing was measured")
     fig.text(0.01, 0.01, "\n".join(textwrap.shorten(n, 190) for n in notes), fontsize=8)
@@ -104,9 +107,11 @@ def figure(result: Mapping[str, Any]) -> Any:
         if replicated or not panels
         else f" (Kafka {versions.get('kafka')}):"
     )
+    repeated = replicated or ordered.get("available")
     fig.suptitle(
-        f"crossfeed {versions.get('crossfeed')}{against} median of {settings.get('repeat')} "
-        f"(bars: min–max); {machine.get('cpus')} cores, load at start "
+        f"crossfeed {versions.get('crossfeed')}{against}"
+        + (f" median of {settings.get('repeat')} (bars: min–max);" if repeated else "")
+        + f" {machine.get('cpus')} cores, load at start "
         f"{machine.get('load_avg_start')}"
         + (" — BUSY MACHINE, NOISY" if machine.get("busy") else "")
         + (" — QUICK RUN" if settings.get("quick") else ""),

@@ -48,12 +48,20 @@ ROLES = ("puller-1", "puller-2", "sorter", "sink")
 
 
 class Pipeline:
-    """Two pullers, a sorter and a sink on a feed file, as an operator runs them."""
+    """Two pullers, a sorter and a sink on a feed file, as an operator runs them (or the
+    processes ``roles`` names, ``options`` the feed's)."""
 
     def __init__(
-        self, janitor: Janitor, a: dict[str, Any], b: dict[str, Any], topic: str, sink_uri: str
+        self,
+        janitor: Janitor,
+        a: dict[str, Any],
+        b: dict[str, Any],
+        topic: str,
+        sink_uri: str,
+        roles: tuple[str, ...] = ROLES,
+        options: dict[str, Any] | None = None,
     ) -> None:
-        self.janitor, self.a, self.b = janitor, a, b
+        self.janitor, self.a, self.b, self.roles = janitor, a, b, roles
         self.feed = f"bench-ordered-{uuid.uuid4().hex[:6]}"
         self.workdir = janitor.tempdir(self.feed)
         self.config = bench_config(self.workdir, {"dc-a": a, "dc-b": b})
@@ -65,14 +73,14 @@ class Pipeline:
             "mode": "ordered",
             "topics": [topic],
             "start": "earliest",
-            "config": {"staging.partitions": 4},
+            "config": options or {"staging.partitions": 4},
         }
         self.feed_file.write_text(yaml.safe_dump(spec))
         self.procs: dict[str, Any] = {}
         janitor.topics(b, [wire_topics.changes(self.feed), wire_topics.sorted_(self.feed)])
 
     def start(self) -> dict[str, int]:
-        for label in ROLES:
+        for label in self.roles:
             role = label.split("-")[0]
             cmd = service_command(
                 self.config, role, self.feed, self.feed_file, "--instance", f"{self.feed}-{label}"

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from crossfeed.bench import report_cdc
+
 NAMES = {
     "ceiling": "dc-b ceiling",
     "crossfeed": "crossfeed",
@@ -134,6 +136,8 @@ def summary(path: Path) -> str:
         lines.append(f"ordered feeds: not available — {ordered.get('reason', 'not run')}")
     else:
         lines += _ordered_lines(ordered)
+    if "cdc" in data:
+        lines += report_cdc.lines(data["cdc"])
     return "\n".join(lines)
 
 

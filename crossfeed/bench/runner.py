@@ -17,7 +17,7 @@ from typing import Any
 
 from crossfeed import log as logsetup
 from crossfeed import paths
-from crossfeed.bench import aggregate, chart, facts, failover, load, mirror, ordered
+from crossfeed.bench import aggregate, cdc, chart, facts, failover, load, mirror, ordered
 from crossfeed.bench import scale as scale_mod
 from crossfeed.bench.cleanup import (
     Janitor,
@@ -35,7 +35,7 @@ from crossfeed.bench.failover_sides import (
 from crossfeed.bench.measure import create_topics
 from crossfeed.bench.perf import payload_file
 from crossfeed.bench.systems import Crossfeed, MirrorMaker2, Replicator
-from crossfeed.local import stack
+from crossfeed.local import postgres, stack
 from crossfeed.local.postgres import URI as POSTGRES_URI
 
 
@@ -61,6 +61,8 @@ class Plan:
     # of 2-4 (37-68k/s against 50-55k/s).
     ordered_transfers: int = 500_000
     failover_rate: float = 1000.0
+    cdc: bool = True
+    cdc_transfers: int = 20_000  # SQL bank transfers (3 rows each) in the CDC backlog
     quick: bool = False
     warmup_records: int = 200_000  # per side, copied once before any figure is taken
 
@@ -77,6 +79,7 @@ class Plan:
             quick=True,
             warmup_records=20_000,
             ordered_transfers=20_000,
+            cdc_transfers=3_000,
             scale_records=30_000,
             discovery_topics=100,
         )
@@ -418,6 +421,28 @@ def _ordered(
         into["ordered"] = aggregate.ordered_section(runs)
 
 
+def _cdc(plan: Plan, a: dict[str, Any], b: dict[str, Any], janitor: Janitor, say: Say) -> Any:
+    """crossfeed's CDC path beside PostgreSQL's logical replication (one repetition: a
+    side's figures come from one backlog; see ``crossfeed/bench/cdc.py``)."""
+    return cdc.run(
+        janitor,
+        a,
+        b,
+        transfers=plan.cdc_transfers,
+        lag_seconds=max(plan.lag_seconds, 20.0),
+        say=say,
+        attempt=_attempt,
+    )
+
+
+def _stop_cdc(started: list[str]) -> None:
+    """Stop what the benchmark started of the capture side."""
+    if "connect" in started:
+        stack.connect_worker().stop()
+    if postgres.source().name in started:
+        postgres.source().stop()
+
+
 def run(plan: Plan, out_dir: Path | None = None) -> Path:
     began = time.monotonic()
     say = _say(began)
@@ -425,7 +450,8 @@ def run(plan: Plan, out_dir: Path | None = None) -> Path:
     logsetup.setup("ERROR")
     lock = _lock()
     running = {c.alias for c in stack.CLUSTERS if c.pid()}
-    stack.up(postgres=plan.ordered)
+    stack.up(postgres=plan.ordered or plan.cdc)
+    started_cdc = stack.up_cdc() if plan.cdc else []
     a = {"bootstrap.servers": stack.node("dc-a").bootstrap}
     b = {"bootstrap.servers": stack.node("dc-b").bootstrap}
     run_id = uuid.uuid4().hex[:6]
@@ -449,14 +475,18 @@ def run(plan: Plan, out_dir: Path | None = None) -> Path:
                     _scale(plan, a, b, janitor, run_id, say, result)
                 if plan.ordered:
                     _ordered(plan, a, b, janitor, say, result)
+                if plan.cdc:
+                    result["cdc"] = _cdc(plan, a, b, janitor, say)
             except KeyboardInterrupt:
                 result["interrupted"] = True
                 say("interrupted: cleaning up, writing what was measured")
     finally:
+        _stop_cdc(started_cdc)
         for alias in sorted({c.alias for c in stack.CLUSTERS} - running):
             stack.node(alias).stop()  # the benchmark started it: leave the machine as found
         lock.close()
     result.setdefault("ordered", aggregate.not_available("not run (--only)"))
+    result.setdefault("cdc", aggregate.not_available("not run (--only)"))
     result["machine"]["load_avg_end"] = facts.load_avg()
     result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     result["duration_s"] = time.monotonic() - began

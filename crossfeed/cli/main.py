@@ -368,7 +368,7 @@ def bench(
     ),
     quick: bool = typer.Option(False, "--quick", help="a small validation run, not for comparison"),
     only: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--only", help="run one part: throughput, failover, ordered or scale"
+        None, "--only", help="run one part: throughput, failover, ordered, scale or cdc"
     ),
 ) -> None:
     """Benchmarks vs MirrorMaker 2 and dc-b's produce ceiling: throughput, cost, lag, failover."""
@@ -384,13 +384,14 @@ def bench(
         changes["sizes"] = tuple(size)
     if repeat is not None:
         changes["repeat"] = repeat
-    if only not in (None, "throughput", "failover", "ordered", "scale"):
-        raise typer.BadParameter("--only takes throughput, failover, ordered or scale")
+    if only not in (None, "throughput", "failover", "ordered", "scale", "cdc"):
+        raise typer.BadParameter("--only takes throughput, failover, ordered, scale or cdc")
     if only:
         changes["throughput"] = only == "throughput"
         changes["failover"] = only == "failover"
         changes["ordered"] = only == "ordered"
         changes["scale"] = only == "scale"
+        changes["cdc"] = only == "cdc"
     plan = dataclasses.replace(plan, **changes)  # type: ignore[arg-type]
     try:
         path = runner.run(plan)
