@@ -51,6 +51,7 @@ def test_demo_twice_in_a_row_loses_nothing_and_rereads_nothing(clusters):
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # make slow: tests/integration/test_cdc.py covers the path in make test
 def test_demo_cdc_replicates_a_captured_database_whole_and_cleans_up(clusters):
     """crossfeed demo --cdc, shortened: the summary holds (nothing torn, both tables equal
     row for row) and the source database, connector and replication slot are gone."""
