@@ -60,24 +60,12 @@ class CrossfeedSide:
         total = sql_bank.create(self.source_uri, accounts)
         config = connector.connector_config(self.source_uri, self.prefix, heartbeat_ms=1000)
         connector.register(self.connect_url, self.db, config)
-        self._wait_running(90)
+        connector.wait_running(self.connect_url, self.db, 90)
         return total
 
     def capture_pids(self) -> dict[str, int]:
         pid = stack.connect_worker().pid()
         return {"connect (Debezium)": pid} if pid else {}
-
-    def _wait_running(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        last: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            with contextlib.suppress(ConnectError):
-                last = connector.status(self.connect_url, self.db)
-                tasks = last.get("tasks", [])
-                if tasks and all(t.get("state") == "RUNNING" for t in tasks):
-                    return
-            time.sleep(0.5)
-        raise RuntimeError(f"connector {self.db} not running after {timeout_s}s: {last}")
 
     def after_backlog(self, transfers: int) -> dict[str, float]:
         """Until Debezium's transaction topic holds the backlog's BEGIN and END records."""

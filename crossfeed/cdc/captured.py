@@ -31,18 +31,7 @@ class CapturedDatabase:
 
     def wait_running(self, timeout: float = 90.0) -> None:
         """Until the connector's task runs; RuntimeError if it failed, TimeoutError."""
-        deadline = time.monotonic() + timeout
-        last: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            with contextlib.suppress(ConnectError):
-                last = connector.status(self.connect_url, self.name)
-                tasks = last.get("tasks", [])
-                if tasks and all(t.get("state") == "RUNNING" for t in tasks):
-                    return
-                if any(t.get("state") == "FAILED" for t in tasks):
-                    raise RuntimeError(f"connector {self.name} failed: {last}")
-            time.sleep(0.5)
-        raise TimeoutError(f"connector {self.name} not running within {timeout:.0f}s: {last}")
+        connector.wait_running(self.connect_url, self.name, timeout)
 
     @property
     def topics(self) -> str:

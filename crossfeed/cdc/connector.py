@@ -19,11 +19,13 @@ What crossfeed relies on, and why each setting is here:
 
 from __future__ import annotations
 
+import contextlib
 import re
+import time
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from crossfeed.cdc.connect_api import request
+from crossfeed.cdc.connect_api import ConnectError, request
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
@@ -112,3 +114,19 @@ def remove(connect_url: str, name: str) -> None:
 def names(connect_url: str) -> list[str]:
     answer = request(connect_url, "GET", "/connectors")
     return [str(n) for n in answer] if isinstance(answer, list) else []
+
+
+def wait_running(connect_url: str, name: str, timeout_s: float = 90.0) -> None:
+    """Until the connector's task runs; RuntimeError if it failed, TimeoutError."""
+    deadline = time.monotonic() + timeout_s
+    last: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ConnectError):
+            last = status(connect_url, name)
+            tasks = last.get("tasks", [])
+            if tasks and all(t.get("state") == "RUNNING" for t in tasks):
+                return
+            if any(t.get("state") == "FAILED" for t in tasks):
+                raise RuntimeError(f"connector {name} failed: {last}")
+        time.sleep(0.5)
+    raise TimeoutError(f"connector {name} not running within {timeout_s:.0f}s: {last}")
