@@ -5,15 +5,15 @@ docs/ordered-feeds.md, "Debezium input"). The feed's puller task then reads that
 partition as it reads a change producer's topic: it follows the watermarks written here.
 
 Exactly once, as a consume-transform-produce loop on the source cluster: the captured
-records, the watermark and the read positions (with the ordering state in the commit
-metadata of the transaction topic's position) commit in one Kafka transaction under
+records, the watermark and the read positions (with the ordering state as the commit
+metadata of an offset of the output topic) commit in one Kafka transaction under
 ``crossfeed-capture.<feed>``. A new capture (the puller holding the feed's task, after a
 handoff or a restart) fences the old one and carries on from the committed positions.
 
-Memory stays bounded: a data event whose transaction's END has not been read yet waits in
-a buffer of at most ``MAX_BUFFER_BYTES``; past that, the partition with the most buffered
-is rewound to its first waiting event and paused until the head transaction changes
-(a 1,000,000-row transaction is read twice, not held).
+Memory stays bounded: a data event whose transaction is not the head yet (its END not read,
+or the snapshot not read to its end) waits in a buffer of at most ``MAX_BUFFER_BYTES``;
+past that, the partition with the most buffered is rewound to its first waiting event and
+paused until the head changes (a 1,000,000-row transaction is read twice, not held).
 """
 
 from __future__ import annotations
