@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from crossfeed.config.errors import ConfigError, from_validation_error, read_yaml
 from crossfeed.core.secrets import mask_text
 from crossfeed.core.topic_selection import TopicSelector, rename
-from crossfeed.wire.topics import captured as captured_topic
+from crossfeed.wire.topics import debezium_ordered
 
 FEED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
@@ -290,11 +290,11 @@ class FeedSpec(BaseModel):
 
     def read_topics(self, names: Iterable[str]) -> list[str]:
         """The topics among ``names`` (of the source) that the feed's puller reads: the
-        selected ones; with Debezium input, the one topic its capture writes in commit
-        order (services/puller/capture.py), never Debezium's own."""
+        selected ones; with Debezium input, the one topic its Debezium reader writes in
+        commit order (services/puller/debezium_reader.py), never Debezium's own."""
         if self.input == "debezium":
-            captured = captured_topic(self.name)
-            return [captured] if captured in names else []
+            ordered = debezium_ordered(self.name)
+            return [ordered] if ordered in names else []
         return self.selector.select(names)
 
     def target_topic(self, source_topic: str) -> str:

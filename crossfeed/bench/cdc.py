@@ -3,7 +3,7 @@
 one transaction per transfer, concurrent sessions) replicated from the source
 PostgreSQL to the target PostgreSQL by two sides, one after the other in one run:
 
-* ``crossfeed``: Debezium → ordered feed (puller + capture, Spark sorter, PostgreSQL
+* ``crossfeed``: Debezium → ordered feed (puller + Debezium reader, Spark sorter, PostgreSQL
   sink), see :mod:`crossfeed.bench.cdc_crossfeed`;
 * ``native``: PostgreSQL's own logical replication, see :mod:`crossfeed.bench.cdc_native`.
 

@@ -1,6 +1,6 @@
 """crossfeed's side of the CDC benchmark: a database of the source PostgreSQL captured by
 Debezium on the local Connect worker, an ordered feed with ``input: debezium`` (puller
-with its capture, Spark sorter, PostgreSQL sink) into a schema of its own on the target.
+with its Debezium reader, Spark sorter, PostgreSQL sink) into a schema of its own on the target.
 
 The connector is registered before the backlog is written, so the backlog is streamed
 (only the opening accounts come by Debezium's snapshot); the feed's processes start once

@@ -1,5 +1,5 @@
 """Debezium's topics in commit order: the ordering headers of docs/ordered-feeds.md §1 for
-each data event, from the transaction topic. Pure logic; services/puller/capture.py does the
+each data event, from the transaction topic. Pure logic; services/puller/debezium_reader.py does the
 I/O (docs/ordered-feeds.md, "Debezium input").
 
 Why the order comes from the transaction topic: PostgreSQL decodes transactions in commit
@@ -26,7 +26,7 @@ C. Debezium delivers at least once: after a Connect crash it writes transactions
 D. Events without a transaction block (snapshot rows) are transactions of their own,
    stamped at once. They come before everything streamed in their partition, and every
    one of them is ordered before every streamed transaction: no transaction becomes the
-   head until :meth:`Joiner.start_streaming` (the capture calls it once the snapshot is
+   head until :meth:`Joiner.start_streaming` (the reader calls it once the snapshot is
    read to its end), so none is stamped before a snapshot row that is still unread.
 E. ``count`` is the END's ``event_count`` when the feed reads every table the END lists
    (``seq`` = ``total_order``); otherwise only the events of the feed's tables are
@@ -153,7 +153,7 @@ class Joiner:
 
     def resolved_ts(self) -> int:
         """Everything at or below this commit_ts has been emitted, and nothing at or below
-        it will be: the watermark the capture writes (0 while the snapshot is read: a
+        it will be: the watermark the reader writes (0 while the snapshot is read: a
         snapshot row may still come)."""
         if not self.streaming:
             return 0

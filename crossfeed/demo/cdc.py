@@ -5,7 +5,7 @@ A fresh database on the local stack's source PostgreSQL gets the SQL bank's tabl
 (crossfeed/workload/sql_bank.py: ``accounts`` and a ``transfers`` ledger with foreign
 keys), its accounts opened and a first batch of transfers written *before* the Debezium
 connector is registered, so they arrive by its initial snapshot. A coordinator runs the
-feed (a puller capturing Debezium's topics in commit order, the Spark sorter, the
+feed (a puller reading Debezium's topics in commit order, the Spark sorter, the
 PostgreSQL sink). Once the snapshot is all in the target — its rows carry no source
 transaction, so a reader may see it in parts: the sampler starts only then — concurrent
 sessions write transfers, each one real multi-statement transaction over both tables,

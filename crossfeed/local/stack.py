@@ -126,30 +126,32 @@ def up(*, postgres: bool = True, secure_pair: bool = False, cdc: bool = False) -
     pair: tuple[KafkaNode, ...] = SecureStack.local().prepare() if secure_pair else CLUSTERS
     for kafka in pair:
         kafka.start()
-    databases = ([Postgres()] if postgres else []) + ([_source_pg()] if cdc else [])
-    for pg in databases:
+    pg = Postgres()
+    if postgres:
         pg.start()
     ids = {kafka.alias: _wait_kafka(kafka, deadline) for kafka in pair}
+    if postgres:
+        _wait_postgres(pg, deadline)
     if cdc:
-        connect_worker().start()  # dc-a answers: Connect can make its topics
-    for pg in databases:
-        if not processes.wait_until(pg.answers, max(1.0, deadline - time.monotonic())):
-            raise StackError(
-                f"PostgreSQL did not answer SELECT 1 on 127.0.0.1:{pg.port} within "
-                f"{READY_TIMEOUT_S:.0f}s; see {pg.log_file}:\n{processes.tail(pg.log_file)}"
-            )
-        pg.ensure_database()
-    if cdc:
-        _wait_connect(connect_worker())
+        up_cdc()  # dc-a answers: Connect can make its topics
     write_local_config(secure_pair=secure_pair)
     return ids
+
+
+def _wait_postgres(pg: Postgres, deadline: float) -> None:
+    if not processes.wait_until(pg.answers, max(1.0, deadline - time.monotonic())):
+        raise StackError(
+            f"PostgreSQL did not answer SELECT 1 on 127.0.0.1:{pg.port} within "
+            f"{READY_TIMEOUT_S:.0f}s; see {pg.log_file}:\n{processes.tail(pg.log_file)}"
+        )
+    pg.ensure_database()
 
 
 def up_cdc() -> list[str]:
     """Start the capture side (dc-a must answer): the source PostgreSQL and Connect with
     Debezium; returns what was started here (tests stop just that)."""
     started = []
-    pg = _source_pg()
+    pg = postgres.source()
     if not pg.running():
         pg.start()
         started.append(pg.name)
@@ -157,9 +159,7 @@ def up_cdc() -> list[str]:
     if worker.pid() is None:
         worker.start()
         started.append("connect")
-    if not processes.wait_until(pg.answers, READY_TIMEOUT_S):
-        raise StackError(f"{pg.name} did not answer; see {pg.log_file}")
-    pg.ensure_database()
+    _wait_postgres(pg, time.monotonic() + READY_TIMEOUT_S)
     _wait_connect(worker)
     return started
 
@@ -170,10 +170,6 @@ def restart_connect(*, hard: bool = True) -> None:
     worker.stop(hard=hard)
     worker.start()
     _wait_connect(worker)
-
-
-def _source_pg() -> Postgres:
-    return postgres.source()
 
 
 def _wait_connect(worker: ConnectWorker) -> None:
@@ -211,7 +207,7 @@ def down() -> list[str]:
     stopped = ["connect"] if connect_worker().stop() else []
     stopped += [k.alias for k in CLUSTERS if k.stop()]
     stopped += [f"{k.alias} (secure)" for k in SecureStack.local().nodes() if k.stop()]
-    for pg in (Postgres(), _source_pg()):
+    for pg in (Postgres(), postgres.source()):
         if pg.stop():
             stopped.append(pg.name)
     return stopped
@@ -248,7 +244,7 @@ def status() -> list[PartStatus]:
                 str(kafka.log_file),
             )
         )
-    for pg in (Postgres(), _source_pg()):
+    for pg in (Postgres(), postgres.source()):
         running = pg.running()
         if pg.logical and not running and not pg.data.exists():
             continue  # the capture side was never started (crossfeed local up --cdc)

@@ -25,12 +25,12 @@ def sink_transactional_id(feed: str, instance: str) -> str:
     return f"crossfeed-sink.{feed}.{instance}"
 
 
-def capture_group(feed: str) -> str:
-    """Debezium input: the group whose committed offsets are the capture's positions in
-    Debezium's topics (never joined: the capture assigns its partitions)."""
-    return f"crossfeed-capture.{feed}"
+def debezium_reader_group(feed: str) -> str:
+    """Debezium input: the group whose committed offsets are the Debezium reader's positions
+    in Debezium's topics (never joined: the reader assigns its partitions)."""
+    return f"crossfeed-debezium.{feed}"
 
 
-def capture_transactional_id(feed: str) -> str:
-    """Debezium input: one capture per feed; a new one fences the previous."""
-    return f"crossfeed-capture.{feed}"
+def debezium_reader_transactional_id(feed: str) -> str:
+    """Debezium input: one Debezium reader per feed; a new one fences the previous."""
+    return f"crossfeed-debezium.{feed}"

@@ -74,7 +74,7 @@ def internal_config(topic: str) -> dict[str, str]:
         return staging_config()
     if topic.startswith("_crossfeed.") and topic.endswith(".sorted"):
         return sorted_config()
-    if topic.startswith("_crossfeed.") and topic.endswith(".captured"):
+    if topic.startswith("_crossfeed.") and topic.endswith(".debezium"):
         return staging_config()
     raise ValueError(f"{topic!r} is not one of crossfeed's internal topics")
 
@@ -90,11 +90,11 @@ def sorted_(feed: str) -> str:
     return f"_crossfeed.{feed}.sorted"
 
 
-def captured(feed: str) -> str:
+def debezium_ordered(feed: str) -> str:
     """Ordered feeds with Debezium input: Debezium's events in commit order with crossfeed's
-    ordering headers, on the *source* cluster (services/puller/capture.py); the feed's
+    ordering headers, on the *source* cluster (services/puller/debezium_reader.py); the feed's
     puller reads it as an ordered feed reads a change producer's topic."""
-    return f"_crossfeed.{feed}.captured"
+    return f"_crossfeed.{feed}.debezium"
 
 
 def is_internal(topic: str) -> bool:

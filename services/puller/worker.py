@@ -33,8 +33,8 @@ from crossfeed.kafka.reachability import Reachability, wait_for_cluster
 from crossfeed.kafka.targets import TargetTopics
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
 from crossfeed.services.puller import metrics
-from crossfeed.services.puller.capture import Capture
 from crossfeed.services.puller.copies import Route
+from crossfeed.services.puller.debezium_reader import DebeziumReader
 from crossfeed.services.puller.discovery import Discovery
 from crossfeed.services.puller.membership import CoordinatorMembership, GroupMembership
 from crossfeed.services.puller.task import (
@@ -106,8 +106,8 @@ class PullerWorker:
         # How long a transaction may stay open (commit_interval_ms; each read sets it).
         self.interval_s = settings.puller.commit_interval_ms / 1000
         self.last_metrics = 0.0
-        # Debezium input: the capture runs where the feed's one task runs (capture.py).
-        self.capture: Capture | None = None
+        # Debezium input: its reader runs where the feed's one task runs (debezium_reader.py).
+        self.debezium_reader: DebeziumReader | None = None
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -141,7 +141,7 @@ class PullerWorker:
         self.targets = TargetTopics(target_admin)
         if self.feed.input == "debezium":  # the task reads it from the start
             kafka_topics.ensure_internal(
-                clients.admin(self.source_conf), topics.captured(self.feed.name)
+                clients.admin(self.source_conf), topics.debezium_ordered(self.feed.name)
             )
         self.discovery = Discovery(self.feed, clients.admin(self.source_conf), target_admin)
         self.discovery.refresh()
@@ -406,9 +406,11 @@ class PullerWorker:
             starts.append(KafkaTP(tp.topic, tp.partition, offset))
             self.route[(tp.topic, tp.partition)] = (task, state)
         self.tasks[s] = task
-        if self.feed.input == "debezium" and self.capture is None:
-            self.capture = Capture(self.feed, self.source_conf, self.ctx.source_cluster_id)
-            self.capture.start()
+        if self.feed.input == "debezium" and self.debezium_reader is None:
+            self.debezium_reader = DebeziumReader(
+                self.feed, self.source_conf, self.ctx.source_cluster_id
+            )
+            self.debezium_reader.start()
         metrics.TASKS.labels(self.feed.name).set(len(self.tasks))
         if starts:
             self.reader.incremental_assign(starts)
@@ -499,9 +501,9 @@ class PullerWorker:
         task = self.tasks.pop(s, None)
         if task is None:
             return
-        if self.capture is not None and not self.tasks:
-            self.capture.stop()  # the new owner of the task runs it now
-            self.capture = None
+        if self.debezium_reader is not None and not self.tasks:
+            self.debezium_reader.stop()  # the new owner of the task runs it now
+            self.debezium_reader = None
         if task.pending is not None:  # a commit under way: its outcome first
             failure = task.pending.result()
             task.pending = task.pending_since = None
@@ -703,9 +705,9 @@ class PullerWorker:
     def status(self) -> dict[str, Any]:
         discovery = self.discovery
         problem = self._problem()
-        capture = self.capture.status() if self.capture is not None else None
-        if problem is None and capture is not None and capture["problem"]:
-            problem = f"capture: {capture['problem']}"
+        reader = self.debezium_reader.status() if self.debezium_reader is not None else None
+        if problem is None and reader is not None and reader["problem"]:
+            problem = f"debezium reader: {reader['problem']}"
         answer: dict[str, Any] = {
             "role": "puller",
             "instance": self.instance_id,
@@ -722,8 +724,8 @@ class PullerWorker:
                 for task, state in sorted(self.route.values(), key=lambda found: found[1].tp)
             },
         }
-        if capture is not None:
-            answer["capture"] = capture
+        if reader is not None:
+            answer["debezium_reader"] = reader
         return answer
 
 

@@ -74,8 +74,8 @@ def run(
 ):
     """Read everything in a random interleaving; returns [(event, Emit)] and the
     watermarks given out, in order, as (position in the output, resolved_ts). With
-    ``crash_at``, the capture stops after that many reads and a new one carries on from
-    what the old one committed (its state and positions, as the capture commits them)."""
+    ``crash_at``, the reader stops after that many reads and a new one carries on from
+    what the old one committed (its state and positions, as the reader commits them)."""
     rng = random.Random(seed)
     joiner = Joiner(covers=covers)
     cursors = {name: 0 for name in partitions}
@@ -87,7 +87,7 @@ def run(
     reads = 0
     while end_cursor < len(ends) or any(cursors[n] < len(partitions[n]) for n in partitions):
         if reads == crash_at:
-            # What the capture commits: the state, each partition at its first event not
+            # What the reader commits: the state, each partition at its first event not
             # decided, the transaction topic at the oldest END still held.
             state = joiner.snapshot_state()
             for name, queue in waiting.items():
@@ -117,7 +117,7 @@ def run(
                 out.append((event, verdict))
         if not joiner.streaming and all(
             cursors[n] >= sum(1 for e in partitions[n] if not e.xid) for n in partitions
-        ):  # the capture's rule: every partition is past its snapshot rows
+        ):  # the reader's rule: every partition is past its snapshot rows
             joiner.start_streaming()
             for event, verdict in drain(joiner, waiting):
                 if isinstance(verdict, Emit):
@@ -187,7 +187,7 @@ def test_what_debezium_sends_again_is_dropped(txns, seed, data):
 
 @settings(max_examples=300, deadline=None)
 @given(txns=TXNS.filter(bool), seed=st.integers(0, 2**32), data=st.data())
-def test_a_capture_restarted_anywhere_carries_on_exactly(txns, seed, data):
+def test_a_reader_restarted_anywhere_carries_on_exactly(txns, seed, data):
     resend = data.draw(st.none() | st.integers(0, len(txns) - 1))
     partitions, ends = debezium(txns, snapshot=data.draw(st.integers(0, 3)), resend_from=resend)
     snapshot = sum(1 for events in partitions.values() for e in events if not e.xid)
@@ -291,7 +291,7 @@ def test_no_transaction_goes_before_the_snapshot_is_read():
 
 
 def test_the_next_head_is_chosen_when_one_completes_not_by_a_later_offer():
-    # The capture resumes a partition it rewound when the head changes; a head chosen
+    # The reader resumes a partition it rewound when the head changes; a head chosen
     # silently inside a later offer would leave that partition paused for good.
     joiner = Joiner(covers=lambda c: True, streaming=True)
     joiner.on_end(TxnEnd("1", 10, 1, (("public.a", 1),), 1))

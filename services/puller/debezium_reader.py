@@ -1,13 +1,13 @@
 """An ordered feed with Debezium input (``--input debezium``): Debezium's topics on the
-source cluster into ``_crossfeed.<feed>.captured`` there, in commit order, each event
+source cluster into ``_crossfeed.<feed>.debezium`` there, in commit order, each event
 stamped with crossfeed's ordering headers (crossfeed/core/debezium_order.py has the rules;
 docs/ordered-feeds.md, "Debezium input"). The feed's puller task then reads that one
 partition as it reads a change producer's topic: it follows the watermarks written here.
 
-Exactly once, as a consume-transform-produce loop on the source cluster: the captured
+Exactly once, as a consume-transform-produce loop on the source cluster: the ordered
 records, the watermark and the read positions (with the ordering state as the commit
 metadata of an offset of the output topic) commit in one Kafka transaction under
-``crossfeed-capture.<feed>``. A new capture (the puller holding the feed's task, after a
+``crossfeed-debezium.<feed>``. A new reader (the puller holding the feed's task, after a
 handoff or a restart) fences the old one and carries on from the committed positions.
 
 Memory stays bounded: a data event whose transaction is not the head yet (its END not read,
@@ -56,8 +56,9 @@ class _Partition:
     streamed: bool = False  # a streamed event was read: its snapshot rows are all behind
 
 
-class Capture:
-    """One feed's capture loop (run on its own thread by the puller holding the feed)."""
+class DebeziumReader:
+    """One feed's Debezium reader (run on its own thread by the puller holding the feed's
+    task)."""
 
     def __init__(self, feed: FeedSpec, source_conf: dict[str, Any], source_cluster_id: str):
         self.feed = feed
@@ -66,7 +67,7 @@ class Capture:
         self.prefix = feed.debezium_prefix()
         self.txn_topic = debezium.transaction_topic(self.prefix)
         self.heartbeat_topic = debezium.heartbeat_topic(self.prefix)
-        self.out = topics.captured(feed.name)
+        self.out = topics.debezium_ordered(feed.name)
         self.problem: str | None = None  # the last failure, for /status
         self.emitted = 0
         self.resolved_ts = 0
@@ -76,7 +77,7 @@ class Capture:
     # -- lifecycle --------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=f"capture-{self.feed.name}")
+        self._thread = threading.Thread(target=self._run, name=f"debezium-reader-{self.feed.name}")
         self._thread.daemon = True
         self._thread.start()
 
@@ -94,17 +95,22 @@ class Capture:
             except KafkaException as err:
                 kafka_err = err.args[0]
                 if clients.is_fenced(kafka_err):
-                    log.warning("capture of feed %s fenced: another puller runs it", self.feed.name)
+                    log.warning(
+                        "debezium reader of feed %s fenced: another puller runs it", self.feed.name
+                    )
                     self.problem = f"fenced: {kafka_err.str()}"
                     return
                 self.problem = kafka_err.str()
             except Exception as err:  # a bug or a bad record we cannot skip: say it, retry
-                log.exception("capture of feed %s failed", self.feed.name)
+                log.exception("debezium reader of feed %s failed", self.feed.name)
                 self.problem = f"{type(err).__name__}: {err}"
             wait = RETRY_S[min(failures, len(RETRY_S) - 1)]
             failures += 1
             log.warning(
-                "capture of feed %s restarts in %.1fs: %s", self.feed.name, wait, self.problem
+                "debezium reader of feed %s restarts in %.1fs: %s",
+                self.feed.name,
+                wait,
+                self.problem,
             )
             self._stop.wait(wait)
 
@@ -118,13 +124,14 @@ class Capture:
 
 
 class _Loop:
-    """One run of the capture, from the committed positions until stopped or failed."""
+    """One run of the reader, from the committed positions until stopped or failed."""
 
-    def __init__(self, capture: Capture) -> None:
-        self.c = capture
-        self.feed = capture.feed
+    def __init__(self, reader: DebeziumReader) -> None:
+        self.c = reader
+        self.feed = reader.feed
         self.joiner = Joiner(covers=self._covers)
         self.parts: dict[tuple[str, int], _Partition] = {}
+        self.buffers: dict[str, Waiting[Any]] = {}  # each part's buffer, by its name
         self.txn_next = 0  # the transaction topic: next offset to read
         self.txn_assigned = False  # Debezium creates it with the first streamed transaction
         self.end_offsets: dict[int, int] = {}  # commit LSN -> offset of the ENDs read
@@ -146,13 +153,13 @@ class _Loop:
         kafka_topics.ensure_internal(admin, self.c.out)
         self.producer: Any = clients.transactional_producer(
             self.c.conf,
-            ids.capture_transactional_id(self.feed.name),
+            ids.debezium_reader_transactional_id(self.feed.name),
             **{"linger.ms": 20, "queue.buffering.max.kbytes": 65536},
         )
         self.consumer: Any = clients.consumer(
             self.c.conf,
             **{
-                "group.id": ids.capture_group(self.feed.name),
+                "group.id": ids.debezium_reader_group(self.feed.name),
                 "queued.max.messages.kbytes": 32768,
                 "fetch.wait.max.ms": 50,
             },
@@ -172,10 +179,12 @@ class _Loop:
             self.producer.flush(5)
 
     def _restore(self, admin: Any) -> None:
+        counts = kafka_topics.partition_counts(admin)
+        data = self._data_partitions(counts)
         wanted = [
             KafkaTP(self.c.out, 0),  # carries the ordering state (see _commit)
             KafkaTP(self.c.txn_topic, 0),
-            *(KafkaTP(t, p) for t, p in self._data_partitions(admin)),
+            *(KafkaTP(t, p) for t, p in data),
         ]
         committed = {(tp.topic, tp.partition): tp for tp in self.consumer.committed(wanted, 30)}
         carrier = committed.get((self.c.out, 0))
@@ -186,16 +195,17 @@ class _Loop:
         self.joiner.restore(state, completed)
         if state:
             self.watermark = self.joiner.resolved_ts()
-        assign = self._txn_partition(admin)
-        for key in self._data_partitions(admin):
+        assign = self._txn_partition(counts)
+        for key in data:
             tp = committed.get(key)
             offset = tp.offset if tp is not None and tp.offset >= 0 else OFFSET_BEGINNING
             assign.append(self._add_partition(key, offset))
-        assign.extend(self._heartbeat_partitions(admin))
+        assign.extend(self._heartbeat_partitions(counts))
         self.consumer.assign(assign)
         self.last_refresh = time.monotonic()
         log.info(
-            "capture of feed %s: %s -> %s from %s (%d data partitions, %d completed xids known)",
+            "debezium reader of feed %s: %s -> %s from %s (%d data partitions, %d completed "
+            "xids known)",
             self.feed.name,
             self.c.prefix,
             self.c.out,
@@ -209,7 +219,7 @@ class _Loop:
         if end <= 0:
             return []
         reader: Any = clients.consumer(
-            self.c.conf, **{"group.id": ids.capture_group(self.feed.name)}
+            self.c.conf, **{"group.id": ids.debezium_reader_group(self.feed.name)}
         )
         try:
             start = max(0, end - 2 * RECENT_XIDS)
@@ -234,8 +244,8 @@ class _Loop:
         finally:
             reader.close()
 
-    def _data_partitions(self, admin: Any) -> list[tuple[str, int]]:
-        counts = kafka_topics.partition_counts(admin)
+    def _data_partitions(self, counts: dict[str, int]) -> list[tuple[str, int]]:
+        """The feed's tables' partitions among the source's topics (``counts``)."""
         return [
             (topic, p)
             for topic in self.feed.selector.select(counts)
@@ -243,15 +253,14 @@ class _Loop:
             for p in range(counts[topic])
         ]
 
-    def _txn_partition(self, admin: Any) -> list[KafkaTP]:
+    def _txn_partition(self, counts: dict[str, int]) -> list[KafkaTP]:
         """The transaction topic, once Debezium has created it."""
-        if self.txn_assigned or self.c.txn_topic not in kafka_topics.partition_counts(admin):
+        if self.txn_assigned or self.c.txn_topic not in counts:
             return []
         self.txn_assigned = True
         return [KafkaTP(self.c.txn_topic, 0, self.txn_next)]
 
-    def _heartbeat_partitions(self, admin: Any) -> list[KafkaTP]:
-        counts = kafka_topics.partition_counts(admin)
+    def _heartbeat_partitions(self, counts: dict[str, int]) -> list[KafkaTP]:
         n = counts.get(self.c.heartbeat_topic, 0)
         fresh = [p for p in range(n) if p not in self.heartbeats]
         self.heartbeats.update(fresh)
@@ -260,8 +269,9 @@ class _Loop:
 
     def _add_partition(self, key: tuple[str, int], offset: int) -> KafkaTP:
         tp = KafkaTP(key[0], key[1], offset)
-        self.parts[key] = _Partition(f"{key[0]}/{key[1]}", KafkaTP(key[0], key[1]))
-        self.parts[key].next_offset = offset if offset >= 0 else -1
+        part = self.parts[key] = _Partition(f"{key[0]}/{key[1]}", KafkaTP(key[0], key[1]))
+        part.next_offset = offset if offset >= 0 else -1
+        self.buffers[part.name] = part.buffer  # what drain() decides on, by partition name
         return tp
 
     # -- the loop -----------------------------------------------------------------------
@@ -274,7 +284,7 @@ class _Loop:
         for msg in self.consumer.consume(2000, 0.05):
             if msg.error():
                 if not msg.error().retriable():
-                    log.warning("capture read error: %s", msg.error())
+                    log.warning("debezium reader: read error: %s", msg.error())
                 continue
             topic = msg.topic()
             if topic == self.c.txn_topic:
@@ -303,15 +313,18 @@ class _Loop:
             self._commit()
 
     def _refresh(self, admin: Any) -> None:
+        counts = kafka_topics.partition_counts(admin)
         new = [
             self._add_partition(key, OFFSET_BEGINNING)
-            for key in self._data_partitions(admin)
+            for key in self._data_partitions(counts)
             if key not in self.parts
         ]
-        new.extend(self._txn_partition(admin))
-        new.extend(self._heartbeat_partitions(admin))
+        new.extend(self._txn_partition(counts))
+        new.extend(self._heartbeat_partitions(counts))
         if new:
-            log.info("capture of feed %s: reading %s", self.feed.name, [t.topic for t in new])
+            log.info(
+                "debezium reader of feed %s: reading %s", self.feed.name, [t.topic for t in new]
+            )
             self.consumer.incremental_assign(new)
 
     def _on_txn_record(self, msg: Any) -> None:
@@ -321,7 +334,7 @@ class _Loop:
             end = debezium.txn_record(msg.value())
         except debezium.NotDebezium as err:
             log.warning(
-                "capture of feed %s: %s/%d@%d skipped: %s",
+                "debezium reader of feed %s: %s/%d@%d skipped: %s",
                 self.feed.name,
                 msg.topic(),
                 msg.partition(),
@@ -349,11 +362,9 @@ class _Loop:
 
     def _drain(self) -> None:
         """Emit what the head allows (crossfeed/core/debezium_order.py: drain)."""
-        buffers = {part.name: part.buffer for part in self.parts.values()}
-        by_name = {part.name: part for part in self.parts.values()}
         head = self.joiner.head_lsn()
-        for msg, verdict in drain(self.joiner, buffers):
-            part = by_name[f"{msg.topic()}/{msg.partition()}"]
+        for msg, verdict in drain(self.joiner, self.buffers):
+            part = self.parts[(msg.topic(), msg.partition())]
             part.next_offset = msg.offset() + 1
             self.buffered -= len(msg.value() or b"")
             self.dirty = True
@@ -399,7 +410,7 @@ class _Loop:
         self.consumer.seek(KafkaTP(part.tp.topic, part.tp.partition, first))
         part.next_offset = part.read_next = first
         log.info(
-            "capture of feed %s: %s rewound to %d until its transaction is the head",
+            "debezium reader of feed %s: %s rewound to %d until its transaction is the head",
             self.feed.name,
             part.name,
             first,
@@ -438,7 +449,7 @@ class _Loop:
         self.joiner.start_streaming()
         self._resume_paused()
         self.dirty = True
-        log.info("capture of feed %s: initial snapshot read", self.feed.name)
+        log.info("debezium reader of feed %s: initial snapshot read", self.feed.name)
 
     # -- committing -----------------------------------------------------------------------
 
