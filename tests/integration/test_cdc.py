@@ -258,6 +258,10 @@ def test_debezium_input_into_a_kafka_topic_byte_for_byte_a_source_transaction_at
         clusters.a.config, [f"{db.prefix}.public.accounts", f"{db.prefix}.public.transfers"]
     )
     assert sorted((r.key, r.value) for r in records) == sorted((r.key, r.value) for r in source)
+    # Debezium's own headers travel too; the connector adds no context headers
+    # (extended.headers.enabled=false), which every hop would carry and parse.
+    assert sorted(r.user_headers for r in records) == sorted(r.user_headers for r in source)
+    assert not any(name.startswith("__debezium.context") for r in source for name, _ in r.headers)
     # A source transaction at a time, in commit order: each transaction's records are
     # contiguous and complete, and commit_ts grows from one to the next.
     runs: list[tuple[str, int, int]] = []  # (txn id, count, commit_ts)

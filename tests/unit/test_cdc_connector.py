@@ -16,6 +16,8 @@ def test_what_crossfeed_needs_is_set():
     assert config["plugin.name"] == "pgoutput"
     assert config["provide.transaction.metadata"] == "true"
     assert config["heartbeat.interval.ms"] == "1000"
+    assert config["poll.interval.ms"] == "100"  # a quiet database's change waits no longer
+    assert config["extended.headers.enabled"] == "false"  # no context headers per event
     assert config["value.converter"] == "org.apache.kafka.connect.json.JsonConverter"
     assert config["value.converter.schemas.enable"] == "true"
     assert config["topic.prefix"] == "pg1"
