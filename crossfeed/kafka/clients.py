@@ -96,6 +96,19 @@ def consumer(cluster: Mapping[str, Any], **overrides: Any) -> Consumer:
     return Consumer(_merge(cluster, {**required, **overrides}, "consumer", defaults))
 
 
+def read_batch(consumer: Any, max_records: int, wait_s: float) -> list[Any]:
+    """Up to ``max_records`` records, returned as soon as one is there (at most ``wait_s``).
+
+    librdkafka's ``consume(n, timeout)`` waits out its whole timeout unless ``n`` records
+    arrive: a reader that is between transactions and asks for 2,000 records with 0.5 s
+    held every change a quarter of a second on average. ``poll`` wakes with the first
+    record; what is already fetched behind it comes without waiting."""
+    first = consumer.poll(wait_s)
+    if first is None:
+        return []
+    return [first, *consumer.consume(max_records - 1, 0)] if max_records > 1 else [first]
+
+
 class _Collect(logging.Handler):
     """Keeps the messages of librdkafka's log lines (a probe's, for diagnose)."""
 

@@ -281,7 +281,7 @@ class _Loop:
         if now - self.last_refresh >= REFRESH_S:
             self._refresh(admin)
             self.last_refresh = now
-        for msg in self.consumer.consume(2000, 0.05):
+        for msg in clients.read_batch(self.consumer, 2000, 0.05):
             if msg.error():
                 if not msg.error().retriable():
                     log.warning("debezium reader: read error: %s", msg.error())

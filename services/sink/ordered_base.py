@@ -108,7 +108,7 @@ class OrderedSink:
 
     def _read(self, consumer: Any, handle: Callable[[Any], bool]) -> None:
         """One read of the sorted stream, each record to ``handle`` (False: stop here)."""
-        msgs = consumer.consume(CONSUME_BATCH, self._read_wait())
+        msgs = clients.read_batch(consumer, CONSUME_BATCH, self._read_wait())
         if msgs:
             # Catching up a backlog (the read filled the batch with old records), a
             # transaction may stay open longer: fewer, larger commits (timestamps.py).
