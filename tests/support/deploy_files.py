@@ -352,7 +352,6 @@ def feed_of(text: str, where: str) -> FeedSpec:
 METRICS_MODULES = (
     "crossfeed.services.puller.metrics",
     "crossfeed.services.sink.metrics",
-    "crossfeed.services.sink.ordered_metrics",
     "crossfeed.services.sorter.metrics",
     "crossfeed.services.coordinator.metrics",
     "crossfeed.translation.metrics",

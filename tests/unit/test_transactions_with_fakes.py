@@ -304,14 +304,14 @@ def _data(txn: str, ts: int, seq: int, count: int) -> list[Header]:
 
 def _sink() -> tuple[Any, FakeProducer, FakeGroupConsumer]:
     from crossfeed.config import Settings
-    from crossfeed.services.sink.ordered_kafka import OrderedKafkaSink
+    from crossfeed.services.sink.kafka.sink import KafkaSink
 
     settings = Settings(clusters={"dc-b": {"bootstrap.servers": "127.0.0.1:1"}})
     feed = FeedSpec.model_validate(
         {"name": "s", "source": "dc-a", "sink-uri": "kafka://dc-b/out", "topics": ["bank"],
          "mode": "ordered"}
     )  # fmt: skip
-    sink = OrderedKafkaSink(settings, feed, "sink-1", {})
+    sink = KafkaSink(settings, feed, "sink-1", {})
     producer, consumer = FakeProducer(), FakeGroupConsumer()
     sink.producer, sink.consumer = producer, consumer
     sink.owner, sink.max_message_bytes, sink.interval_s = True, 1 << 20, 0.0
