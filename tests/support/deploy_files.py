@@ -1,4 +1,4 @@
-"""Readers and checkers for the deploy tests (tests/unit/test_deploy_*.py).
+"""Readers and checkers for the deploy tests (tests/unit/deploy/).
 
 The deployment files under deploy/ (docs/design.md): they parse, and they reference only
 images, commands, flags, settings and metrics that exist.
