@@ -21,7 +21,7 @@ marks are written, the commit is under way; records read meanwhile are *held* fo
 transaction and sent only once this one is settled) → ``IDLE`` or ``OPEN`` again, or
 ``DEAD``.
 
-Invariants (property-tested in tests/unit/test_core_task_txn.py against a model target):
+Invariants (property-tested in tests/unit/core/test_task_txn.py against a model target):
 
 A. One transaction at a time: nothing may be sent while a commit is under way
    (:meth:`TaskTxn.may_send`), and a new one is never sealed before the last one settles.

@@ -1,10 +1,10 @@
 """The parts of confluent-kafka's clients the hot path uses, as typing Protocols.
 
 The puller's tasks (services/puller/task.py, copies.py) and the ordered Kafka sink's
-transaction code (services/sink/ordered_kafka.py) are typed against these rather than
+transaction code (services/sink/kafka/sink.py) are typed against these rather than
 against ``confluent_kafka.Producer`` and friends, so their scheduling — what is produced
 in which transaction, when it commits, what a fenced or failed call leads to — can be
-unit-tested with small fakes (tests/unit/test_transactions_with_fakes.py). What Kafka itself does
+unit-tested with small fakes (tests/support/kafka_fakes.py). What Kafka itself does
 is only ever asserted against real brokers (tests/integration).
 
 The real classes satisfy these Protocols: the ``TYPE_CHECKING`` block at the end makes

@@ -8,7 +8,7 @@ core on it. This writes the same bytes in ~2-3 µs: the layout of schemas/Change
 field by field. ``changes.encode_change`` uses it only after checking, once per codec,
 that it gives the codec's bytes for an event with every kind of value, so a different
 ChangeEvent schema (``$CROSSFEED_SCHEMAS_DIR``) falls back to fastavro; a property test
-holds the two byte for byte (tests/unit/test_wire_change_writer.py).
+holds the two byte for byte (tests/unit/wire/test_change_writer.py).
 
 Avro's binary encoding, as used here: int/long as zig-zag varints; string/bytes as their
 length then the bytes; boolean one byte; double 8 bytes little-endian; enum and union as

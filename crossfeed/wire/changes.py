@@ -10,7 +10,7 @@ single-object Avro bytes. A bytes value travels as a ``Binary`` record ``{"data"
 (schemas/ChangeEvent.avsc says why); both directions hide that, so callers only ever see
 ``bytes``.
 
-Invariants (unit and property tests in tests/unit/test_wire_changes.py):
+Invariants (unit and property tests in tests/unit/wire/test_changes.py):
 
 A. ``parse_txn(txn_header(t, s, c)) == TxnRef(t, s, c)`` for every valid txn id t (non-empty,
    no ``/`` or ``:``, printable ASCII) and 1 <= s <= c; anything else is a ValueError.

@@ -101,7 +101,7 @@ class _Record:
 def _fingerprint_of(raw: Mapping[str, Any]) -> bytes:
     # fastavro returns the CRC-64-AVRO (Rabin) fingerprint as the hex of its
     # little-endian bytes, which is exactly the byte order the single-object encoding
-    # wants (checked against the Avro spec's test vector in tests/unit/test_codec.py).
+    # wants (checked against the Avro spec's test vector in tests/unit/wire/test_codec.py).
     canonical = to_parsing_canonical_form(dict(raw))
     return bytes.fromhex(_fastavro_fingerprint(canonical, "CRC-64-AVRO"))
 

@@ -8,7 +8,7 @@ accounts that live in different partitions (account ``id`` always maps to partit
 after rows. Transaction ids are ``<run id>-<n>``, n from 0, so a checker knows exactly
 which transactions to expect from the summary alone.
 
-Invariants (property tests in tests/unit/test_workload.py):
+Invariants (property tests in tests/unit/workload/test_workload.py):
 
 A. The sum of balances is ``accounts * initial_balance`` after every transaction, and no
    balance ever goes below zero.

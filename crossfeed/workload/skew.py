@@ -6,7 +6,7 @@ watermarks alike — come out ``delay`` seconds after they went in, so a later t
 of another partition reaches Kafka before an earlier one of the skewed partition, and
 the sorter really has to reorder.
 
-Invariants (property tests in tests/unit/test_workload.py):
+Invariants (property tests in tests/unit/workload/test_workload.py):
 
 A. Every item put in comes out exactly once (:meth:`DelayLine.due` or
    :meth:`DelayLine.drain`).

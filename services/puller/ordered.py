@@ -25,7 +25,7 @@ from crossfeed.wire import codec, headers
 from crossfeed.wire.changes import parse_txn
 
 if TYPE_CHECKING:
-    from crossfeed.services.puller.task import PartitionState, PullerTask
+    from crossfeed.services.puller.task import FeedContext, PartitionState
 
 RESOLVED = headers.TYPE_RESOLVED.encode()
 FROM_WATERMARKS = (headers.RESOLVED_FROM, headers.RESOLVED_FROM_WATERMARKS.encode())
@@ -36,6 +36,8 @@ HEADER_OVERHEAD = 10
 Header = tuple[str, bytes | None]
 Staged = tuple[bytes | None, bytes | None, list[Header], int]
 """An ordered feed's staging record: key, value, headers, timestamp (ms, -1 none)."""
+Refused = tuple[str, str]
+"""Why a source record goes to the dead letter topic instead: error class, reason."""
 
 
 def staged_size(key: bytes | None, value: bytes | None, hdrs: list[Any]) -> int:
@@ -94,9 +96,11 @@ def watermark_ts(hdrs: list[Any], value: bytes | None) -> int:
         raise ValueError(f"watermark value is not a ResolvedMark: {err}") from None
 
 
-def add(task: PullerTask, msg: Message, state: PartitionState, offset: int) -> None:
-    """An ordered feed's record: a producer watermark moves the partition's resolved_ts;
-    a change becomes one staging record."""
+def add(ctx: FeedContext, state: PartitionState, msg: Message, offset: int) -> Refused | None:
+    """An ordered feed's record at ``offset`` of ``state``'s partition: a producer
+    watermark moves the partition's resolved_ts; a change becomes one staging record; a
+    record copied before into the target cluster is dropped. Returns why it goes to the
+    dead letter topic instead (the caller sends it), else None."""
     hdrs = msg.headers() or []
     # One pass over the headers for what matters here (the hot path).
     commit_values: list[bytes | None] = []
@@ -112,61 +116,52 @@ def add(task: PullerTask, msg: Message, state: PartitionState, offset: int) -> N
                 watermark = watermark or value == RESOLVED
             elif name in provenance.STAMPED:
                 stamped_before = True
-    if stamped_before and task.is_loop(hdrs, state):
-        return
+    if stamped_before and state.is_loop(hdrs, ctx.target_cluster_id):
+        return None
     if watermark:
         try:
             ts = watermark_ts(hdrs, msg.value())
         except ValueError as err:
-            task.dead_letter(msg, "BadWatermark", str(err), state)
-            return
+            return "BadWatermark", str(err)
         state.watermarked = True
         state.watermark_us = max(state.watermark_us, ts)
-        return
-    ctx = task.ctx
+        return None
     if ctx.filtering:
         reason = ctx.reject_reason(msg)
         if reason is not None:
-            task.dead_letter(msg, "RejectedByFilter", reason, state)
-            return
+            return "RejectedByFilter", reason
     ts_ms = msg.timestamp()[1]
     try:
         commit_ts = _commit_ts(commit_values, hdrs, ts_ms)
         for value in txn_values:
             parse_txn(value)
     except ValueError as err:
-        task.dead_letter(msg, "BadChangeHeaders", str(err), state)
-        return
+        return "BadChangeHeaders", str(err)
     floor = state.floor_us()
     if commit_ts <= floor:
-        task.dead_letter(
-            msg,
+        return (
             "LateChange",
             f"commit_ts {commit_ts} is at or below the resolved_ts {floor} of "
             f"{state.tp} already promised (a producer watermark, or lateness.ms too low)",
-            state,
         )
-        return
     if stamped_before:
-        stamped = task.stamp(hdrs, state, offset)
-    else:  # what provenance.stamp gives a first hop, without parsing anything
-        stamped = [*hdrs, *state.first_hop, (headers.SRC, b"%s%d" % (state.src, offset))]
+        stamped = state.stamper.stamp(hdrs, offset)
+    else:
+        stamped = state.stamper.first_hop(hdrs, offset)
     if not commit_values:
         stamped.append((headers.COMMIT_TS, b"%d" % commit_ts))
     key, value = msg.key(), msg.value()
     size = staged_size(key, value, stamped)
     if size > ctx.staging_max_bytes:
-        task.dead_letter(
-            msg,
+        return (
             "RecordTooLarge",
             f"the staging record would take ~{size} bytes, more than the "
             f"max.message.bytes {ctx.staging_max_bytes} of {ctx.changes_topic}",
-            state,
         )
-        return
     state.staged.append((key, value, stamped, ts_ms))
     state.staged_bytes += size
     state.last_ts_us = max(state.last_ts_us, commit_ts)
+    return None
 
 
 def _commit_ts(values: list[bytes | None], hdrs: list[Any], ts_ms: int) -> int:

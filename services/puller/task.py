@@ -52,7 +52,6 @@ log = logging.getLogger(__name__)
 MARK_HEADERS = [headers.MARK_HEADER]
 COPY_OVERHEAD = 64  # bytes a buffered copy costs beyond key and value (headers, tuple)
 SIZE_SLACK = 64 << 10  # below max.message.bytes by this much, no exact size check is needed
-Bytes = bytes  # PartitionState counts bytes in a field called bytes
 
 
 @dataclass(frozen=True)
@@ -130,6 +129,7 @@ class PartitionState:
     and hashed by identity: it keys the task's positions (TaskTxn), looked up per record."""
 
     tp: TopicPartition
+    stamper: provenance.Stamper  # the provenance headers of its copies
     route: Route | None = None  # mirror feeds: where the copies go
     copies: list[Copy] = field(default_factory=list)  # mirror copies not yet sent
     copies_bytes: int = 0
@@ -149,8 +149,6 @@ class PartitionState:
     staged_bytes: int = 0
     watermarked: bool = False  # the partition follows producer watermarks
     watermark_us: int = 0  # the newest producer watermark read (working)
-    first_hop: list[ordered.Header] = field(default_factory=list)  # a first hop's provenance
-    src: Bytes = b""  # crossfeed-src up to the offset: b"<cluster.id>/<topic>/<partition>/"
 
     def restore(self, resolved_ts_us: int, watermarked: bool) -> None:
         """Start from a previous owner's last mark: resolved_ts never goes backwards."""
@@ -163,6 +161,16 @@ class PartitionState:
         resolved_ts, emitted or promised by a watermark already read)."""
         floor = max(self.resolved_ts_us, self.pending_resolved_us)
         return max(floor, self.watermark_us) if self.watermarked else floor
+
+    def is_loop(self, hdrs: list[Any], target_cluster_id: str) -> bool:
+        """True (and counted) when the target cluster is already in the hop list."""
+        try:
+            copy = provenance.should_copy(hdrs, target_cluster_id)
+        except ValueError:  # unreadable provenance: copy it; the hop list is not ours
+            return False
+        if not copy:
+            self.loop_dropped += 1
+        return not copy
 
 
 @dataclass
@@ -194,17 +202,11 @@ class PullerTask:
     ) -> PartitionState:
         state = PartitionState(
             tp,
+            provenance.Stamper(self.ctx.source_cluster_id, tp.topic, tp.partition),
             route,
             labels=(self.ctx.name, tp.topic, str(tp.partition)),
             key=records.mark_key(tp.topic, tp.partition),
         )
-        source = self.ctx.source_cluster_id.encode()
-        state.first_hop = [
-            (headers.ORIGIN_CLUSTER, source),
-            (headers.ORIGIN_TOPIC, tp.topic.encode()),
-            (headers.HOPS, source),
-        ]
-        state.src = b"%s/%s/%d/" % (source, tp.topic.encode(), tp.partition)
         self.txn.add_partition(state, next_offset)
         self.partitions[tp] = state
         return state
@@ -229,18 +231,21 @@ class PullerTask:
         if not self.txn.take(state, offset, size, time.monotonic() if now is None else now):
             return  # already taken (a re-fetch)
         if self.ctx.ordered:
-            ordered.add(self, msg, state, offset)
+            refused = ordered.add(self.ctx, state, msg, offset)
+            if refused is not None:
+                self.dead_letter(msg, *refused, state)
             return
+        stamper = state.stamper
         hdrs = msg.headers()
         if hdrs is None:  # the usual first hop: no parsing at all
-            stamped = [*state.first_hop, (headers.SRC, b"%s%d" % (state.src, offset))]
+            stamped = stamper.first_hop((), offset)
         else:
-            if self.is_loop(hdrs, state):
+            if state.is_loop(hdrs, self.ctx.target_cluster_id):
                 return
             if any(name in provenance.STAMPED for name, _ in hdrs):
-                stamped = self.stamp(hdrs, state, offset)
+                stamped = stamper.stamp(hdrs, offset)
             else:
-                stamped = [*hdrs, *state.first_hop, (headers.SRC, b"%s%d" % (state.src, offset))]
+                stamped = stamper.first_hop(hdrs, offset)
         if self.ctx.filtering:
             reason = self.ctx.reject_reason(msg)
             if reason is not None:
@@ -250,16 +255,6 @@ class PullerTask:
         state.copies_bytes += size + COPY_OVERHEAD
         if size > state.max_copy:
             state.max_copy = size
-
-    def stamp(self, hdrs: list[Any], state: PartitionState, offset: int) -> list[Any]:
-        """The record's headers with the provenance headers stamped (crossfeed-src last)."""
-        return provenance.stamp(
-            hdrs,
-            source_cluster_id=self.ctx.source_cluster_id,
-            source_topic=state.tp.topic,
-            partition=state.tp.partition,
-            offset=offset,
-        )
 
     def send(self) -> TxnFailure | None:
         """Send what the partitions hold into the open transaction now, unless a commit
@@ -359,16 +354,6 @@ class PullerTask:
         state.records += written
         state.bytes += size_total
         state.last_ts_us = max(copies[-1][1], 0) * 1000
-
-    def is_loop(self, hdrs: list[Any], state: PartitionState) -> bool:
-        """True (and counted) when the target cluster is already in the hop list."""
-        try:
-            copy = provenance.should_copy(hdrs, self.ctx.target_cluster_id)
-        except ValueError:  # unreadable provenance: copy it; the hop list is not ours
-            return False
-        if not copy:
-            state.loop_dropped += 1
-        return not copy
 
     def dead_letter(
         self, msg: Message, error_class: str, reason: str, state: PartitionState

@@ -1,15 +1,18 @@
-"""``crossfeed sink run``: one sink instance for one ordered feed.
-
-Mirror feeds have no sink: their pullers write the target topics directly
-(services/puller/task.py).
-"""
+"""``crossfeed sink run``: one sink instance for one ordered feed, into the target its
+sink URI names (a Kafka topic: kafka/sink.py; PostgreSQL: postgres/sink.py)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from crossfeed import service
 from crossfeed.config import ConfigError, Settings
 from crossfeed.extras import require
 from crossfeed.feeds import FeedSpec
+
+if TYPE_CHECKING:
+    from crossfeed.services.sink.base import OrderedSink
 
 
 def run(
@@ -18,7 +21,7 @@ def run(
     instance: str | None = None,
     metrics_port: int | None = None,
     *,
-    coordinated: bool = False,  # sinks share staging partitions by consumer group either way
+    coordinated: bool = False,  # one instance applies a feed either way (base.py)
 ) -> int:
     if feed.mode == "mirror":
         raise MirrorFeedHasNoSink(
@@ -27,29 +30,23 @@ def run(
         )
     instance_id = service.instance_id("sink", instance)
     static = instance is not None
-    who = service.Who("sink", instance_id, feed.name)
-    sink = feed.sink
-    if sink.scheme == "postgresql":
+    control_conf = settings.cluster(settings.control_alias()).client_config()
+    sink_class: Callable[..., OrderedSink]
+    if feed.sink.scheme == "postgresql":
         require("postgres", "the PostgreSQL sink")
         from crossfeed.services.sink.postgres.sink import PostgresSink
 
-        control_conf = settings.cluster(settings.control_alias()).client_config()
-        return service.run(
-            settings,
-            lambda: PostgresSink(settings, feed, instance_id, control_conf, static=static),
-            metrics_port,
-            who,
-        )
-    target_alias = sink.cluster
-    assert target_alias is not None
-    control_conf = settings.cluster(settings.control_alias()).client_config()
-    from crossfeed.services.sink.ordered_kafka import OrderedKafkaSink
+        sink_class = PostgresSink
+    else:
+        assert feed.sink.cluster is not None
+        from crossfeed.services.sink.kafka.sink import KafkaSink
 
+        sink_class = KafkaSink
     return service.run(
         settings,
-        lambda: OrderedKafkaSink(settings, feed, instance_id, control_conf, static=static),
+        lambda: sink_class(settings, feed, instance_id, control_conf, static=static),
         metrics_port,
-        who,
+        service.Who("sink", instance_id, feed.name),
     )
 
 

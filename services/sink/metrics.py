@@ -1,25 +1,75 @@
-"""Metrics every sink shares (names as docs/design.md, Interfaces: crossfeed_sink_<what>_<unit>);
-the ordered sinks' own are in ordered_metrics.py. (Mirror feeds have no sink: their pullers
-report what they copy, services/puller/metrics.py.)"""
+"""The sink's metrics (names as docs/design.md, Interfaces: crossfeed_sink_<what>_<unit>).
 
-from prometheus_client import Counter, Histogram
+A feed has one sorted stream, so all but the dead-letter counter are labelled by feed."""
+
+from prometheus_client import Counter, Gauge, Histogram
 
 from crossfeed import buckets
 
-LABELS = ("feed", "topic", "partition")
+FEED = ("feed",)
 
 DLQ = Counter(
-    "crossfeed_sink_dlq_records_total", "Records sent to _crossfeed.dlq by the sink", LABELS
+    "crossfeed_sink_dlq_records_total",
+    "Records sent to _crossfeed.dlq by the sink",
+    ("feed", "topic", "partition"),
 )
 TRANSACTIONS = Counter(
-    "crossfeed_sink_transactions_total", "Transactions committed on the target", ("feed",)
+    "crossfeed_sink_transactions_total", "Transactions committed on the target", FEED
 )
 TRANSACTION_COMMIT_SECONDS = Histogram(
     "crossfeed_sink_transaction_commit_seconds",
     "Time the target took to commit a transaction (Kafka commit_transaction, PostgreSQL COMMIT)",
-    ("feed",),
+    FEED,
     buckets=buckets.COMMIT,
 )
 ABORTS = Counter(
-    "crossfeed_sink_transaction_aborts_total", "Transactions aborted and retried", ("feed",)
+    "crossfeed_sink_transaction_aborts_total", "Transactions aborted and retried", FEED
+)
+SOURCE_TRANSACTIONS = Counter(
+    "crossfeed_sink_source_transactions_total",
+    "Source transactions applied whole to the target (ordered feeds)",
+    FEED,
+)
+EVENTS = Counter(
+    "crossfeed_sink_events_total", "Change events written to the target (ordered feeds)", FEED
+)
+BYTES = Counter(
+    "crossfeed_sink_event_bytes_total",
+    "Key+value bytes of the change events written (ordered feeds)",
+    FEED,
+)
+REPLAYED = Counter(
+    "crossfeed_sink_replayed_transactions_total",
+    "Source transactions at or below the applied position, dropped (sorter replays)",
+    FEED,
+)
+CUT_SHORT = Counter(
+    "crossfeed_sink_cut_short_transactions_total",
+    "Source transactions cut short in the sorted stream, thrown away",
+    FEED,
+)
+LWW_SKIPPED = Counter(
+    "crossfeed_sink_rows_skipped_lww_total",
+    "Row changes skipped because the row holds a newer commit_ts (last writer wins)",
+    ("feed", "table"),
+)
+CHECKPOINT_TS = Gauge(
+    "crossfeed_sink_feed_checkpoint_timestamp_seconds",
+    "Ordered feeds: checkpoint_ts, everything with commit_ts up to it is in the target",
+    FEED,
+)
+LAG_SECONDS = Gauge(
+    "crossfeed_sink_apply_lag_seconds",
+    "Ordered feeds: now minus the source timestamp of the newest change committed",
+    FEED,
+)
+SYNCPOINT_TS = Gauge(
+    "crossfeed_sink_syncpoint_timestamp_seconds",
+    "Database sinks: consistency_ts of the newest syncpoint row written",
+    FEED,
+)
+RETRIES = Counter(
+    "crossfeed_sink_database_retries_total",
+    "Database sinks: connections lost or refused, retried with backoff",
+    FEED,
 )

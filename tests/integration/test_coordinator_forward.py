@@ -13,7 +13,7 @@ from crossfeed.client.rest import ApiError, CoordinatorClient
 from crossfeed.services.coordinator.api import make_app
 from crossfeed.services.coordinator.members import MembersView
 from crossfeed.services.coordinator.rest_server import RestServer
-from tests.unit.test_coordinator_api import FEED, TOKEN, FakeControl, auth, coordinator
+from tests.unit.coordinator.test_api import FEED, TOKEN, FakeControl, auth, coordinator
 
 pytestmark = pytest.mark.integration
 

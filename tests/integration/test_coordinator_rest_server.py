@@ -13,7 +13,7 @@ from crossfeed.feeds import FeedSpec
 from crossfeed.services.coordinator.api import make_app
 from crossfeed.services.coordinator.records import StoredFeed
 from crossfeed.services.coordinator.rest_server import RestServer
-from tests.unit.test_coordinator_api import FEED, TOKEN, FakeControl
+from tests.unit.coordinator.test_api import FEED, TOKEN, FakeControl
 
 pytestmark = pytest.mark.integration
 

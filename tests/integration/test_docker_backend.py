@@ -1,5 +1,5 @@
 """The testcontainers backend's plan takes a free host port per cluster (a loopback bind;
-the rest of the plan is checked in tests/unit/test_docker_backend.py)."""
+the rest of the plan is checked in tests/unit/support/test_docker_backend.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The quick look at a source cluster before a failover's final translation round, against
 loopback sockets: one listening, others closed (no Kafka). What needs no socket is in
-tests/unit/test_translation_reachability.py."""
+tests/unit/translation/test_reachability.py."""
 
 from __future__ import annotations
 

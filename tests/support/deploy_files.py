@@ -1,4 +1,4 @@
-"""Readers and checkers for the deploy tests (tests/unit/test_deploy_*.py).
+"""Readers and checkers for the deploy tests (tests/unit/deploy/).
 
 The deployment files under deploy/ (docs/design.md): they parse, and they reference only
 images, commands, flags, settings and metrics that exist.
@@ -352,7 +352,6 @@ def feed_of(text: str, where: str) -> FeedSpec:
 METRICS_MODULES = (
     "crossfeed.services.puller.metrics",
     "crossfeed.services.sink.metrics",
-    "crossfeed.services.sink.ordered_metrics",
     "crossfeed.services.sorter.metrics",
     "crossfeed.services.coordinator.metrics",
     "crossfeed.translation.metrics",

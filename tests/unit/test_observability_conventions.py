@@ -13,7 +13,6 @@ import crossfeed.build_info
 import crossfeed.services.coordinator.metrics
 import crossfeed.services.puller.metrics
 import crossfeed.services.sink.metrics
-import crossfeed.services.sink.ordered_metrics
 import crossfeed.services.sorter.metrics
 import crossfeed.translation.metrics
 from crossfeed import __version__
@@ -27,7 +26,6 @@ MODULES = (
     crossfeed.services.coordinator.metrics,
     crossfeed.services.puller.metrics,
     crossfeed.services.sink.metrics,
-    crossfeed.services.sink.ordered_metrics,
     crossfeed.services.sorter.metrics,
 )
 

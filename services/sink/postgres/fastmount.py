@@ -12,7 +12,7 @@ It only ever takes the plain case. Anything else — another writer schema, a dd
 any check of :func:`mapping.mount` that would fail, bytes that do not parse, trailing
 bytes — gives None, and the sink decodes the value the ordinary way (codec + mount),
 which says exactly what is wrong. So a value the fast path accepts gives the very row
-change the ordinary path would (tests/unit/test_sink_postgres_fastmount.py checks that
+change the ordinary path would (tests/unit/sink/postgres/test_fastmount.py checks that
 on generated and corrupted values).
 """
 

@@ -49,32 +49,18 @@ import psycopg
 from confluent_kafka import OFFSET_BEGINNING
 from confluent_kafka import TopicPartition as KafkaTP
 
-from crossfeed.config import Settings
 from crossfeed.config.settings import resolve_references
 from crossfeed.dlq import FeedStopped
-from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.membership import HeartbeatContent
-from crossfeed.services.sink import metrics as shared_metrics
-from crossfeed.services.sink import ordered_metrics as metrics
-from crossfeed.services.sink.ordered_base import (
-    SORTED_PARTITION,
-    OrderedSink,
-    relax_cycle_collector,
-)
+from crossfeed.services.sink import metrics
+from crossfeed.services.sink.base import SORTED_PARTITION, OrderedSink, relax_cycle_collector
 from crossfeed.services.sink.postgres import mapping
 from crossfeed.services.sink.postgres.batch import Batch
 from crossfeed.services.sink.postgres.debezium import DebeziumMounter
 from crossfeed.services.sink.postgres.fastmount import FastMounter
 from crossfeed.services.sink.postgres.mapping import Misfit, RowChange, TableSchema
-from crossfeed.services.sink.sorted_stream import (
-    Applied,
-    BadMarker,
-    Kind,
-    Position,
-    Step,
-    classify,
-)
+from crossfeed.services.sink.sorted_stream import Applied, Position
 from crossfeed.wire import codec
 from crossfeed.wire.codec import CodecError
 
@@ -94,37 +80,29 @@ class Refused(RuntimeError):
 
 
 class PostgresSink(OrderedSink):
-    def __init__(
-        self,
-        settings: Settings,
-        feed: FeedSpec,
-        instance_id: str,
-        control_conf: dict[str, Any],
-        static: bool = False,
-    ) -> None:
+    def _init_target(self) -> None:
         self.done = Batch()  # whole source transactions not yet written
         # The open source transaction's changes not yet written, in order: a list, merged
         # into the batch (self.done) once the transaction is whole, or written under a
         # SAVEPOINT when MAX_ROWS of them are held (one batch operation per change).
         self.open: list[RowChange] = []
-        super().__init__(settings, feed, instance_id, control_conf)
-        sink = feed.sink
+        sink = self.feed.sink
         assert sink.dsn is not None
         # A ${env:NAME} or ${file:PATH} password in the URI is read here, in the sink's own
         # environment: the stored feed (and every answer about it) holds only the reference.
         self.dsn = resolve_references(sink.dsn, "the sink URI")
         self.schema = sink.schema_name or "public"
-        self.alias = settings.staging_alias(None)
-        self.kafka_conf = settings.cluster(self.alias).client_config()
-        self.auto_create = feed.config.postgres_auto_create
-        self.syncpoint_every_s = feed.config.syncpoint_interval_s
+        self.alias = self.settings.staging_alias(None)
+        self.kafka_conf = self.settings.cluster(self.alias).client_config()
+        self.auto_create = self.feed.config.postgres_auto_create
+        self.syncpoint_every_s = self.feed.config.syncpoint_interval_s
         self.consumer: Any = None
         self.dlq: Any = None
         self.conn: psycopg.Connection[Any] | None = None
         self.tables: dict[str, TableSchema | None] = {}
         self.mounter = mapping.Mounter()
         # Debezium input: its envelopes, mapped by the Connect schema in each event.
-        self.debezium = DebeziumMounter() if feed.input == "debezium" else None
+        self.debezium = DebeziumMounter() if self.feed.input == "debezium" else None
         self.fast = FastMounter(codec.fingerprint("ChangeEvent"))
         # (table, schema_version, shape) known to fit the table as cached in self.tables
         self.fitted: set[tuple[str, int, tuple[str, tuple[str, ...]]]] = set()
@@ -133,10 +111,9 @@ class PostgresSink(OrderedSink):
         self.careful_until = -1  # write change by change (savepoints) below this offset
         self.syncpoint = (0, 0)  # newest (consistency_ts µs, target time ms)
         self.last_syncpoint = 0.0
-        self._reset_txn()
 
     def _reset_txn(self) -> None:
-        self._reset_counts()
+        super()._reset_txn()
         self.savepoint = False  # the open source transaction has rows under a SAVEPOINT
         self.done.clear()
         self.open.clear()
@@ -159,14 +136,6 @@ class PostgresSink(OrderedSink):
             self.schema,
         )
 
-    def run(self, stop: threading.Event) -> None:
-        self.start(stop)
-        try:
-            while not stop.is_set():
-                self.step(stop)
-        finally:
-            self.shutdown()
-
     def shutdown(self) -> None:
         if self.conn is not None:
             try:
@@ -185,9 +154,7 @@ class PostgresSink(OrderedSink):
             if self.conn is None:
                 self._connect(stop)
                 return
-            self._read(self.consumer, self._handle)
-            if self.in_txn and self.sequencer.open is None and self._due():
-                self._commit()
+            self._read_and_commit(self.consumer)
         except FeedStopped:
             self._drop_connection()
             raise
@@ -273,7 +240,7 @@ class PostgresSink(OrderedSink):
         except LOST:
             self._drop_connection()
             return
-        shared_metrics.ABORTS.labels(*self.labels).inc()
+        metrics.ABORTS.labels(*self.labels).inc()
         self._reposition()
 
     def _drop_connection(self) -> None:
@@ -296,43 +263,15 @@ class PostgresSink(OrderedSink):
 
     # -- records --------------------------------------------------------------------
 
-    def _handle(self, msg: Any) -> bool:
-        offset = msg.offset()
-        if not self.in_txn:
-            self._open_txn()
-        self.next_offset = offset + 1
-        try:
-            marker = classify(msg.headers())
-        except BadMarker as err:
-            self._dead_letter_here(msg, "BadMarker", f"sorted record with a bad marker: {err}")
-            return True
-        if marker.kind is Kind.DATA:  # most records: Sequencer.step's APPLY or DROP
-            if self.sequencer.data():
-                self._apply(msg)
-            return True
-        boundary = False  # a source transaction ended here: a place to commit
-        for step in self.sequencer.step(offset, marker):
-            if step is Step.APPLY:
-                self._apply(msg)
-            elif step is Step.OPEN:
-                self.savepoint = False
-            elif step is Step.COMPLETE:
-                self._complete()
-                boundary = True
-            elif step is Step.RESOLVED:
-                boundary = True
-            elif step is Step.CUT_SHORT:
-                log.warning("feed %s: %s", self.feed.name, self.sequencer.problem)
-                metrics.CUT_SHORT.labels(*self.labels).inc()
-                self.open.clear()
-                if self.savepoint:
-                    self._execute("ROLLBACK TO SAVEPOINT cf_txn")
-                    self._forget_tables()  # DDL may have been rolled back with it
-                    self.savepoint = False
-            elif step is Step.DROP and marker.kind is Kind.BEGIN:
-                metrics.REPLAYED.labels(*self.labels).inc()
-        if boundary and self._due():
-            self._commit()  # the next record opens the next database transaction
+    def _opened(self) -> None:
+        self.savepoint = False
+
+    def _cut_short(self) -> bool:
+        self.open.clear()
+        if self.savepoint:
+            self._execute("ROLLBACK TO SAVEPOINT cf_txn")
+            self._forget_tables()  # DDL may have been rolled back with it
+            self.savepoint = False
         return True
 
     def _apply(self, msg: Any) -> None:
@@ -415,14 +354,13 @@ class PostgresSink(OrderedSink):
         except psycopg.Error as err:
             raise Refused(f"the database refused a truncate: {err}") from err
 
-    def _complete(self) -> None:
+    def _completed(self) -> None:
         """The open source transaction is whole: its changes join the batch."""
         self._hold(self.open)
         self.open.clear()
         if self.savepoint:
             self._execute("RELEASE SAVEPOINT cf_txn")
             self.savepoint = False
-        self.txn_sources += 1
         if len(self.done) >= MAX_ROWS:
             self._write(self.done)
 
@@ -596,7 +534,7 @@ class PostgresSink(OrderedSink):
             self.dlq.flush(30)  # dead letters are in Kafka before the position passes them
         started = time.monotonic()
         self.conn.commit()
-        shared_metrics.TRANSACTION_COMMIT_SECONDS.labels(self.feed.name).observe(
+        metrics.TRANSACTION_COMMIT_SECONDS.labels(self.feed.name).observe(
             time.monotonic() - started
         )
         self.committed = applied

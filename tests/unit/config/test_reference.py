@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from crossfeed.cli.main import app
 from crossfeed.config import Settings, reference
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
 
 
 def test_the_page_holds_the_reference_the_code_declares() -> None:

@@ -202,7 +202,7 @@ def test_k8s_prometheus_rule_equals_the_alert_rules_file():
 
 def test_kubernetes_coordinators_require_their_api_token_from_a_secret() -> None:
     """A coordinator pod listens on its pod IP, which it refuses without a token."""
-    docs = load_docs(Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "coordinator.yaml")
+    docs = load_docs(Path(__file__).resolve().parents[3] / "deploy" / "k8s" / "coordinator.yaml")
     pods = [d for d in docs if d and d.get("kind") == "StatefulSet"] or [
         d for d in docs if d and d.get("kind") == "Deployment"
     ]

@@ -10,6 +10,7 @@ from crossfeed.core.provenance import (
     STAMPED,
     Header,
     SrcRef,
+    Stamper,
     hops,
     parse_src,
     should_copy,
@@ -239,6 +240,22 @@ def test_restamping_is_idempotent(
 
     once = again(users)
     assert again(once) == once
+
+
+@given(user_header_lists, cluster_ids, topics, partitions, offsets)
+def test_the_stampers_first_hop_is_what_stamp_gives_a_first_hop(
+    users: list[Header], cluster: str, topic: str, partition: int, offset: int
+) -> None:
+    stamper = Stamper(cluster, topic, partition)
+    expected = stamp(
+        users, source_cluster_id=cluster, source_topic=topic, partition=partition, offset=offset
+    )
+    assert stamper.first_hop(users, offset) == expected
+    assert stamper.stamp(users, offset) == expected
+    again = _stamp(users, "X")  # an earlier hop: the stamper parses it as stamp does
+    assert stamper.stamp(again, offset) == stamp(
+        again, source_cluster_id=cluster, source_topic=topic, partition=partition, offset=offset
+    )
 
 
 @given(cluster_ids, st.text(min_size=1, max_size=20), partitions, offsets)

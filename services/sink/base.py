@@ -1,6 +1,8 @@
-"""What the two ordered-feed sinks (Kafka: ordered_kafka.py, PostgreSQL: postgres/sink.py)
-share: the committed position, the open transaction's counters and when it is due, dead
-letters, the metrics of a commit, the heartbeat and /status."""
+"""What the two sinks (Kafka: kafka/sink.py, PostgreSQL: postgres/sink.py) share: the
+loop over the sorted stream that does what the
+:class:`~crossfeed.services.sink.sorted_stream.Sequencer` says with each record (each
+target fills in the hooks), the committed position, the open transaction's counters and
+when it is due, dead letters, the metrics of a commit, the heartbeat and /status."""
 
 from __future__ import annotations
 
@@ -21,9 +23,15 @@ from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
 from crossfeed.kafka.reachability import wait_for_cluster
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
-from crossfeed.services.sink import metrics as shared_metrics
-from crossfeed.services.sink import ordered_metrics as metrics
-from crossfeed.services.sink.sorted_stream import Applied, Sequencer
+from crossfeed.services.sink import metrics
+from crossfeed.services.sink.sorted_stream import (
+    Applied,
+    BadMarker,
+    Kind,
+    Sequencer,
+    Step,
+    classify,
+)
 from crossfeed.wire import ids, topics
 
 log = logging.getLogger(__name__)
@@ -46,12 +54,18 @@ def relax_cycle_collector() -> None:
 
 
 class OrderedSink:
-    """Base of the ordered-feed sinks (not a worker by itself)."""
+    """Base of the sinks (not a worker by itself)."""
 
     def __init__(
-        self, settings: Settings, feed: FeedSpec, instance_id: str, control_conf: dict[str, Any]
+        self,
+        settings: Settings,
+        feed: FeedSpec,
+        instance_id: str,
+        control_conf: dict[str, Any],
+        static: bool = False,
     ) -> None:
         self.settings = settings
+        self.static = static  # a fixed instance name (--instance)
         self.feed = feed
         self.instance_id = instance_id
         self.control_conf = control_conf
@@ -68,7 +82,8 @@ class OrderedSink:
         self.committed = Applied()  # what is durably in the target with the data
         self.committed_offset = -1  # the sorted offset to resume from (-1: the start)
         self.sequencer = Sequencer()
-        self._reset_counts()
+        self._init_target()
+        self._reset_txn()
 
     # -- start and stop -------------------------------------------------------------
 
@@ -95,8 +110,13 @@ class OrderedSink:
             self.control_conf, self.instance_id, "sink", self._heartbeat
         ).start()
 
-    def _heartbeat(self) -> HeartbeatContent:
-        raise NotImplementedError
+    def run(self, stop: threading.Event) -> None:
+        self.start(stop)
+        try:
+            while not stop.is_set():
+                self.step(stop)
+        finally:
+            self.shutdown()
 
     def _close(self, consumer: Any, producer: Any) -> None:
         if consumer is not None:
@@ -132,9 +152,117 @@ class OrderedSink:
             if not handle(msg):
                 break
 
+    # -- the sorted stream ----------------------------------------------------------
+
+    def _read_and_commit(self, consumer: Any) -> None:
+        """One read of the sorted stream; then the open transaction, if due and whole."""
+        self._read(consumer, self._handle)
+        if self.in_txn and self.sequencer.open is None and self._due():
+            self._commit()
+
+    def _handle(self, msg: Any) -> bool:
+        """One sorted record; False when the input was rewound (stop reading the batch)."""
+        offset = msg.offset()
+        if msg.partition() != SORTED_PARTITION:
+            return True
+        if not self.in_txn:
+            self._begin()
+        try:
+            marker = classify(msg.headers())
+        except BadMarker as err:
+            self.next_offset = offset + 1
+            self._dead_letter_here(msg, "BadMarker", f"sorted record with a bad marker: {err}")
+            return True
+        if marker.kind is Kind.DATA:  # most records: Sequencer.step's APPLY or DROP
+            # Passed before it is applied: a write the database refuses makes the sink
+            # write again change by change up to and including this one.
+            self.next_offset = offset + 1
+            if self.sequencer.data():
+                self._apply(msg)
+            return True
+        boundary = False  # a source transaction ended here: a place to commit
+        for step in self.sequencer.step(offset, marker):
+            if step is Step.OPEN:
+                self._opened()
+            elif step is Step.COMPLETE:
+                self._completed()
+                self.txn_sources += 1
+                boundary = True
+            elif step is Step.RESOLVED:
+                boundary = True
+            elif step is Step.CUT_SHORT:
+                log.warning("feed %s: %s", self.feed.name, self.sequencer.problem)
+                metrics.CUT_SHORT.labels(*self.labels).inc()
+                if not self._cut_short():
+                    return False
+            elif step is Step.SKIP_CUT:
+                # A cut-short transaction found before the last rewind: commit the
+                # whole ones before it now (up to its begin, so a marker's offset is
+                # passed only after its steps), so a later rewind does not undo them
+                # again.
+                if self.txn_events or self.txn_sources:
+                    self._commit()
+                    self._begin()
+            elif step is Step.DROP and marker.kind is Kind.BEGIN:
+                metrics.REPLAYED.labels(*self.labels).inc()
+        self.next_offset = offset + 1
+        if boundary and self._due():
+            self._commit()  # the next record opens the next target transaction
+        return True
+
+    # -- what each target does (hooks) ------------------------------------------------
+
+    def _init_target(self) -> None:
+        """The target's settings (from ``self.feed.sink``) and state; clients are made
+        by start()."""
+        raise NotImplementedError
+
+    def start(self, stop: threading.Event) -> None:
+        raise NotImplementedError
+
+    def step(self, stop: threading.Event) -> None:
+        """One turn of the loop: a read, maybe a commit, and what failures lead to."""
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        raise NotImplementedError
+
+    def _begin(self) -> None:
+        """A record is read with no target transaction open: open one."""
+        self._open_txn()
+
+    def _apply(self, msg: Any) -> None:
+        """Write a data record of the open source transaction."""
+        raise NotImplementedError
+
+    def _opened(self) -> None:
+        """A source transaction begins (its records follow)."""
+
+    def _completed(self) -> None:
+        """The open source transaction is whole."""
+
+    def _cut_short(self) -> bool:
+        """Throw away what was written of the source transaction cut short
+        (``self.sequencer.cut``); False: the input was rewound instead."""
+        raise NotImplementedError
+
+    def _commit(self) -> None:
+        """What was read, with the position, in one target transaction."""
+        raise NotImplementedError
+
+    def _dead_letter_here(self, msg: Any, error_class: str, reason: str) -> None:
+        raise NotImplementedError
+
+    def _heartbeat(self) -> HeartbeatContent:
+        raise NotImplementedError
+
+    def status(self) -> dict[str, Any]:
+        raise NotImplementedError
+
     # -- the open transaction -------------------------------------------------------
 
-    def _reset_counts(self) -> None:
+    def _reset_txn(self) -> None:
+        """Nothing read into a target transaction (targets add what they hold)."""
         self.in_txn = False  # a target transaction is open (records were read into it)
         self.txn_started = 0.0
         self.txn_sources = 0  # whole source transactions in it
@@ -177,14 +305,14 @@ class OrderedSink:
             metrics.CHECKPOINT_TS.labels(*self.labels).set(self.committed.checkpoint_ts / 1e6)
 
     def _count_commit(self) -> None:
-        shared_metrics.TRANSACTIONS.labels(*self.labels).inc()
-        metrics.TRANSACTIONS.labels(*self.labels).inc(self.txn_sources)
+        metrics.TRANSACTIONS.labels(*self.labels).inc()
+        metrics.SOURCE_TRANSACTIONS.labels(*self.labels).inc(self.txn_sources)
         metrics.EVENTS.labels(*self.labels).inc(self.txn_events)
         metrics.BYTES.labels(*self.labels).inc(self.txn_bytes)
         for table, count in self.skipped.items():
             metrics.LWW_SKIPPED.labels(self.feed.name, table).inc(count)
         if self.txn_dead:
-            shared_metrics.DLQ.labels(self.feed.name, self.sorted_topic, "0").inc(self.txn_dead)
+            metrics.DLQ.labels(self.feed.name, self.sorted_topic, "0").inc(self.txn_dead)
         if self.committed.checkpoint_ts:
             metrics.CHECKPOINT_TS.labels(*self.labels).set(self.committed.checkpoint_ts / 1e6)
         if self.newest_ts_ms >= 0:

@@ -8,7 +8,7 @@ import pytest
 
 from crossfeed.services.coordinator.records import FeedStatus
 from crossfeed.services.coordinator.status import next_status
-from tests.unit.test_coordinator_lifecycle import member
+from tests.unit.coordinator.test_lifecycle import member
 
 pytestmark = pytest.mark.unit
 

@@ -295,7 +295,7 @@ def test_resolved_never_ahead_of_what_completed(data) -> None:
 
 
 def test_source_timestamp_comes_back_from_the_sorter_header_which_is_dropped() -> None:
-    from crossfeed.services.sink.ordered_kafka import source_timestamp
+    from crossfeed.services.sink.kafka.sink import source_timestamp
 
     hdrs = [("a", b"1"), ("crossfeed-timestamp", b"1700000000123"), ("b", None)]
     assert source_timestamp(42, hdrs) == (1_700_000_000_123, [("a", b"1"), ("b", None)])

@@ -16,7 +16,7 @@ from tests.support.docker_backend import KafkaPlan
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_kafka_is_the_local_stacks_and_the_compose_files() -> None:

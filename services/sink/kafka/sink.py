@@ -33,28 +33,20 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
-from crossfeed.config import Settings
 from crossfeed.dlq import FeedStopped
-from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients, tails
 from crossfeed.kafka import topics as kafka_topics
 from crossfeed.kafka.protocols import GroupConsumer, Message, TransactionalProducer
 from crossfeed.kafka.tails import TailReader
 from crossfeed.kafka.targets import TargetTopics, record_size
 from crossfeed.membership import HeartbeatContent
-from crossfeed.services.sink import metrics as shared_metrics
-from crossfeed.services.sink import ordered_metrics as metrics
-from crossfeed.services.sink.ordered_base import (
-    SORTED_PARTITION,
-    OrderedSink,
-    relax_cycle_collector,
-)
+from crossfeed.services.sink import metrics
+from crossfeed.services.sink.base import SORTED_PARTITION, OrderedSink, relax_cycle_collector
 from crossfeed.services.sink.sorted_stream import (
     Applied,
     BadMarker,
     Kind,
     Position,
-    Step,
     classify,
     resume_position,
     written_position,
@@ -67,22 +59,13 @@ log = logging.getLogger(__name__)
 TRANSACTION_TIMEOUT_MS = 300_000  # a long source transaction keeps one Kafka transaction open
 
 
-class OrderedKafkaSink(OrderedSink):
-    def __init__(
-        self,
-        settings: Settings,
-        feed: FeedSpec,
-        instance_id: str,
-        control_conf: dict[str, Any],
-        static: bool = False,
-    ) -> None:
-        super().__init__(settings, feed, instance_id, control_conf)
-        self.static = static
-        sink = feed.sink
+class KafkaSink(OrderedSink):
+    def _init_target(self) -> None:
+        sink = self.feed.sink
         assert sink.cluster is not None and sink.topic is not None
         self.target_alias = sink.cluster
         self.target_topic = sink.topic
-        self.target_conf = settings.cluster(sink.cluster).client_config()
+        self.target_conf = self.settings.cluster(sink.cluster).client_config()
         # Typed by what the transaction code asks of them (crossfeed/kafka/protocols.py),
         # so it runs against fakes in unit tests; start() makes the real ones.
         self.consumer: GroupConsumer | None = None
@@ -91,10 +74,9 @@ class OrderedKafkaSink(OrderedSink):
         self.retention_ms: int | None = None  # the target's time retention, if it has one
         self.expired_warned_at = 0.0
         self.owner = False  # this instance holds the sorted partition
-        self._reset_txn()
 
     def _reset_txn(self) -> None:
-        self._reset_counts()
+        super()._reset_txn()
         self.open_produced = 0  # records of the open source transaction produced
 
     # -- lifecycle ------------------------------------------------------------------
@@ -148,14 +130,6 @@ class OrderedKafkaSink(OrderedSink):
             self.target_topic,
         )
 
-    def run(self, stop: threading.Event) -> None:
-        self.start(stop)
-        try:
-            while not stop.is_set():
-                self.step()
-        finally:
-            self.shutdown()
-
     def _finish(self, why: str) -> None:
         """Commit what is read when that ends on a source transaction, else abort (a
         source transaction is never split)."""
@@ -176,67 +150,32 @@ class OrderedKafkaSink(OrderedSink):
 
     # -- the loop -------------------------------------------------------------------
 
-    def step(self) -> None:
+    def step(self, stop: threading.Event) -> None:
         try:
-            self._read(self.consumer, self._handle)  # False: rewound, read again
-            if self.in_txn and self.sequencer.open is None and self._due():
-                self._commit()
+            self._read_and_commit(self.consumer)
         except FeedStopped:
             self._abort()
             raise
         except KafkaException as err:
             self._on_kafka_error(err)
 
-    def _handle(self, msg: Message) -> bool:
-        """One sorted record; False when the input was rewound (stop reading the batch)."""
-        offset = msg.offset()
-        if msg.partition() != SORTED_PARTITION:
-            return True
-        if not self.in_txn:
-            self._begin()
-        try:
-            marker = classify(msg.headers())
-        except BadMarker as err:
-            self._dead_letter_here(msg, "BadMarker", f"sorted record with a bad marker: {err}")
-            self.next_offset = offset + 1
-            return True
-        boundary = False  # a source transaction ended here: a place to commit
-        for step in self.sequencer.step(offset, marker):
-            if step is Step.APPLY:
-                self._produce_copy(msg)
-            elif step is Step.OPEN:
-                self.open_produced = 0
-            elif step is Step.COMPLETE:
-                self.txn_sources += 1
-                self.open_produced = 0
-                boundary = True
-            elif step is Step.RESOLVED:
-                boundary = True
-            elif step is Step.CUT_SHORT:
-                cut = self.sequencer.cut
-                assert cut is not None
-                log.warning("feed %s: %s", self.feed.name, self.sequencer.problem)
-                metrics.CUT_SHORT.labels(*self.labels).inc()
-                if self.open_produced:
-                    # Its records are in the Kafka transaction: abort, rewind, re-read
-                    # the whole ones before it, and drop it next time.
-                    self._abort(cut_at=cut.begin_offset)
-                    return False
-            elif step is Step.SKIP_CUT:
-                # A cut-short transaction found before the last rewind: commit the
-                # whole ones before it now (up to its begin), so a later rewind does not
-                # undo them again.
-                if self.txn_events or self.txn_sources:
-                    self._commit()
-                    self._begin()
-            elif step is Step.DROP and marker.kind is Kind.BEGIN:
-                metrics.REPLAYED.labels(*self.labels).inc()
-        self.next_offset = offset + 1
-        if boundary and self._due():
-            self._commit()  # the next record begins the next Kafka transaction
-        return True
+    def _opened(self) -> None:
+        self.open_produced = 0
 
-    def _produce_copy(self, msg: Message) -> None:
+    def _completed(self) -> None:
+        self.open_produced = 0
+
+    def _cut_short(self) -> bool:
+        cut = self.sequencer.cut
+        assert cut is not None
+        if not self.open_produced:
+            return True
+        # Its records are in the Kafka transaction: abort, rewind, re-read the whole
+        # ones before it, and drop it next time.
+        self._abort(cut_at=cut.begin_offset)
+        return False
+
+    def _apply(self, msg: Message) -> None:
         key, value, hdrs = msg.key(), msg.value(), msg.headers()
         if record_size(key, value, hdrs) > self.max_message_bytes:
             self._dead_letter_here(
@@ -287,7 +226,7 @@ class OrderedKafkaSink(OrderedSink):
             producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
         started = time.monotonic()
         producer.commit_transaction(60)
-        shared_metrics.TRANSACTION_COMMIT_SECONDS.labels(self.feed.name).observe(
+        metrics.TRANSACTION_COMMIT_SECONDS.labels(self.feed.name).observe(
             time.monotonic() - started
         )
         self.committed = applied
@@ -335,7 +274,7 @@ class OrderedKafkaSink(OrderedSink):
                 producer.abort_transaction(30)
             except KafkaException as err:
                 log.warning("abort failed: %s", err)
-            shared_metrics.ABORTS.labels(*self.labels).inc()
+            metrics.ABORTS.labels(*self.labels).inc()
         known = self.sequencer.known_cut | ({cut_at} if cut_at is not None else set())
         self._restart_sequencer(tuple(known))
         if self.owner:

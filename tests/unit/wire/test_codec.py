@@ -21,7 +21,7 @@ from crossfeed.wire.codec import MAGIC, Codec, CodecError
 
 pytestmark = pytest.mark.unit
 
-SCHEMAS_DIR = Path(__file__).resolve().parents[2] / "schemas"
+SCHEMAS_DIR = Path(__file__).resolve().parents[3] / "schemas"
 CLUSTER = "lkc-Zb3_9xQ2TmW-aVd1Ow"
 
 # One full value per record; the round-trip test fails if a record has no sample.
