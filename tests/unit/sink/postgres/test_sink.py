@@ -217,6 +217,10 @@ class FakeConsumer:
         self.next += len(read)
         return read
 
+    def poll(self, timeout: float) -> SortedRecord | None:
+        read = self.consume(1, timeout)
+        return read[0] if read else None
+
     def commit(self, offsets: Any = None, asynchronous: bool = True) -> None:
         pass
 
