@@ -7,8 +7,9 @@ Against the clusters of ``--config`` (the first is the source, the control clust
 target): a fresh staging topic of 4 partitions gets, every 250 ms, one resolved mark per
 source partition (8) inside a Kafka transaction, as pullers write them to a caught-up
 feed; the sorter runs as ``crossfeed sorter run`` and its batch reports after the warm-up
-give the figures: batches, their median and p90 seconds, the Kafka read's median, and the
-sorter's CPU (its process tree: the driver, and the executors in local mode).
+(counted from its first batch) give the figures: batches, their median and p90 seconds,
+the Kafka read's median, and the sorter's CPU (its process tree: the driver, and the
+executors in local mode).
 """
 
 from __future__ import annotations
@@ -106,6 +107,9 @@ def main() -> None:
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     try:
+        started = time.monotonic()  # a cluster's executor may take a while to come
+        while "batch 0:" not in log.read_text() and time.monotonic() - started < 300:
+            time.sleep(1)
         time.sleep(args.warmup)
         seen, cpu0 = log.read_text().count("batch "), cpu_seconds(proc.pid)
         time.sleep(args.seconds - args.warmup)

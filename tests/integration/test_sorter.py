@@ -338,7 +338,7 @@ def test_the_release_producer_reports_every_refused_record_and_no_delivered_one(
     """The driver path's producer asks for delivery reports on failures only (a Python
     call per delivered record was half of a big release's flush): a record the broker
     refuses must still reach the callback, so the batch fails and Spark runs it again."""
-    from crossfeed.services.sorter.job import RELEASE_PRODUCER
+    from crossfeed.services.sorter.driver_release import RELEASE_PRODUCER
 
     topic = topic_factory(clusters.b, config={"max.message.bytes": "2000"})
     producer = clients.producer(clusters.b.config, **RELEASE_PRODUCER)
