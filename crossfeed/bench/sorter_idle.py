@@ -31,7 +31,7 @@ import yaml
 
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
-from crossfeed.wire import codec, headers
+from crossfeed.wire import records
 
 SOURCE_PARTITIONS = 8
 STAGING_PARTITIONS = 4
@@ -46,16 +46,19 @@ def write_marks(conf: dict[str, str], topic: str, source: str, stop: threading.E
         now_us = int(time.time() * 1e6)
         producer.begin_transaction()
         for part in range(SOURCE_PARTITIONS):
-            mark = {"source_cluster": "bench", "topic": source, "partition": part}
-            value = codec.encode(
-                "ResolvedMark", {**mark, "resolved_ts_us": now_us, "next_offset": 0}
+            value = records.resolved_mark(
+                source_cluster="bench",
+                topic=source,
+                partition=part,
+                resolved_ts_us=now_us,
+                next_offset=0,
             )
             producer.produce(
                 topic,
                 value,
                 f"{source}/{part}".encode(),
                 partition=(zlib.crc32(source.encode()) + part) % STAGING_PARTITIONS,
-                headers=[(headers.TYPE, b"resolved"), (headers.COMMIT_TS, str(now_us).encode())],
+                headers=records.resolved_mark_headers(now_us),
             )
         producer.commit_transaction()
         stop.wait(COMMIT_INTERVAL_S)

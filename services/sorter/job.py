@@ -39,7 +39,7 @@ from crossfeed.services.sorter.report import BatchReport, PartitionsSource
 from crossfeed.services.sorter.rules import DriverState, Segment, Window
 from crossfeed.services.sorter.segments import Store
 from crossfeed.services.sorter.spark_release import SparkRelease, use_v2_kafka_writer
-from crossfeed.wire import codec, headers, topics
+from crossfeed.wire import records, topics
 
 log = logging.getLogger(__name__)
 
@@ -208,25 +208,19 @@ class SorterJob:
         return kept, garbage
 
     def resolved_mark(self, resolved_ts: int, flush: bool = True) -> None:
-        value = codec.encode(
-            "ResolvedMark",
-            {
-                "source_cluster": self.source_cluster_id,
-                "topic": "",
-                "partition": -1,
-                "resolved_ts_us": resolved_ts,
-                "next_offset": -1,
-            },
+        value = records.resolved_mark(
+            source_cluster=self.source_cluster_id,
+            topic="",
+            partition=-1,
+            resolved_ts_us=resolved_ts,
+            next_offset=-1,
         )
         self.producer.produce(
             self.sorted_topic,
             partition=0,
             key=None,
             value=value,
-            headers=[
-                (headers.TYPE, headers.TYPE_RESOLVED.encode()),
-                (headers.COMMIT_TS, str(resolved_ts).encode()),
-            ],
+            headers=records.resolved_mark_headers(resolved_ts),
         )
         if flush and self.producer.flush(30) != 0:
             raise RuntimeError(f"could not write the resolved mark {resolved_ts} in 30 s")
