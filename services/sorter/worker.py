@@ -166,6 +166,11 @@ class SorterWorker:
             self.state = "stopping"
             if error is None:
                 log.info("stopping the Spark query")
+                # Stopping cancels the batch in progress: its foreachBatch call fails in
+                # Python and the JVM goes away under py4j's callback server, which py4j
+                # logs as errors with tracebacks. Both are expected here (Spark runs the
+                # batch again on the next start), so a graceful stop says nothing of them.
+                logging.getLogger("py4j").setLevel(logging.CRITICAL)
                 try:
                     query.stop()
                 except Exception as err:  # the JVM may be going away already

@@ -303,6 +303,8 @@ def test_kill_9_mid_run_and_restart_loses_nothing(
     restarted = feed.sorter.log_text().split("start #2")[1]
     assert f"batch {killed_batch}:" in restarted
     assert feed.sorter.terminate(60) == 0
+    stopping = feed.sorter.log_text().rsplit("received SIGTERM", 1)[1]
+    assert "Traceback" not in stopping  # a graceful stop is quiet (py4j's included)
 
 
 def test_missing_jars_is_a_clear_error(
