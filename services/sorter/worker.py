@@ -126,7 +126,7 @@ class SorterWorker:
             sorted_topic,
             self.target_alias,
             target_id,
-            conf["spark.master"],
+            conf.get("spark.master", "from spark-submit"),
             self.store.root,
         )
         spark = build_session(conf, local)
