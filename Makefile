@@ -53,7 +53,7 @@ bench: setup ## benchmarks vs MirrorMaker 2, dc-b's ceiling, Spark and PostgreSQ
 	@$(MAKE) --no-print-directory slow
 
 .PHONY: slow
-slow: setup ## limit checks too long for make test: 1,000,000-event transactions, sink apply rates
+slow: setup ## limit checks too long for make test: 1,000,000-event transactions, sink apply rates, the sorter on a standalone Spark cluster
 	@$(BIN)/python -m pytest -m slow -s $(PYTEST_ARGS)
 
 .PHONY: docs

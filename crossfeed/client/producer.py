@@ -56,7 +56,7 @@ from typing import Any, NamedTuple
 from confluent_kafka import KafkaError, Producer
 
 from crossfeed.kafka import clients
-from crossfeed.wire import codec, headers
+from crossfeed.wire import headers, records
 from crossfeed.wire.changes import ChangeEvent, check_txn_id, encode_change, txn_header
 
 Header = tuple[str, bytes | None]
@@ -113,23 +113,10 @@ def row_change(
     return Change(topic, encode_change(event), key or message_key(event), partition, headers)
 
 
-def watermark_headers(ts_us: int) -> list[Header]:
-    return [
-        (headers.TYPE, headers.TYPE_RESOLVED.encode()),
-        (headers.COMMIT_TS, str(ts_us).encode()),
-    ]
-
-
 def watermark_value(topic: str, partition: int, ts_us: int) -> bytes:
-    return codec.encode(
-        "ResolvedMark",
-        {
-            "source_cluster": "",
-            "topic": topic,
-            "partition": partition,
-            "resolved_ts_us": ts_us,
-            "next_offset": -1,
-        },
+    """A watermark's ResolvedMark: no source cluster and no position (-1) of its own."""
+    return records.resolved_mark(
+        source_cluster="", topic=topic, partition=partition, resolved_ts_us=ts_us, next_offset=-1
     )
 
 
@@ -345,7 +332,7 @@ class ChangeProducer:
             raise ProduceError(f"topic {topic}: {meta.error}")
         for partition in sorted(meta.partitions):
             value = watermark_value(topic, partition, ts)
-            self._write(Outgoing(topic, partition, None, value, watermark_headers(ts)))
+            self._write(Outgoing(topic, partition, None, value, records.resolved_mark_headers(ts)))
         self._announced.add(topic)
 
     @contextlib.contextmanager

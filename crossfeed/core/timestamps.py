@@ -26,12 +26,13 @@ import re
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Final, Generic, TypeVar
 
+from crossfeed.wire import grammar
 from crossfeed.wire.headers import COMMIT_TS
 
-MAX_TS: Final = 2**63 - 1
+MAX_TS: Final = grammar.MAX_LONG
 """Largest commit_ts (a signed 64-bit integer, like Kafka's timestamps)."""
 
-_DECIMAL = re.compile(r"[0-9]{1,19}")
+_DECIMAL = re.compile(grammar.COMMIT_TS.python())
 
 K = TypeVar("K", bound=Hashable)
 
@@ -40,7 +41,7 @@ def parse_commit_ts(value: bytes | None) -> int:
     """Parse a ``crossfeed-commit-ts`` value (decimal microseconds); ValueError if bad."""
     # The usual value first, without the regex (read for every marker a sink applies):
     # bytes.isdigit() is ASCII digits only, as the pattern is.
-    if type(value) is bytes and 0 < len(value) <= 19 and value.isdigit():
+    if type(value) is bytes and 0 < len(value) <= grammar.LONG_DIGITS and value.isdigit():
         ts = int(value)
         if ts <= MAX_TS:
             return ts

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias
 
-from crossfeed.wire import change_writer, codec
+from crossfeed.wire import change_writer, codec, grammar
 from crossfeed.wire.headers import TXN
 
 RECORD: Final = "ChangeEvent"
@@ -38,8 +38,8 @@ Row: TypeAlias = Mapping[str, Value]
 Op: TypeAlias = Literal["insert", "update", "delete", "ddl"]
 ColumnType: TypeAlias = Literal["boolean", "long", "double", "string", "bytes"]
 
-_TXN_ID = re.compile(r"[!-.0-9;-~]+")  # printable ASCII, no space, '/' (0x2f) or ':' (0x3a)
-_TXN_HEADER = re.compile(rb"([!-.0-9;-~]+)/([0-9]{1,19})/([0-9]{1,19})")
+_TXN_ID = re.compile(grammar.TXN_ID)
+_TXN_HEADER = re.compile(grammar.TXN.python().encode())
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _PYTHON_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "boolean": (bool,),
@@ -81,6 +81,8 @@ def txn_header(txn: str, seq: int, count: int) -> bytes:
     check_txn_id(txn)
     if not 1 <= seq <= count:
         raise ValueError(f"{TXN}: seq {seq} must be between 1 and count {count}")
+    if count > grammar.MAX_COUNT:
+        raise ValueError(f"{TXN}: count {count} is over {grammar.MAX_COUNT}")
     return f"{txn}/{seq}/{count}".encode()
 
 

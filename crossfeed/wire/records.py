@@ -1,13 +1,17 @@
-"""Builders of crossfeed's own records on the target: OffsetSync and ResolvedMark.
+"""Builders of crossfeed's own records: OffsetSync and ResolvedMark.
 
-Every writer of these records (the puller's tasks, ``failback --replay-extra``) builds them
-here, so their keys and fields are spelled once (schemas/OffsetSync.avsc,
-schemas/ResolvedMark.avsc).
+Every writer of these records (the puller's tasks, ``failback --replay-extra``, the
+change producer's watermarks, the sorter's resolved marks) builds them here, so their
+keys, headers and fields are spelled once (schemas/OffsetSync.avsc,
+schemas/ResolvedMark.avsc). The puller's marks add one header to these
+(services/puller/ordered.py).
 """
 
 from __future__ import annotations
 
-from crossfeed.wire import codec
+from typing import Any
+
+from crossfeed.wire import codec, headers
 
 
 def offset_sync_key(feed: str, topic: str, partition: int) -> bytes:
@@ -65,3 +69,13 @@ def resolved_mark(
             "next_offset": next_offset,
         },
     )
+
+
+def resolved_mark_headers(resolved_ts_us: int) -> list[tuple[str, Any]]:
+    """The headers of a resolved mark (docs/ordered-feeds.md §1-§3): its type and its
+    resolved_ts as ``crossfeed-commit-ts`` (values bytes; Any: the clients' header types
+    differ)."""
+    return [
+        (headers.TYPE, headers.TYPE_RESOLVED.encode()),
+        (headers.COMMIT_TS, str(resolved_ts_us).encode()),
+    ]

@@ -13,8 +13,8 @@ import sys
 from crossfeed import service
 from crossfeed.config import Settings
 from crossfeed.feeds import FeedSpec
+from crossfeed.services.sorter.segments import FeedLocked
 from crossfeed.services.sorter.sparkconf import SetupError
-from crossfeed.services.sorter.store import FeedLocked
 from crossfeed.services.sorter.worker import SorterFailed, SorterWorker
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,8 @@
 """The sorter's decisions, with no Spark and no Kafka (docs/ordered-feeds.md §2-§3).
 
-The Spark job (:mod:`crossfeed.services.sorter.job`) evaluates the per-row rules below as Spark SQL
-expressions in the JVM; the Python functions here are their reference (unit and property
+Spark's release (:mod:`crossfeed.services.sorter.spark_release`) evaluates the per-row rules
+below as Spark SQL expressions in the JVM, the driver's (:mod:`driver_release`) with pyarrow;
+the Python functions here are their reference (unit and property
 tests hold the two to the same answers) and everything the driver decides once per
 micro-batch: per-partition resolved state, the global resolved_ts R, which rows a batch
 releases, and which pending segments it may delete.
@@ -31,26 +32,27 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from crossfeed.wire import grammar
+
 NOTHING_RELEASED: Final = -1
 """R_prev before the first release: every commit_ts (>= 0) is above it."""
 
-_DECIMAL = re.compile(r"[0-9]{1,18}")
-# \Z, not $: `$` also matches before a final newline, and a header ending in one is not
-# a well-formed value (the Spark and driver parses use the same strict patterns).
-_TXN = re.compile(r"^([^/:]+)/([0-9]{1,9})/([0-9]{1,9})\Z")
-_SRC = re.compile(r"^([^/]*)/([^/]+)/([0-9]{1,9})/([0-9]{1,19})\Z")
-_MARK_KEY = re.compile(r"^([^/]+)/([0-9]{1,9})\Z")
+# The grammar's Python forms (crossfeed/wire/grammar.py), used with fullmatch.
+_DECIMAL = re.compile(grammar.COMMIT_TS.python())
+_TXN = re.compile(grammar.TXN.python())
+_SRC = re.compile(grammar.SRC.python())
+_MARK_KEY = re.compile(grammar.MARK_KEY.python())
 
 # Order of the rows of one transaction in `.sorted`: begin, seq 1..count, commit.
 BEGIN_ORD: Final = 0
 
 
-# -- per-row rules (mirrored in Spark SQL by crossfeed.services.sorter.job) ------------------------
+# -- per-row rules (spark_release.parse_rows and driver_release.parse) ---------------------
 
 
 def parse_commit_ts(text: str | None) -> int | None:
     """``crossfeed-commit-ts``: decimal µs, or None when absent or unreadable."""
-    if text is None or not _DECIMAL.fullmatch(text):
+    if text is None or not _DECIMAL.fullmatch(text) or not grammar.fits_long(text):
         return None
     return int(text)
 
@@ -71,7 +73,7 @@ class Src:
 
 def parse_src(text: str | None) -> Src | None:
     """``<cluster.id>/<topic>/<partition>/<offset>``, or None if absent or malformed."""
-    match = _SRC.match(text or "")
+    match = _SRC.fullmatch(text or "")
     if match is None:
         return None
     return Src(match[1], match[2], int(match[3]), int(match[4]))
@@ -79,7 +81,7 @@ def parse_src(text: str | None) -> Src | None:
 
 def parse_mark_key(text: str | None) -> tuple[str, int] | None:
     """A resolved mark's key ``<topic>/<partition>``, or None if malformed."""
-    match = _MARK_KEY.match(text or "")
+    match = _MARK_KEY.fullmatch(text or "")
     return None if match is None else (match[1], int(match[2]))
 
 
@@ -101,7 +103,7 @@ def parse_txn(txn: str | None, src: Src | None) -> TxnRef | None:
     neither can be read (the row is dead-lettered).
     """
     if txn is not None:
-        match = _TXN.match(txn)
+        match = _TXN.fullmatch(txn)
         if match is None:
             return None
         txn_id, seq, count = match[1], int(match[2]), int(match[3])
@@ -256,21 +258,22 @@ def advance_times(
 
 @dataclass(frozen=True)
 class Window:
-    """What one batch releases: rows with low < commit_ts <= high (rule D)."""
+    """What one batch releases: rows with prev_resolved_ts < commit_ts <= resolved_ts
+    (rule D)."""
 
-    low: int  # R_prev
-    high: int  # R
+    prev_resolved_ts: int  # R_prev: the feed's global resolved_ts the last release reached
+    resolved_ts: int  # R: the feed's global resolved_ts now
 
     @property
     def empty(self) -> bool:
-        return self.high <= self.low
+        return self.resolved_ts <= self.prev_resolved_ts
 
     def releases(self, commit_ts: int) -> bool:
-        return self.low < commit_ts <= self.high
+        return self.prev_resolved_ts < commit_ts <= self.resolved_ts
 
     def is_late(self, commit_ts: int) -> bool:
         """A change arriving at or below R_prev: its place in `.sorted` has passed."""
-        return commit_ts <= self.low
+        return commit_ts <= self.prev_resolved_ts
 
 
 @dataclass(frozen=True)
@@ -318,7 +321,7 @@ class DriverState:
     expected: list[str] = field(default_factory=list)
     expected_at_s: float = 0.0
     advanced_at: dict[str, float] = field(default_factory=dict)
-    released_ts: int = NOTHING_RELEASED  # R of the last release
+    resolved_ts: int = NOTHING_RELEASED  # R: the feed's global resolved_ts, released
     segments: list[Segment] = field(default_factory=list)
     garbage: list[str] = field(default_factory=list)
 
@@ -329,7 +332,8 @@ class DriverState:
             "expected": sorted(self.expected),
             "expected_at_s": self.expected_at_s,
             "advanced_at": dict(sorted(self.advanced_at.items())),
-            "released_ts": self.released_ts,
+            # the file's key predates the attribute's name: state files stay readable
+            "released_ts": self.resolved_ts,
             "segments": [s.as_dict() for s in self.segments],
             "garbage": list(self.garbage),
         }
@@ -342,7 +346,7 @@ class DriverState:
             expected=[str(k) for k in data.get("expected", [])],
             expected_at_s=float(data.get("expected_at_s", 0.0)),
             advanced_at={str(k): float(v) for k, v in data.get("advanced_at", {}).items()},
-            released_ts=int(data.get("released_ts", NOTHING_RELEASED)),
+            resolved_ts=int(data.get("released_ts", NOTHING_RELEASED)),
             segments=[Segment.from_dict(s) for s in data.get("segments", [])],
             garbage=[str(g) for g in data.get("garbage", [])],
         )

@@ -89,13 +89,19 @@ def spark_defaults() -> dict[str, str]:
     return out
 
 
-def effective_master(settings: SorterSettings) -> str:
-    """``sorter.spark_master``, else spark-defaults.conf's ``spark.master``, else local[*]."""
+def effective_master(settings: SorterSettings) -> str | None:
+    """``sorter.spark_master``, else spark-defaults.conf's ``spark.master``, else local[*];
+    None under spark-submit, whose ``--master`` holds."""
+    if under_spark_submit():
+        return None
     return settings.spark_master or spark_defaults().get("spark.master") or "local[*]"
 
 
 def is_local(settings: SorterSettings) -> bool:
-    return effective_master(settings).startswith("local")
+    """Whether the job runs on a local master (then Spark is kept on loopback). Under
+    spark-submit it is not ours to say: its options and spark-defaults.conf hold."""
+    master = effective_master(settings)
+    return master is not None and master.startswith("local")
 
 
 JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
@@ -113,7 +119,6 @@ def spark_conf(settings: SorterSettings, feed: str, jar_list: list[str]) -> dict
     local = is_local(settings)
     scratch = paths.home() / "sorter" / "tmp"
     conf = {
-        "spark.master": effective_master(settings),
         "spark.app.name": f"crossfeed-sorter-{feed}",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -129,6 +134,11 @@ def spark_conf(settings: SorterSettings, feed: str, jar_list: list[str]) -> dict
         # takes 10-20 ms. On a local disk both write a temporary file and rename it.
         "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
     }
+    # Under spark-submit its --master holds: a master set here would override it (a
+    # SparkSession's options win over the JVM's), and the job would run in local[*].
+    master = effective_master(settings)
+    if master is not None:
+        conf["spark.master"] = master
     if jar_list:
         conf["spark.jars"] = ",".join(jar_list)
     if local:  # on a cluster these come from spark-defaults.conf or sorter.spark_conf

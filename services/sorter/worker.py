@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crossfeed.config import Settings
 from crossfeed.feeds import FeedSpec
@@ -24,9 +24,13 @@ from crossfeed.kafka import topics as kafka_topics
 from crossfeed.kafka.reachability import wait_for_cluster
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
 from crossfeed.services.sorter import metrics, rules, sparkconf
+from crossfeed.services.sorter.report import BatchReport, PartitionsSource
 from crossfeed.services.sorter.rules import DriverState
-from crossfeed.services.sorter.store import Store
+from crossfeed.services.sorter.segments import Store
 from crossfeed.wire import topics
+
+if TYPE_CHECKING:  # pyspark is imported when the job starts (run)
+    from crossfeed.services.sorter.job import SorterJob
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +82,8 @@ class SorterWorker:
         self.last_batch: dict[str, Any] | None = None
         self.spark_progress: dict[str, Any] | None = None
         self.heartbeats: HeartbeatSender | None = None
-        self.job: Any = None
+        self.job: SorterJob | None = None
         self._lock = threading.Lock()
-        from crossfeed.services.sorter.job import PartitionsSource  # pyspark only once we run
-
         self.partitions = PartitionsSource()
         self._labels = (feed.name,)
 
@@ -124,7 +126,7 @@ class SorterWorker:
             sorted_topic,
             self.target_alias,
             target_id,
-            conf["spark.master"],
+            conf.get("spark.master", "from spark-submit"),
             self.store.root,
         )
         spark = build_session(conf, local)
@@ -164,6 +166,11 @@ class SorterWorker:
             self.state = "stopping"
             if error is None:
                 log.info("stopping the Spark query")
+                # Stopping cancels the batch in progress: its foreachBatch call fails in
+                # Python and the JVM goes away under py4j's callback server, which py4j
+                # logs as errors with tracebacks. Both are expected here (Spark runs the
+                # batch again on the next start), so a graceful stop says nothing of them.
+                logging.getLogger("py4j").setLevel(logging.CRITICAL)
                 try:
                     query.stop()
                 except Exception as err:  # the JVM may be going away already
@@ -220,7 +227,7 @@ class SorterWorker:
 
     # -- reporting ------------------------------------------------------------------------
 
-    def _on_batch(self, report: Any, state: DriverState) -> None:
+    def _on_batch(self, report: BatchReport, state: DriverState) -> None:
         with self._lock:
             self.snapshot = state
             self.last_batch = {
@@ -288,8 +295,8 @@ class SorterWorker:
         with self._lock:
             state = self.snapshot
         now = time.time()
-        if state.released_ts >= 0:
-            metrics.RESOLVED_TS.labels(*self._labels).set(state.released_ts / 1e6)
+        if state.resolved_ts >= 0:
+            metrics.RESOLVED_TS.labels(*self._labels).set(state.resolved_ts / 1e6)
         metrics.PENDING.labels(*self._labels).set(state.pending_rows)
         metrics.SEGMENTS.labels(*self._labels).set(len(state.segments))
         lagging = {lag.partition: lag for lag in self._laggards(state, now)}
@@ -325,7 +332,7 @@ class SorterWorker:
         now = time.time()
         laggards = self._laggards(state, now)
         expected = self.partitions.keys if self.partitions.keys is not None else state.expected
-        r = state.released_ts
+        r = state.resolved_ts
         return {
             "role": "sorter",
             "instance": self.instance_id,

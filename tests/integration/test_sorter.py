@@ -303,6 +303,8 @@ def test_kill_9_mid_run_and_restart_loses_nothing(
     restarted = feed.sorter.log_text().split("start #2")[1]
     assert f"batch {killed_batch}:" in restarted
     assert feed.sorter.terminate(60) == 0
+    stopping = feed.sorter.log_text().rsplit("received SIGTERM", 1)[1]
+    assert "Traceback" not in stopping  # a graceful stop is quiet (py4j's included)
 
 
 def test_missing_jars_is_a_clear_error(
@@ -338,7 +340,7 @@ def test_the_release_producer_reports_every_refused_record_and_no_delivered_one(
     """The driver path's producer asks for delivery reports on failures only (a Python
     call per delivered record was half of a big release's flush): a record the broker
     refuses must still reach the callback, so the batch fails and Spark runs it again."""
-    from crossfeed.services.sorter.job import RELEASE_PRODUCER
+    from crossfeed.services.sorter.driver_release import RELEASE_PRODUCER
 
     topic = topic_factory(clusters.b, config={"max.message.bytes": "2000"})
     producer = clients.producer(clusters.b.config, **RELEASE_PRODUCER)

@@ -1,7 +1,7 @@
-"""The sorter's Spark SQL row rules (services/sorter/job.parse) give the answers of their
-Python reference (services/sorter/rules.py), on crafted headers; the driver path parses
-the same rows to the same columns (driver_release.parse), and a pending segment written
-by either path is read the same by the other. A local Spark, no brokers."""
+"""The sorter's Spark SQL row rules (services/sorter/spark_release.parse_rows) give the
+answers of their Python reference (services/sorter/rules.py), on crafted headers; the
+driver path parses the same rows to the same columns (driver_release.parse), and a
+pending segment written by either path is read the same by the other. A local Spark, no brokers."""
 
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ WHEN = dt.datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC)
 
 
 def test_parse_matches_the_python_rules(spark: object) -> None:
-    from crossfeed.services.sorter.job import parse
+    from crossfeed.services.sorter.spark_release import parse_rows as parse
 
     when = WHEN
     out = {r["value"].decode(): r.asDict() for r in parse(_changes_frame(spark)).collect()}  # type: ignore[arg-type]
@@ -156,7 +156,8 @@ def test_parse_matches_the_python_rules(spark: object) -> None:
 
 def test_the_driver_parses_every_row_as_spark_does(spark: object) -> None:
     from crossfeed.services.sorter import driver_release
-    from crossfeed.services.sorter.job import RAW_COLUMNS, parse
+    from crossfeed.services.sorter.driver_release import RAW_COLUMNS
+    from crossfeed.services.sorter.spark_release import parse_rows as parse
 
     frame = _changes_frame(spark)
     by_spark = [r.asDict(recursive=True) for r in parse(frame).orderBy("value").collect()]  # type: ignore[arg-type]
@@ -172,29 +173,29 @@ def test_the_driver_parses_every_row_as_spark_does(spark: object) -> None:
 
 
 def test_a_segment_of_either_path_reads_the_same_in_the_other(spark: object, tmp_path) -> None:
-    from crossfeed.services.sorter import arrow_segments
-    from crossfeed.services.sorter.job import parse
+    from crossfeed.services.sorter import segments
     from crossfeed.services.sorter.rules import Segment, Window
-    from crossfeed.services.sorter.store import Store
+    from crossfeed.services.sorter.segments import Store
+    from crossfeed.services.sorter.spark_release import parse_rows as parse
 
     store = Store(tmp_path)
     store.pending_dir.mkdir(parents=True)
     parsed = parse(_changes_frame(spark))  # type: ignore[arg-type]
     parsed.write.parquet(store.segment_path("by-spark"))
-    data = arrow_segments.read(store, [Segment("by-spark", 99, 1)], Window(-1, 2**62))
+    data = segments.read(store, [Segment("by-spark", 99, 1)], Window(-1, 2**62))
     want = sorted(r["value"] for r in parsed.filter("kind = 'data'").collect())
     assert sorted(data.column("value").to_pylist()) == want and want
     # a window: only the rows it releases, and their count from two columns
     window = Window(6, 17)
-    inside = arrow_segments.read(store, [Segment("by-spark", 99, 1)], window)
+    inside = segments.read(store, [Segment("by-spark", 99, 1)], window)
     got = sorted(inside.column("commit_ts").to_pylist())
     assert got == sorted(
         r["commit_ts"] for r in parsed.filter("kind = 'data'").collect() if 6 < r["commit_ts"] <= 17
     )
     assert got and len(got) < len(want)
-    counts = arrow_segments.ts_counts(store, Segment("by-spark", 99, 1), window)
+    counts = segments.file_ts_counts(store, Segment("by-spark", 99, 1), window)
     assert sorted(counts.elements()) == got
-    written = arrow_segments.write(store, "by-driver", data)
+    written = segments.write(store, "by-driver", data)
     assert written.rows == data.num_rows
     assert written.max_ts == max(data.column("commit_ts").to_pylist())
     back = spark.read.parquet(store.segment_path("by-driver"))  # type: ignore[attr-defined]

@@ -10,13 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crossfeed.client.producer import watermark_headers, watermark_value
+from crossfeed.client.producer import watermark_value
 from crossfeed.core.partitions import TopicPartition
 from crossfeed.dlq import FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.services.puller.ordered import next_resolved, staged_size
 from crossfeed.services.puller.task import FeedContext, PullerTask, TxnFailure
 from crossfeed.wire import codec, headers
+from crossfeed.wire.records import resolved_mark_headers as watermark_headers
 from tests.support.recording_producer import RecordingProducer
 
 pytestmark = pytest.mark.unit

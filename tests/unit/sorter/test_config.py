@@ -7,7 +7,7 @@ import pytest
 from crossfeed import paths
 from crossfeed.config import Settings
 from crossfeed.services.sorter import sparkconf
-from crossfeed.services.sorter.store import FeedLocked, Store
+from crossfeed.services.sorter.segments import FeedLocked, Store
 
 pytestmark = pytest.mark.unit
 
@@ -99,8 +99,8 @@ def test_store_state_and_lock(tmp_path):
     store = Store(tmp_path / "f").open()
     assert store.latest() == DriverState()
     for bid in range(8):
-        store.save(DriverState(batch_id=bid, released_ts=bid * 10))
-    assert store.load_before(5).released_ts == 40
+        store.save(DriverState(batch_id=bid, resolved_ts=bid * 10))
+    assert store.load_before(5).resolved_ts == 40
     assert store.latest().batch_id == 7
     assert len(list(store.state_dir.glob("*.json"))) == 5  # older states are removed
     with pytest.raises(FeedLocked, match="another sorter"):

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from crossfeed import dlq
 from crossfeed.services.sorter import rules
 from crossfeed.services.sorter.driver_release import (
-    HEADERS,
     ParsedRow,
     dead_letter,
     late_letter,
@@ -28,6 +27,8 @@ from crossfeed.services.sorter.driver_release import (
     split,
 )
 from crossfeed.services.sorter.rules import Window
+from crossfeed.services.sorter.segments import HEADERS
+from crossfeed.wire import grammar
 from crossfeed.wire import headers as H
 
 pytestmark = pytest.mark.unit
@@ -58,11 +59,10 @@ def parse_one(*raw: object) -> ParsedRow:
     return row
 
 
-# The rules of job.parse read one row at a time: the reference the vectorized parse is
-# held to.
-TS, TXN = re.compile(r"^[0-9]{1,18}\Z"), re.compile(r"^([^/:]+)/([0-9]{1,9})/([0-9]{1,9})\Z")
-SRC = re.compile(r"^([^/]*)/([^/]+)/([0-9]{1,9})/([0-9]{1,19})\Z")
-MARK_KEY = re.compile(r"^([^/]+)/([0-9]{1,9})\Z")
+# The rules of spark_release.parse_rows read one row at a time: the reference the
+# vectorized parse is held to.
+TS, TXN = re.compile(grammar.COMMIT_TS.python()), re.compile(grammar.TXN.python())
+SRC, MARK_KEY = re.compile(grammar.SRC.python()), re.compile(grammar.MARK_KEY.python())
 
 
 def reference(key, value, hdrs, topic, partition, offset, ms) -> ParsedRow:
@@ -75,9 +75,9 @@ def reference(key, value, hdrs, topic, partition, offset, ms) -> ParsedRow:
 
     h_type, h_ts = text(first.get(H.TYPE)), text(first.get(H.COMMIT_TS))
     h_txn, h_src = text(first.get(H.TXN)), text(first.get(H.SRC))
-    commit_ts = int(h_ts) if h_ts is not None and TS.search(h_ts) else None
-    src = SRC.search(h_src) if h_src is not None else None
-    txn = TXN.search(h_txn) if h_txn is not None else None
+    commit_ts = int(h_ts) if h_ts and TS.fullmatch(h_ts) and grammar.fits_long(h_ts) else None
+    src = SRC.fullmatch(h_src) if h_src is not None else None
+    txn = TXN.fullmatch(h_txn) if h_txn is not None else None
     txn_id, seq, count = None, None, None
     if h_txn is None:
         seq = count = 1
@@ -87,7 +87,7 @@ def reference(key, value, hdrs, topic, partition, offset, ms) -> ParsedRow:
     key_text = text(key)
     error = None
     if h_type == H.TYPE_RESOLVED:
-        if key_text is None or not MARK_KEY.search(key_text):
+        if key_text is None or not MARK_KEY.fullmatch(key_text):
             error = "resolved mark key is not topic/partition"
         elif commit_ts is None:
             error = f"resolved mark without a valid {H.COMMIT_TS}"
@@ -366,9 +366,12 @@ def test_split_covers_the_window_in_order_within_the_limit(counts, low, limit):
     if parts is None:
         assert max(inside.values()) > limit
         return
-    assert parts[0].low == window.low and parts[-1].high == window.high
+    assert (
+        parts[0].prev_resolved_ts == window.prev_resolved_ts
+        and parts[-1].resolved_ts == window.resolved_ts
+    )
     for a, b in itertools.pairwise(parts):
-        assert a.high == b.low and not a.empty
+        assert a.resolved_ts == b.prev_resolved_ts and not a.empty
     for part in parts:
         assert sum(n for ts, n in inside.items() if part.releases(ts)) <= limit
     # every commit_ts of the window in exactly one part

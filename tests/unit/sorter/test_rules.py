@@ -4,6 +4,7 @@ windows, completeness, segments and the driver state's round trip."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from crossfeed.services.sorter import rules
 from crossfeed.services.sorter.rules import DriverState, Segment, Src, TxnRef, Window
+from crossfeed.wire import grammar
 
 pytestmark = pytest.mark.unit
 
@@ -25,7 +27,8 @@ mark_maps = st.dictionaries(keys, ts, max_size=8)
 def test_commit_ts_parsing():
     assert rules.parse_commit_ts("1700000000000001") == 1700000000000001
     assert rules.parse_commit_ts("0") == 0
-    for bad in (None, "", "-1", "12a", " 1", "1" * 19):
+    assert rules.parse_commit_ts(str(2**63 - 1)) == 2**63 - 1  # 19 digits, as the puller
+    for bad in (None, "", "-1", "12a", " 1", "1" * 20, str(2**63)):
         assert rules.parse_commit_ts(bad) is None
 
 
@@ -56,9 +59,9 @@ def test_txn_parsing():
 )
 def test_txn_round_trip(txn_id, count, seq):
     parsed = rules.parse_txn(f"{txn_id}/{seq}/{count}", None)
-    if 1 <= seq <= count and "\n" not in txn_id:
+    if 1 <= seq <= count and re.fullmatch(grammar.TXN_ID, txn_id):
         assert parsed == TxnRef(txn_id, seq, count)
-    elif not 1 <= seq <= count:
+    else:  # seq outside 1..count, or an id outside the grammar (a space, not ASCII)
         assert parsed is None
 
 
@@ -212,7 +215,7 @@ def test_driver_state_round_trip():
         expected=["t/0", "t/1"],
         expected_at_s=3.5,
         advanced_at={"t/0": 1.25},
-        released_ts=4,
+        resolved_ts=4,
         segments=[Segment("seg-1", 9, 10)],
         garbage=["seg-0"],
     )
@@ -274,7 +277,7 @@ def test_release_simulation_orders_and_completes(partitions, txns, rnd: random.R
             )
             released.append((parts[0][0], txn_id))
         pending = [p for p in pending if not window.releases(p[0])]
-        r = window.high
+        r = window.resolved_ts
     assert released == sorted(released)
     assert len(released) == len(set(released)) == txns
     assert not pending

@@ -1,0 +1,64 @@
+"""The ordered feed's header and key grammar, with one set of bounds (docs/ordered-feeds.md
+§1-§3): ``crossfeed-commit-ts``, ``crossfeed-txn``, ``crossfeed-src`` and a resolved mark's
+key. Each pattern is written once here, as its fields; the forms the readers need are
+derived from it: Python's ``re`` (the change producer, the puller, the sinks), Java's (Spark
+SQL's ``rlike`` in the sorter's Spark release) and RE2's (pyarrow, the sorter's driver
+release). The bounds are the columns the sorter keeps them in: seq, count and a partition
+are 32-bit (at most 9 digits), commit_ts and an offset 64-bit (19 digits, at most
+:data:`MAX_LONG`, which a pattern cannot say: readers compare the digits too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+MAX_LONG: Final = 2**63 - 1
+"""The largest commit_ts or offset (a signed 64-bit integer, like Kafka's timestamps)."""
+LONG_DIGITS: Final = len(str(MAX_LONG))
+
+TXN_ID: Final = r"[!-.0-9;-~]+"
+"""A transaction id: non-empty printable ASCII without space, '/' (0x2f) or ':' (0x3a)
+(':' joins the fields of the txn id of a change without ``crossfeed-txn``)."""
+INT: Final = r"[0-9]{1,9}"  # seq, count, a partition: 32-bit columns in the sorter
+MAX_COUNT: Final = 10**9 - 1  # the most changes of one transaction (what INT admits)
+LONG: Final = rf"[0-9]{{1,{LONG_DIGITS}}}"  # commit_ts, an offset: at most MAX_LONG as well
+CLUSTER_ID: Final = r"[^/]*"  # empty when the source cluster has none
+TOPIC: Final = r"[^/]+"
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """Fields joined by '/', the whole value and nothing else (no trailing newline)."""
+
+    fields: tuple[tuple[str, str], ...]  # (group name, field pattern)
+
+    def python(self) -> str:
+        """For ``re.fullmatch``, with named groups."""
+        return "/".join(f"(?P<{name}>{field})" for name, field in self.fields)
+
+    def java(self) -> str:
+        """For Spark SQL's ``rlike`` (which finds a match anywhere, hence ^), with numbered
+        groups; ``\\z``, not ``$``, which in Java also matches before a final line end."""
+        return "^" + "/".join(f"({field})" for _, field in self.fields) + r"\z"
+
+    def re2(self) -> str:
+        """For pyarrow's ``extract_regex`` and ``match_substring_regex``: named groups."""
+        return "^" + self.python() + r"\z"
+
+
+COMMIT_TS: Final = Pattern((("ts", LONG),))
+"""``crossfeed-commit-ts``: decimal microseconds."""
+TXN: Final = Pattern((("id", TXN_ID), ("seq", INT), ("count", INT)))
+"""``crossfeed-txn``: ``<txn id>/<seq>/<count>``."""
+SRC: Final = Pattern(
+    (("cluster", CLUSTER_ID), ("topic", TOPIC), ("partition", INT), ("offset", LONG))
+)
+"""``crossfeed-src``: ``<cluster.id>/<topic>/<partition>/<offset>`` of the source record."""
+MARK_KEY: Final = Pattern((("topic", TOPIC), ("partition", INT)))
+"""A resolved mark's key in ``.changes``: ``<topic>/<partition>`` of its source partition."""
+
+
+def fits_long(digits: str) -> bool:
+    """``digits`` (matched by :data:`LONG`) is at most :data:`MAX_LONG`."""
+    return len(digits) < LONG_DIGITS or int(digits) <= MAX_LONG
