@@ -40,7 +40,6 @@ MAX_BUFFER_BYTES = 64 << 20
 COMMIT_INTERVAL_S = 0.1
 REFRESH_S = 5.0  # new tables (data topics) are picked up this often
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
-RESOLVED = headers.TYPE_RESOLVED.encode()
 
 
 @dataclass
@@ -461,7 +460,7 @@ class _Loop:
             resolved_ts_us=resolved,
             next_offset=-1,
         )
-        hdrs: list[Any] = [(headers.TYPE, RESOLVED), (headers.COMMIT_TS, b"%d" % max(resolved, 0))]
+        hdrs = records.resolved_mark_headers(max(resolved, 0))
         self.producer.produce(self.c.out, value=mark, key=None, partition=0, headers=hdrs)
         self.watermark = resolved
         self.c.resolved_ts = resolved

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from crossfeed.core import provenance
 from crossfeed.core.timestamps import commit_ts_us, parse_commit_ts
 from crossfeed.kafka.protocols import Message
-from crossfeed.wire import codec, headers
+from crossfeed.wire import codec, headers, records
 from crossfeed.wire.changes import parse_txn
 
 if TYPE_CHECKING:
@@ -49,11 +49,9 @@ def staged_size(key: bytes | None, value: bytes | None, hdrs: list[Any]) -> int:
 
 
 def ordered_mark_headers(resolved_ts_us: int, watermarked: bool) -> list[Any]:
-    """Headers of an ordered feed's resolved mark."""
-    hdrs: list[Any] = [
-        (headers.TYPE, RESOLVED),
-        (headers.COMMIT_TS, str(resolved_ts_us).encode()),
-    ]
+    """Headers of an ordered feed's resolved mark: a resolved mark's, and whether the
+    partition follows producer watermarks."""
+    hdrs: list[Any] = records.resolved_mark_headers(resolved_ts_us)
     if watermarked:
         hdrs.append(FROM_WATERMARKS)
     return hdrs
