@@ -16,6 +16,12 @@ Debezium writes, for topic prefix ``P`` (``topic.prefix``):
   END's id is the transaction's commit LSN, which grows with commit order.
 * ``__debezium-heartbeat.P``: ``{"ts_ms": ...}`` every ``heartbeat.interval.ms``.
 
+Schema by reference: the Connect schema is ~3/4 of a data event's bytes and the same in
+every event of a table version. On its hop into the target cluster the puller keeps only
+the payload in ``.changes`` (header ``crossfeed-schema``: the schema's id) and writes the
+schema once into the compacted ``_crossfeed.<feed>.schemas`` in the same Kafka transaction
+(:class:`EnvelopeSplitter`); the sinks put the exact bytes back (:func:`join_envelope`).
+
 The data events are read with a fast path (the converter writes the envelope's fields in
 schema order, and a ``"`` inside a JSON string is always escaped, so the last
 ``"transaction":`` of the bytes is the envelope's); anything it does not recognise is
@@ -24,6 +30,7 @@ parsed in full.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -170,3 +177,73 @@ def heartbeat_ts_us(value: bytes | None) -> int:
         return int(payload_of(value)["ts_ms"]) * 1000
     except (KeyError, TypeError, ValueError) as err:
         raise NotDebezium(f"heartbeat without ts_ms: {err}") from None
+
+
+ENVELOPE_HEAD: Final = b'{"schema":'
+PAYLOAD_FIELD: Final = b',"payload":'
+
+
+def schema_id(schema: bytes) -> bytes:
+    """The id of a schema half: a content hash (32 hex digits), the key it is stored under."""
+    return hashlib.blake2b(schema, digest_size=16).hexdigest().encode()
+
+
+def join_envelope(schema: bytes, payload: bytes) -> bytes:
+    """The JSON converter's value of ``schema`` and ``payload``, byte for byte."""
+    return b"".join((ENVELOPE_HEAD, schema, PAYLOAD_FIELD, payload, b"}"))
+
+
+class EnvelopeSplitter:
+    """Splits JSON-converter values ``{"schema":S,"payload":P}`` into (id of S, S, P) such
+    that :func:`join_envelope` gives the value back byte for byte. Each distinct S is
+    checked once to be one whole JSON object (so S is exactly the schema half, whatever
+    the payload holds); a value of any other form is not split (None)."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self._ids: dict[bytes, bytes] = {}  # schema half -> its id
+        self._limit = limit
+
+    def split(self, value: bytes | None) -> tuple[bytes, bytes, bytes] | None:
+        if value is None or not value.startswith(ENVELOPE_HEAD) or not value.endswith(b"}"):
+            return None
+        start = len(ENVELOPE_HEAD)
+        # A '"' inside a JSON string is escaped, so ',"payload":' appears unescaped only
+        # between members of an object: the envelope's own, or one nested in the schema
+        # (a parameters map with a "payload" key) -- the check below tells them apart.
+        cut = value.find(PAYLOAD_FIELD, start)
+        if cut < 0:
+            return None
+        schema = value[start:cut]
+        known = self._ids.get(schema)
+        if known is None:
+            end = _object_end(value, start)
+            if end is None or value[end : end + len(PAYLOAD_FIELD)] != PAYLOAD_FIELD:
+                return None
+            cut = end
+            schema = value[start:cut]
+            known = self._ids.get(schema)
+            if known is None:
+                if len(self._ids) >= self._limit:
+                    self._ids.clear()
+                known = self._ids[schema] = schema_id(schema)
+        return known, schema, value[cut + len(PAYLOAD_FIELD) : -1]
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _object_end(value: bytes, start: int) -> int | None:
+    """The index just past the JSON object starting at ``start`` of ``value``; None if
+    there is none."""
+    try:
+        text = value.decode()
+    except UnicodeDecodeError:
+        return None
+    try:
+        decoded, end = _DECODER.raw_decode(text, start)
+    except ValueError:
+        return None
+    if not isinstance(decoded, dict):
+        return None
+    # raw_decode counts characters; the cut is in bytes.
+    return len(text[:end].encode()) if not text.isascii() else end

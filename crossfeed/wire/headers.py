@@ -19,6 +19,10 @@ TXN: Final = "crossfeed-txn"
 TIMESTAMP: Final = "crossfeed-timestamp"
 """Ordered feeds, in ``.sorted`` only: the change's record timestamp (ms, decimal), which
 Spark's Kafka writer cannot set; sinks give it back to the target record."""
+SCHEMA: Final = "crossfeed-schema"
+"""Ordered feeds with Debezium input, in ``.changes`` and ``.sorted``: the id of the value's
+Connect schema, kept in ``_crossfeed.<feed>.schemas`` (the value holds the payload only);
+sinks give the target the whole value back, never this header."""
 TYPE: Final = "crossfeed-type"
 """Absent for data; ``resolved`` for watermarks; ``begin``/``commit`` in ``sorted``."""
 

@@ -61,6 +61,16 @@ def sorted_config() -> dict[str, str]:
     return staging_config()
 
 
+def schemas_config() -> dict[str, str]:
+    """Topic configs of ``_crossfeed.<feed>.schemas``: compacted, never deleted (a change
+    anywhere in ``.changes`` or ``.sorted`` may refer to any schema), as large as a
+    staging record may be."""
+    return {
+        **_COMPACTED,
+        "max.message.bytes": str(STAGING_MAX_MESSAGE_BYTES + STAGING_HEADROOM_BYTES),
+    }
+
+
 def internal_config(topic: str) -> dict[str, str]:
     """The topic configs of one of crossfeed's internal topics: every service that may
     create it first creates it the same way. ValueError for any other topic."""
@@ -76,6 +86,8 @@ def internal_config(topic: str) -> dict[str, str]:
         return sorted_config()
     if topic.startswith("_crossfeed.") and topic.endswith(".debezium"):
         return staging_config()
+    if topic.startswith("_crossfeed.") and topic.endswith(".schemas"):
+        return schemas_config()
     raise ValueError(f"{topic!r} is not one of crossfeed's internal topics")
 
 
@@ -95,6 +107,12 @@ def debezium_ordered(feed: str) -> str:
     ordering headers, on the *source* cluster (services/puller/debezium_reader.py); the feed's
     puller reads it as an ordered feed reads a change producer's topic."""
     return f"_crossfeed.{feed}.debezium"
+
+
+def schemas(feed: str) -> str:
+    """Ordered feeds with Debezium input: the Connect schemas of the values in ``.changes``
+    and ``.sorted``, keyed by id (crossfeed/wire/debezium.py), on the target cluster."""
+    return f"_crossfeed.{feed}.schemas"
 
 
 def is_internal(topic: str) -> bool:

@@ -12,10 +12,16 @@ partition's resolved_ts — emitted, or promised by a watermark already read —
 that promise: it goes to the DLQ (``LateChange``), as does one whose
 ``crossfeed-commit-ts`` or ``crossfeed-txn`` is malformed or that would not fit the staging
 topic's ``max.message.bytes``.
+
+Debezium input (``--input debezium``): a value in the JSON converter's form keeps only its
+payload in ``.changes``, with ``crossfeed-schema`` naming its Connect schema, which goes
+once per task into ``_crossfeed.<feed>.schemas`` in the same Kafka transaction as (or an
+earlier one than) the first change that refers to it (:class:`SchemaRefs`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from crossfeed.core import provenance
@@ -23,6 +29,7 @@ from crossfeed.core.timestamps import commit_ts_us, parse_commit_ts
 from crossfeed.kafka.protocols import Message
 from crossfeed.wire import codec, headers, records
 from crossfeed.wire.changes import parse_txn
+from crossfeed.wire.debezium import EnvelopeSplitter
 
 if TYPE_CHECKING:
     from crossfeed.services.puller.task import FeedContext, PartitionState
@@ -38,6 +45,29 @@ Staged = tuple[bytes | None, bytes | None, list[Header], int]
 """An ordered feed's staging record: key, value, headers, timestamp (ms, -1 none)."""
 Refused = tuple[str, str]
 """Why a source record goes to the dead letter topic instead: error class, reason."""
+
+
+@dataclass
+class SchemaRefs:
+    """A partition's Connect schemas by reference (Debezium input). ``sent``: schemas this
+    task has written or will write in its open transaction; a failed transaction ends the
+    task, and its successor starts with none (a schema written twice is compacted away)."""
+
+    splitter: EnvelopeSplitter = field(default_factory=EnvelopeSplitter)
+    sent: set[bytes] = field(default_factory=set)
+    unsent: list[tuple[bytes, bytes]] = field(default_factory=list)  # (id, schema) to write
+
+    def take(self, value: bytes | None) -> tuple[bytes, bytes] | None:
+        """(schema id, payload) of a JSON-converter value, the schema queued for writing
+        unless sent; None for a value of any other form (it travels whole)."""
+        split = self.splitter.split(value)
+        if split is None:
+            return None
+        sid, schema, payload = split
+        if sid not in self.sent:
+            self.sent.add(sid)
+            self.unsent.append((sid, schema))
+        return sid, payload
 
 
 def staged_size(key: bytes | None, value: bytes | None, hdrs: list[Any]) -> int:
@@ -103,7 +133,7 @@ def add(ctx: FeedContext, state: PartitionState, msg: Message, offset: int) -> R
     # One pass over the headers for what matters here (the hot path).
     commit_values: list[bytes | None] = []
     txn_values: list[bytes | None] = []
-    watermark = stamped_before = False
+    watermark = stamped_before = by_reference = False
     for name, value in hdrs:
         if name.startswith(headers.PREFIX):
             if name == headers.COMMIT_TS:
@@ -114,6 +144,8 @@ def add(ctx: FeedContext, state: PartitionState, msg: Message, offset: int) -> R
                 watermark = watermark or value == RESOLVED
             elif name in provenance.STAMPED:
                 stamped_before = True
+            elif name == headers.SCHEMA:
+                by_reference = True
     if stamped_before and state.is_loop(hdrs, ctx.target_cluster_id):
         return None
     if watermark:
@@ -149,6 +181,11 @@ def add(ctx: FeedContext, state: PartitionState, msg: Message, offset: int) -> R
     if not commit_values:
         stamped.append((headers.COMMIT_TS, b"%d" % commit_ts))
     key, value = msg.key(), msg.value()
+    if state.schemas is not None and not by_reference:
+        taken = state.schemas.take(value)
+        if taken is not None:
+            sid, value = taken
+            stamped.append((headers.SCHEMA, sid))
     size = staged_size(key, value, stamped)
     if size > ctx.staging_max_bytes:
         return (

@@ -89,6 +89,7 @@ class FeedContext:
     backlog_commit_interval_s: float
     resolved_interval_s: float
     staging_max_bytes: int = 64 << 20  # the staging topic's max.message.bytes
+    schemas_topic: str | None = None  # Debezium input: where the Connect schemas go
 
     @property
     def name(self) -> str:
@@ -149,6 +150,7 @@ class PartitionState:
     staged_bytes: int = 0
     watermarked: bool = False  # the partition follows producer watermarks
     watermark_us: int = 0  # the newest producer watermark read (working)
+    schemas: ordered.SchemaRefs | None = None  # Debezium input: schemas by reference
 
     def restore(self, resolved_ts_us: int, watermarked: bool) -> None:
         """Start from a previous owner's last mark: resolved_ts never goes backwards."""
@@ -206,6 +208,7 @@ class PullerTask:
             route,
             labels=(self.ctx.name, tp.topic, str(tp.partition)),
             key=records.mark_key(tp.topic, tp.partition),
+            schemas=None if self.ctx.schemas_topic is None else ordered.SchemaRefs(),
         )
         self.txn.add_partition(state, next_offset)
         self.partitions[tp] = state
@@ -293,6 +296,13 @@ class PullerTask:
                     self._produce(topics.DLQ, value, key, hdrs, partition=-1)
                     state.dead_letters += 1
                 state.letters.clear()
+            schemas = state.schemas
+            if schemas is not None and schemas.unsent:
+                # Before the changes that refer to them, in the same transaction.
+                assert self.ctx.schemas_topic is not None
+                for sid, schema in schemas.unsent:
+                    self._produce(self.ctx.schemas_topic, schema, sid, None, partition=0)
+                schemas.unsent.clear()
             if state.staged:
                 # By position, like the copies (keywords cost ~2 µs per record here).
                 topic, partition, producer = (

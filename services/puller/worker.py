@@ -134,11 +134,14 @@ class PullerWorker:
             backlog_commit_interval_s=opts.backlog_commit_interval_ms / 1000,
             resolved_interval_s=opts.resolved_interval_ms / 1000,
             staging_max_bytes=staging_max,
+            schemas_topic=topics.schemas(self.feed.name) if self.feed.input == "debezium" else None,
         )
         kafka_topics.ensure_internal(target_admin, topics.DLQ)
         if self.feed.mode == "mirror":
             kafka_topics.ensure_internal(target_admin, topics.OFFSET_SYNCS)
         self.targets = TargetTopics(target_admin)
+        if self.ctx.schemas_topic is not None:
+            kafka_topics.ensure_internal(target_admin, self.ctx.schemas_topic)
         if self.feed.input == "debezium":  # the task reads it from the start
             kafka_topics.ensure_internal(
                 clients.admin(self.source_conf), topics.debezium_ordered(self.feed.name)

@@ -24,6 +24,7 @@ from crossfeed.kafka import topics as kafka_topics
 from crossfeed.kafka.reachability import wait_for_cluster
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
 from crossfeed.services.sink import metrics
+from crossfeed.services.sink.schemas import SchemaStore, UnknownSchema
 from crossfeed.services.sink.sorted_stream import (
     Applied,
     BadMarker,
@@ -82,6 +83,8 @@ class OrderedSink:
         self.committed = Applied()  # what is durably in the target with the data
         self.committed_offset = -1  # the sorted offset to resume from (-1: the start)
         self.sequencer = Sequencer()
+        # Debezium input: the changes' Connect schemas, by reference (made with the clients).
+        self.schemas: SchemaStore | None = None
         self._init_target()
         self._reset_txn()
 
@@ -94,6 +97,8 @@ class OrderedSink:
         admin = clients.admin(conf)
         kafka_topics.ensure_internal(admin, topics.DLQ)
         kafka_topics.ensure_internal(admin, self.sorted_topic)
+        if self.feed.input == "debezium":
+            self.schemas = SchemaStore(self.feed.name, conf)
         return admin
 
     def _consumer_conf(self) -> dict[str, Any]:
@@ -121,6 +126,8 @@ class OrderedSink:
     def _close(self, consumer: Any, producer: Any) -> None:
         if consumer is not None:
             consumer.close()
+        if self.schemas is not None:
+            self.schemas.close()
         if self.heartbeats is not None:
             self.heartbeats.leave()
         if producer is not None:
@@ -322,6 +329,13 @@ class OrderedSink:
             log.info("feed %s: sink writing again", self.feed.name)
             self.state, self.last_error = "normal", None
 
+    def _value(self, msg: Any) -> bytes | None:
+        """A data record's whole value: a Debezium payload gets its schema back
+        (UnknownSchema if it cannot be found)."""
+        if self.schemas is None:
+            return msg.value()  # type: ignore[no-any-return]
+        return self.schemas.restore(msg.value(), msg.headers())
+
     def _dead_letter(
         self, msg: Any, error_class: str, reason: str, producer: Any, cluster: str
     ) -> None:
@@ -340,10 +354,14 @@ class OrderedSink:
         if self.feed.config.errors_tolerance == "none":
             raise FeedStopped(letter)
         log.warning("dead letter: %s", letter.describe())
+        try:
+            value = self._value(msg)  # the value as the source had it
+        except UnknownSchema:
+            value = msg.value()  # the payload alone, its header naming the schema
         clients.produce_waiting(
             producer,
             topics.DLQ,
-            value=msg.value(),
+            value=value,
             key=msg.key(),
             headers=letter.headers(msg.headers() or []),
         )

@@ -34,9 +34,6 @@ if TYPE_CHECKING:  # pyspark is imported when the job starts (run)
 
 log = logging.getLogger(__name__)
 
-DEBEZIUM_MAX_OFFSETS = 10_000
-
-
 class SorterFailed(RuntimeError):
     """The Spark query stopped with an error (the message carries Spark's)."""
 
@@ -140,7 +137,7 @@ class SorterWorker:
             ),
             self.partitions,
             source_cluster_id=source_id,
-            max_offsets_per_trigger=self._max_offsets_per_trigger(),
+            max_offsets_per_trigger=self.opts.max_offsets_per_trigger,
             trigger_interval_ms=self.opts.trigger_interval_ms,
             max_segments=self.opts.max_segments,
             driver_release_rows=self.opts.driver_release_rows,
@@ -185,16 +182,6 @@ class SorterWorker:
             log.error("the Spark query failed: %s", error)
             raise SorterFailed(f"the sorter's Spark query failed: {_reason(error)}")
         log.info("sorter %s stopped", self.instance_id)
-
-    def _max_offsets_per_trigger(self) -> int:
-        """Debezium's events carry their Connect schema as JSON, about ten times the bytes
-        of a ChangeEvent: a micro-batch of them is capped at DEBEZIUM_MAX_OFFSETS, so that
-        what one batch reads and collects fits the default driver memory (50,000 of them
-        ran a 1 GiB driver out of heap)."""
-        configured = self.opts.max_offsets_per_trigger
-        if self.feed.input == "debezium":
-            return min(configured, DEBEZIUM_MAX_OFFSETS)
-        return configured
 
     def _refresh_partitions(self, stop: threading.Event) -> None:
         admin = clients.admin(self.source_conf, logger=clients.QUIET)

@@ -262,6 +262,20 @@ def test_debezium_input_into_a_kafka_topic_byte_for_byte_a_source_transaction_at
     # (extended.headers.enabled=false), which every hop would carry and parse.
     assert sorted(r.user_headers for r in records) == sorted(r.user_headers for r in source)
     assert not any(name.startswith("__debezium.context") for r in source for name, _ in r.headers)
+    assert not any(r.header("crossfeed-schema") for r in records)
+    # In between, the schemas travelled by reference: each staged change holds the payload
+    # alone and names its schema, which is in the feed's schemas topic once per table.
+    changes = [
+        r
+        for r in _read_all(clusters.b.config, [f"_crossfeed.{feed.name}.changes"])
+        if r.header("crossfeed-type") is None
+    ]
+    stored = {
+        r.key: r.value for r in _read_all(clusters.b.config, [f"_crossfeed.{feed.name}.schemas"])
+    }
+    assert len(changes) == expected and len(stored) == 2
+    assert all(r.header("crossfeed-schema") in stored for r in changes)
+    assert not any(r.value.startswith(b'{"schema":') for r in changes)
     # A source transaction at a time, in commit order: each transaction's records are
     # contiguous and complete, and commit_ts grows from one to the next.
     runs: list[tuple[str, int, int]] = []  # (txn id, count, commit_ts)

@@ -1,6 +1,9 @@
 """Every test under tests/unit is a unit test: marked ``unit`` here (so ``make unit`` runs
 them all), and kept off the network — a unit test that binds or connects an internet
-socket fails at once. Tests that need a listening server live in tests/integration."""
+socket fails at once. Tests that need a listening server live in tests/integration.
+
+Property tests have no deadline: how long an example takes is the machine's load, not
+behaviour (speed is measured in ``make bench``)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("crossfeed", deadline=None)
+settings.load_profile("crossfeed")
 
 HERE = Path(__file__).resolve().parent
 INTERNET = (socket.AF_INET, socket.AF_INET6)

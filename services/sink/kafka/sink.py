@@ -42,6 +42,7 @@ from crossfeed.kafka.targets import TargetTopics, record_size
 from crossfeed.membership import HeartbeatContent
 from crossfeed.services.sink import metrics
 from crossfeed.services.sink.base import SORTED_PARTITION, OrderedSink, relax_cycle_collector
+from crossfeed.services.sink.schemas import UnknownSchema
 from crossfeed.services.sink.sorted_stream import (
     Applied,
     BadMarker,
@@ -52,7 +53,7 @@ from crossfeed.services.sink.sorted_stream import (
     written_position,
 )
 from crossfeed.wire import ids
-from crossfeed.wire.headers import TIMESTAMP
+from crossfeed.wire.headers import SCHEMA, TIMESTAMP
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +177,12 @@ class KafkaSink(OrderedSink):
         return False
 
     def _apply(self, msg: Message) -> None:
-        key, value, hdrs = msg.key(), msg.value(), msg.headers()
+        key, hdrs = msg.key(), msg.headers()
+        try:
+            value = self._value(msg)
+        except UnknownSchema as err:
+            self._dead_letter_here(msg, "UnknownSchema", str(err))
+            return
         if record_size(key, value, hdrs) > self.max_message_bytes:
             self._dead_letter_here(
                 msg,
@@ -463,7 +469,8 @@ def time_retention_ms(admin: Any, topic: str) -> int | None:
 def source_timestamp(sorted_ts_ms: int, hdrs: list[Any] | None) -> tuple[int, list[Any] | None]:
     """The source record's timestamp and the headers to write: Spark's Kafka writer cannot
     set a record timestamp, so the sorter carries it in ``crossfeed-timestamp``
-    (docs/ordered-feeds.md §3); the target gets it back and not the header."""
+    (docs/ordered-feeds.md §3); the target gets it back and not the header. Nor does it get
+    ``crossfeed-schema``: the value it names the schema of is whole again."""
     if not hdrs:
         return sorted_ts_ms, hdrs
     ts_ms = sorted_ts_ms
@@ -472,7 +479,7 @@ def source_timestamp(sorted_ts_ms: int, hdrs: list[Any] | None) -> tuple[int, li
         if name == TIMESTAMP:
             with contextlib.suppress(TypeError, ValueError):
                 ts_ms = int(value)
-        else:
+        elif name != SCHEMA:
             kept.append((name, value))
     return ts_ms, kept
 

@@ -60,6 +60,7 @@ from crossfeed.services.sink.postgres.batch import Batch
 from crossfeed.services.sink.postgres.debezium import DebeziumMounter
 from crossfeed.services.sink.postgres.fastmount import FastMounter
 from crossfeed.services.sink.postgres.mapping import Misfit, RowChange, TableSchema
+from crossfeed.services.sink.schemas import UnknownSchema
 from crossfeed.services.sink.sorted_stream import Applied, Position
 from crossfeed.wire import codec
 from crossfeed.wire.codec import CodecError
@@ -283,8 +284,8 @@ class PostgresSink(OrderedSink):
         if careful:
             self._ensure_savepoint()
             self._execute("SAVEPOINT cf_row")
-        value = msg.value()
         try:
+            value = self._value(msg)
             if self.debezium is None:
                 change = self._mount(value, open_txn.position.commit_ts)
             else:
@@ -304,10 +305,11 @@ class PostgresSink(OrderedSink):
                 batch = Batch()
                 batch.add(change)
                 self._write(batch)
-        except Misfit as err:
+        except (Misfit, UnknownSchema) as err:
             if careful:
                 self._execute("RELEASE SAVEPOINT cf_row")
-            self._dead_letter_here(msg, err.error_class, str(err))
+            error_class = err.error_class if isinstance(err, Misfit) else "UnknownSchema"
+            self._dead_letter_here(msg, error_class, str(err))
             return
         except Refused as err:
             if not careful:
@@ -320,7 +322,7 @@ class PostgresSink(OrderedSink):
         if careful:
             self._execute("RELEASE SAVEPOINT cf_row")
         self.txn_events += 1
-        self.txn_bytes += len(value) + len(msg.key() or b"")
+        self.txn_bytes += len(value or b"") + len(msg.key() or b"")
         self.newest_ts_ms = msg.timestamp()[1]
         if careful or change.op == "ddl":
             return  # written already (ddl: by _fit, a barrier)

@@ -67,7 +67,9 @@ class _Msg:
         return TP.partition
 
 
-def _task(tolerance: str = "all", lateness_ms: int = 0, max_bytes: int = 1 << 20) -> PullerTask:
+def _task(
+    tolerance: str = "all", lateness_ms: int = 0, max_bytes: int = 1 << 20, debezium: bool = False
+) -> PullerTask:
     feed = FeedSpec.model_validate(
         {
             "name": "f",
@@ -76,6 +78,7 @@ def _task(tolerance: str = "all", lateness_ms: int = 0, max_bytes: int = 1 << 20
             "topics": ["bank"],
             "mode": "ordered",
             "config": {"errors.tolerance": tolerance, "lateness.ms": lateness_ms},
+            **({"input": "debezium"} if debezium else {}),
         }
     )
     ctx = FeedContext(
@@ -90,6 +93,7 @@ def _task(tolerance: str = "all", lateness_ms: int = 0, max_bytes: int = 1 << 20
         1.0,
         1.0,
         staging_max_bytes=max_bytes,
+        schemas_topic="_crossfeed.f.schemas" if debezium else None,
     )
     task = PullerTask(ctx, 0, _Producer())  # type: ignore[arg-type]
     task.add_partition(TP, 0)
@@ -266,3 +270,31 @@ def test_next_resolved_never_goes_backwards(
         if watermarked:
             assert value == max(previous, watermark)
         previous = value
+
+
+def test_debezium_values_travel_without_their_schema_which_is_written_once_before_them():
+    from crossfeed.wire import debezium
+
+    task = _task(debezium=True)
+    state = task.partitions[TP]
+    schema = b'{"type":"struct","fields":[],"name":"pg1.public.t.Envelope"}'
+    for offset, op in enumerate([b"c", b"u", b"d"]):
+        value = b'{"schema":' + schema + b',"payload":{"op":"' + op + b'"}}'
+        task.add(_Msg(offset, [(headers.COMMIT_TS, b"%d" % (100 + offset))], value=value), state)
+    task.add(_Msg(3, [(headers.COMMIT_TS, b"200")], value=b'{"op":"c"}'), state)  # no schema
+    sent = _commit(task)
+    assert [r["topic"] for r in sent] == ["_crossfeed.f.schemas"] + ["_crossfeed.f.changes"] * 5
+    sid = debezium.schema_id(schema)
+    assert sent[0]["key"] == sid and sent[0]["value"] == schema and sent[0]["partition"] == 0
+    changes = sent[1:5]
+    assert [r["value"] for r in changes] == [
+        b'{"op":"c"}',
+        b'{"op":"u"}',
+        b'{"op":"d"}',
+        b'{"op":"c"}',
+    ]
+    assert [dict(r["headers"]).get(headers.SCHEMA) for r in changes] == [sid, sid, sid, None]
+    # The next transaction refers to the schema already written: not written again.
+    value = b'{"schema":' + schema + b',"payload":{"op":"t"}}'
+    task.add(_Msg(4, [(headers.COMMIT_TS, b"300")], value=value), state)
+    assert [r["topic"] for r in _commit(task)] == ["_crossfeed.f.changes"] * 2

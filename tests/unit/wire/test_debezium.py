@@ -100,3 +100,72 @@ def test_heartbeats_and_topic_names():
     assert debezium.transaction_topic("pg1") == "pg1.transaction"
     assert debezium.heartbeat_topic("pg1") == "__debezium-heartbeat.pg1"
     assert debezium.collection_topic("pg1", "public.accounts") == "pg1.public.accounts"
+
+
+# -- schema by reference ----------------------------------------------------------------
+
+
+def _value(schema: object, payload: object) -> bytes:
+    return json.dumps(
+        {"schema": schema, "payload": payload}, separators=(",", ":"), ensure_ascii=False
+    ).encode()
+
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["payload", "schema", "a", "é"]) | st.text(), inner, max_size=3
+        )
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=400)
+@given(schema=st.dictionaries(st.text() | st.just("payload"), JSONISH, max_size=4), payload=JSONISH)
+def test_a_split_value_joins_back_byte_for_byte(schema, payload):
+    """Whatever the schema's parameters or the payload hold (a "payload" key nested in
+    the schema, ',"payload":' inside a string, non-ASCII), S is exactly the schema half."""
+    splitter = debezium.EnvelopeSplitter()
+    value = _value(schema, payload)
+    for _ in range(2):  # the second time the schema is known
+        split = splitter.split(value)
+        assert split is not None
+        sid, s, p = split
+        assert debezium.join_envelope(s, p) == value
+        assert json.loads(s) == schema and json.loads(p) == payload
+        assert sid == debezium.schema_id(s) and len(sid) == 32
+
+
+def test_a_nested_payload_key_in_the_schema_is_not_the_cut():
+    schema = {"type": "struct", "parameters": {"payload": "x"}, "fields": []}
+    value = _value(schema, {"op": "c"})
+    _, s, p = debezium.EnvelopeSplitter().split(value)  # type: ignore[misc]
+    assert json.loads(s) == schema and p == b'{"op":"c"}'
+
+
+def test_the_id_names_the_schema_not_the_payload():
+    splitter = debezium.EnvelopeSplitter()
+    a = splitter.split(_value(SCHEMA, {"op": "c"}))
+    b = splitter.split(_value(SCHEMA, {"op": "d"}))
+    c = splitter.split(_value({**SCHEMA, "version": 2}, {"op": "c"}))
+    assert a and b and c and a[0] == b[0] != c[0]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        b"",
+        b'{"op":"c"}',  # schemas.enable=false: travels whole
+        b'{"schema":{"type":"struct"}}',  # no payload
+        b'{"schema":{"type":"str',  # cut short
+        b'{"schema":[1,2],"payload":{}}',  # a schema half that is not an object
+        b'{"schema":{},"payload":{}} ',  # not the converter's bytes
+        b'{"schema":{"a":"\xff"},"payload":{}}',  # not UTF-8
+    ],
+)
+def test_what_is_not_the_converter_envelope_is_not_split(value):
+    assert debezium.EnvelopeSplitter().split(value) is None
