@@ -17,7 +17,7 @@ from crossfeed.config import ConfigError
 # Keep in step with [project.optional-dependencies] in pyproject.toml (a unit test checks).
 EXTRAS: dict[str, tuple[str, ...]] = {
     "sorter": ("pyspark", "pandas", "pyarrow", "numpy"),
-    "postgres": ("psycopg",),
+    "postgres": ("psycopg", "orjson"),
     "coordinator": ("fastapi", "uvicorn"),
 }
 

@@ -78,6 +78,9 @@ class Pipeline:
         self.feed_file.write_text(yaml.safe_dump(spec))
         self.procs: dict[str, Any] = {}
         janitor.topics(b, [wire_topics.changes(self.feed), wire_topics.sorted_(self.feed)])
+        if (options or {}).get("input") == "debezium":
+            janitor.topics(a, [wire_topics.debezium_ordered(self.feed)])
+            janitor.topics(b, [wire_topics.schemas(self.feed)])
 
     def start(self) -> dict[str, int]:
         for label in self.roles:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
+import orjson
+
 from crossfeed.services.sink.postgres.mapping import Column, Misfit, RowChange
 
 EPOCH: Final = dt.datetime(1970, 1, 1)  # naive: MicroTimestamp columns have no zone
@@ -243,12 +245,21 @@ def _split(raw: bytes) -> tuple[bytes, dict[str, Any] | None]:
                     "schemas.enable=true",
                 )
             raise Misfit("NotDebezium", "the value is not a Debezium change event")
-        payload = json.loads(raw[cut + len(b',"payload":') : -1])
+        payload = _loads(raw[cut + len(b',"payload":') : -1])
     except (ValueError, UnicodeDecodeError) as err:
         raise Misfit("UndecodableValue", f"not JSON: {err}") from None
     if payload is not None and not isinstance(payload, dict):
         raise Misfit("NotDebezium", "the payload is not an object")
     return raw[:cut], payload
+
+
+def _loads(data: bytes) -> Any:
+    """A payload: orjson (~4x faster than json on Debezium's events), and json for what
+    orjson refuses but Connect's converter may write (NaN, Infinity)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 def _make_shape(value: bytes, key: bytes | None, version: int) -> _Shape:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import math
 import uuid
 from decimal import Decimal
 
@@ -151,3 +152,15 @@ def test_a_value_that_is_not_a_debezium_event_is_a_misfit():
     with pytest.raises(Misfit) as err:
         DebeziumMounter().mount(b"{}", b'{"schema":{},"payload":{"x":1}}', commit_ts=1)
     assert err.value.error_class == "NotDebezium"
+
+
+def test_special_floats_and_64_bit_integers_come_through_exactly():
+    """Jackson may write NaN and Infinity for a float column (orjson refuses them); int64
+    values at their bounds keep every digit."""
+    key, value = event("u", ROW | {"big": 2**63 - 1, "small": -(2**15)})
+    value = value.replace(b'"f4":1.5', b'"f4":NaN').replace(b'"f8":2.25', b'"f8":-Infinity')
+    change = DebeziumMounter().mount(key, value, commit_ts=5)
+    assert change is not None
+    v = change.values
+    assert v["big"] == 2**63 - 1 and v["small"] == -(2**15)
+    assert math.isnan(v["f4"]) and v["f8"] == -math.inf
