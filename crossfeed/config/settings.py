@@ -221,6 +221,13 @@ class SorterSettings(_Section):
         description="changes read per micro-batch, at most (maxOffsetsPerTrigger); at most "
         "driver_release_rows keeps a backlog on the driver path",
     )
+    min_partitions: int = Field(
+        0,
+        ge=0,
+        description="Spark tasks that read each micro-batch, at least (minPartitions): with "
+        "fewer staging partitions than this (a Debezium feed has one) each is read in pieces "
+        "side by side; 0: Spark's default parallelism (its cores)",
+    )
     shuffle_partitions: int = Field(
         2, ge=1, description="spark.sql.shuffle.partitions (the release itself is one partition)"
     )

@@ -67,6 +67,7 @@ class SorterJob:
         source_cluster_id: str,
         max_offsets_per_trigger: int,
         trigger_interval_ms: int,
+        min_partitions: int = 0,
         max_segments: int,
         driver_release_rows: int,
         on_batch: Callable[[BatchReport, DriverState], None],
@@ -78,6 +79,7 @@ class SorterJob:
         self.partitions = partitions
         self.source_cluster_id = source_cluster_id
         self.max_offsets_per_trigger = max_offsets_per_trigger
+        self.min_partitions = min_partitions
         self.trigger_interval_ms = trigger_interval_ms
         self.max_segments = max_segments
         self.driver_release_rows = driver_release_rows
@@ -105,6 +107,9 @@ class SorterJob:
             .option("includeHeaders", "true")
             .option("kafka.isolation.level", "read_committed")
             .option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
+            # The read is most of a batch's cost: with fewer staging partitions than cores
+            # (one, for a Debezium feed) Spark reads each in pieces side by side.
+            .option("minPartitions", str(self.min_partitions or self._parallelism()))
             .load()
         )
         writer = (
@@ -115,6 +120,9 @@ class SorterJob:
         if self.trigger_interval_ms > 0:
             writer = writer.trigger(processingTime=f"{self.trigger_interval_ms} milliseconds")
         return writer.start()
+
+    def _parallelism(self) -> int:
+        return int(self.spark.sparkContext.defaultParallelism)
 
     # -- one micro-batch ------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # pyspark is imported when the job starts (run)
 
 log = logging.getLogger(__name__)
 
+
 class SorterFailed(RuntimeError):
     """The Spark query stopped with an error (the message carries Spark's)."""
 
@@ -138,6 +139,7 @@ class SorterWorker:
             self.partitions,
             source_cluster_id=source_id,
             max_offsets_per_trigger=self.opts.max_offsets_per_trigger,
+            min_partitions=self.opts.min_partitions,
             trigger_interval_ms=self.opts.trigger_interval_ms,
             max_segments=self.opts.max_segments,
             driver_release_rows=self.opts.driver_release_rows,
