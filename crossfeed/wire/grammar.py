@@ -3,9 +3,10 @@
 ``.sorted``), ``crossfeed-src`` and a resolved mark's key. Each pattern is written once
 here, as its fields; the forms the readers need are derived from it: Python's ``re`` (the
 change producer, the puller, the sinks, provenance), Java's (Spark SQL's ``rlike`` in the
-sorter's Spark release) and RE2's (pyarrow, the sorter's driver release). The bounds are the columns the sorter keeps them in: seq, count and a partition
-are 32-bit (at most 9 digits), commit_ts and an offset 64-bit (19 digits, at most
-:data:`MAX_LONG`, which a pattern cannot say: readers compare the digits too).
+sorter's Spark release) and RE2's (pyarrow, the sorter's driver release). The bounds are
+the columns the sorter keeps them in: seq, count and a partition are 32-bit (at most 9
+digits), commit_ts and an offset 64-bit (19 digits, at most :data:`MAX_LONG`, which a
+pattern cannot say: readers compare the digits too).
 """
 
 from __future__ import annotations
