@@ -379,7 +379,10 @@ def spread(runs: list[dict[str, Any]]) -> dict[str, Any]:
     def mm(values: list[float]) -> str | None:
         return f"{min(values)}/{statistics.median(values)}" if values else None
 
-    out: dict[str, Any] = {"runs": len(runs), "events_per_s": mm([r["events_per_s"] for r in runs])}
+    out: dict[str, Any] = {
+        "runs": len(runs),
+        "events_per_s": mm([r["backlog_batches"]["events_per_s"] for r in runs]),
+    }
     out["lag_p50_ms"] = mm([r["lag_ms"]["p50"] for r in runs if r["lag_ms"]["p50"] is not None])
     out["lag_p99_ms"] = mm([r["lag_ms"]["p99"] for r in runs if r["lag_ms"]["p99"] is not None])
     out["idle_batch_median_s"] = mm(
