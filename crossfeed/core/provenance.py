@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
+from crossfeed.wire import grammar
 from crossfeed.wire.headers import HOPS, ORIGIN_CLUSTER, ORIGIN_TOPIC, SRC, is_crossfeed_header
 
 Header: TypeAlias = tuple[str, bytes | None]
@@ -39,7 +40,7 @@ STAMPED: Final = (ORIGIN_CLUSTER, ORIGIN_TOPIC, HOPS, SRC)
 """The headers :func:`stamp` owns, in the order it appends them."""
 
 _CLUSTER_ID = re.compile(r"[^,/\s]+")
-_DECIMAL = re.compile(r"[0-9]+")
+_SRC = re.compile(grammar.SRC.python())
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,22 +184,20 @@ class Stamper:
 
 
 def parse_src(value: bytes) -> SrcRef:
-    """Parse a ``crossfeed-src`` value ``<cluster.id>/<topic>/<partition>/<offset>``.
-
-    The cluster.id is everything before the first ``/`` (cluster.ids contain none);
-    partition and offset are taken from the right, so the topic may contain ``/``.
+    """Parse a ``crossfeed-src`` value ``<cluster.id>/<topic>/<partition>/<offset>`` by the
+    grammar (crossfeed/wire/grammar.py: SRC, the bounds of every reader: a partition of at
+    most 9 digits, an offset of at most 2^63-1, no '/' in a topic, as Kafka's topic names).
     Raises ValueError naming the bad value.
     """
     text = _decode(SRC, value)
-    expected = "expected <cluster.id>/<topic>/<partition>/<offset>"
-    head, sep1, offset_text = text.rpartition("/")
-    head, sep2, partition_text = head.rpartition("/")
-    cluster_id, sep3, topic = head.partition("/")
-    if not (sep1 and sep2 and sep3):
-        raise ValueError(f"crossfeed-src {text!r}: {expected}")
-    if not _DECIMAL.fullmatch(partition_text) or not _DECIMAL.fullmatch(offset_text):
-        raise ValueError(f"crossfeed-src {text!r}: partition and offset must be decimal integers")
+    match = _SRC.fullmatch(text)
+    if match is None or not grammar.fits_long(match[4]):
+        raise ValueError(
+            f"crossfeed-src {text!r}: expected <cluster.id>/<topic>/<partition>/<offset>, "
+            "partition and offset decimal integers (9 and 19 digits at most, offset at most "
+            "2^63-1)"
+        )
     try:
-        return SrcRef(cluster_id, topic, int(partition_text), int(offset_text))
+        return SrcRef(match[1], match[2], int(match[3]), int(match[4]))
     except ValueError as exc:
         raise ValueError(f"crossfeed-src {text!r}: {exc}") from exc

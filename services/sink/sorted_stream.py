@@ -28,13 +28,14 @@ PostgreSQL sink's position row keeps the same fields).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
 from crossfeed.core.timestamps import parse_commit_ts
-from crossfeed.wire import headers, topics
+from crossfeed.wire import grammar, headers
 
 Header = tuple[str, bytes | None]
 
@@ -124,14 +125,18 @@ class BadMarker(ValueError):
     """A begin/commit/resolved record whose headers break the contract."""
 
 
+_SORTED_TXN: Final = re.compile(grammar.SORTED_TXN.python().encode())
+
+
 def split_txn(value: bytes | None) -> tuple[str, int, int]:
-    """``crossfeed-txn`` ``<txn id>/<seq>/<count>`` -> (txn id, seq, count)."""
-    text = (value or b"").decode("utf-8", "replace")
-    txn, sep1, rest = text.rpartition("/")
-    head, sep2, seq = txn.rpartition("/")
-    if not (sep1 and sep2 and head and topics.is_decimal(seq) and topics.is_decimal(rest)):
+    """A marker's ``crossfeed-txn`` ``<txn id>/<seq>/<count>`` -> (txn id, seq, count), by
+    the grammar (crossfeed/wire/grammar.py: SORTED_TXN)."""
+    match = _SORTED_TXN.fullmatch(value) if value is not None else None
+    if match is None:
+        text = (value or b"").decode("utf-8", "replace")
         raise BadMarker(f"{headers.TXN} {text!r} is not <txn id>/<seq>/<count>")
-    return head, int(seq), int(rest)
+    txn, seq, count = match.groups()
+    return txn.decode("utf-8", "replace"), int(seq), int(count)
 
 
 def classify(record_headers: Sequence[Header] | None) -> Marker:

@@ -4,7 +4,8 @@ A Spark job costs 0.3-1 s of planning, code generation and scheduling here whate
 size, and Spark's release of a batch (spark_release.py) is two of them: at a steady load each change
 then waits seconds for batches that carry a few thousand rows. So the job reads a batch
 once into the driver as an Arrow table (one Spark job, the Kafka read) and this module
-does the rest with the same rules (rules.py) and the same output as Spark's release:
+does the rest with the same rules (the grammar of crossfeed/wire/grammar.py, rule D of
+rules.py) and the same output as Spark's release:
 
 * :func:`parse` — the rows of the changes topic as the columns
   ``spark_release.parse_rows`` gives them
@@ -309,7 +310,7 @@ class Released:
 def _groups(ordered: pa.Table) -> Iterator[tuple[int, int, bool]]:
     """(start, end, whole) of each transaction — (commit_ts, txn id) — of rows sorted by
     (commit_ts, txn, seq); whole when its rows are seq 1..count exactly once with one
-    count (rules.is_complete; one commit_ts by construction)."""
+    count (rule D of rules.py; one commit_ts by construction)."""
     n = ordered.num_rows
     if n == 0:
         return

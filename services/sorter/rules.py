@@ -1,11 +1,11 @@
-"""The sorter's decisions, with no Spark and no Kafka (docs/ordered-feeds.md §2-§3).
-
-Spark's release (:mod:`crossfeed.services.sorter.spark_release`) evaluates the per-row rules
-below as Spark SQL expressions in the JVM, the driver's (:mod:`driver_release`) with pyarrow;
-the Python functions here are their reference (unit and property
-tests hold the two to the same answers) and everything the driver decides once per
-micro-batch: per-partition resolved state, the global resolved_ts R, which rows a batch
-releases, and which pending segments it may delete.
+"""The sorter's decisions, with no Spark and no Kafka (docs/ordered-feeds.md §2-§3):
+everything the driver decides once per micro-batch — per-partition resolved state, the
+global resolved_ts R, which rows a batch releases, and which pending segments it may
+delete. The per-row rules (a row's headers read by the grammar of crossfeed/wire/grammar.py,
+and whether a transaction is complete, rule D) live in the two release engines that apply
+them, Spark SQL in :mod:`crossfeed.services.sorter.spark_release` and pyarrow in
+:mod:`crossfeed.services.sorter.driver_release`; tests hold each to tables of expected
+answers and the two to each other (tests/integration/test_sorter_parse.py).
 
 Invariants:
 
@@ -27,133 +27,15 @@ E. A segment of pending rows may be deleted once its newest commit_ts is <= R: e
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from crossfeed.wire import grammar
-
 NOTHING_RELEASED: Final = -1
 """R_prev before the first release: every commit_ts (>= 0) is above it."""
 
-# The grammar's Python forms (crossfeed/wire/grammar.py), used with fullmatch.
-_DECIMAL = re.compile(grammar.COMMIT_TS.python())
-_TXN = re.compile(grammar.TXN.python())
-_SRC = re.compile(grammar.SRC.python())
-_MARK_KEY = re.compile(grammar.MARK_KEY.python())
-
 # Order of the rows of one transaction in `.sorted`: begin, seq 1..count, commit.
 BEGIN_ORD: Final = 0
-
-
-# -- per-row rules (spark_release.parse_rows and driver_release.parse) ---------------------
-
-
-def parse_commit_ts(text: str | None) -> int | None:
-    """``crossfeed-commit-ts``: decimal µs, or None when absent or unreadable."""
-    if text is None or not _DECIMAL.fullmatch(text) or not grammar.fits_long(text):
-        return None
-    return int(text)
-
-
-@dataclass(frozen=True)
-class Src:
-    """``crossfeed-src``: where the puller read the record."""
-
-    cluster_id: str
-    topic: str
-    partition: int
-    offset: int
-
-    @property
-    def partition_key(self) -> str:
-        return f"{self.topic}/{self.partition}"
-
-
-def parse_src(text: str | None) -> Src | None:
-    """``<cluster.id>/<topic>/<partition>/<offset>``, or None if absent or malformed."""
-    match = _SRC.fullmatch(text or "")
-    if match is None:
-        return None
-    return Src(match[1], match[2], int(match[3]), int(match[4]))
-
-
-def parse_mark_key(text: str | None) -> tuple[str, int] | None:
-    """A resolved mark's key ``<topic>/<partition>``, or None if malformed."""
-    match = _MARK_KEY.fullmatch(text or "")
-    return None if match is None else (match[1], int(match[2]))
-
-
-@dataclass(frozen=True)
-class TxnRef:
-    """Which transaction a change belongs to and where in it."""
-
-    txn_id: str
-    seq: int
-    count: int
-
-
-def parse_txn(txn: str | None, src: Src | None) -> TxnRef | None:
-    """The change's transaction (docs/ordered-feeds.md §3).
-
-    With ``crossfeed-txn: <id>/<seq>/<count>`` (1 <= seq <= count, the id without ``/``
-    or ``:``) that transaction; without the header a transaction of its own named
-    ``<cluster.id>:<topic>:<partition>:<offset>`` from ``crossfeed-src``; None when
-    neither can be read (the row is dead-lettered).
-    """
-    if txn is not None:
-        match = _TXN.fullmatch(txn)
-        if match is None:
-            return None
-        txn_id, seq, count = match[1], int(match[2]), int(match[3])
-        if not 1 <= seq <= count:
-            return None
-        return TxnRef(txn_id, seq, count)
-    if src is None:
-        return None
-    return TxnRef(f"{src.cluster_id}:{src.topic}:{src.partition}:{src.offset}", 1, 1)
-
-
-def is_complete(seqs: Iterable[int], counts: Iterable[int], commit_tss: Iterable[int]) -> bool:
-    """Rule D: the rows of one transaction are seq 1..count exactly once, one count, one ts.
-
-    The job checks the same thing with aggregates (n, min/max count, min/max seq, sum of
-    seq and of seq², min/max commit_ts): for n values in 1..count with n == count those
-    sums equal the ones of 1..count only for the permutation (for the sizes that occur;
-    see the property test).
-    """
-    seq_list = list(seqs)
-    count_set = set(counts)
-    ts_set = set(commit_tss)
-    if len(count_set) != 1 or len(ts_set) != 1:
-        return False
-    count = next(iter(count_set))
-    return sorted(seq_list) == list(range(1, count + 1))
-
-
-def complete_by_aggregates(
-    n: int,
-    min_count: int,
-    max_count: int,
-    min_seq: int,
-    max_seq: int,
-    sum_seq: int,
-    sum_seq2: int,
-    min_ts: int,
-    max_ts: int,
-) -> bool:
-    """The aggregate form of :func:`is_complete` the Spark job evaluates."""
-    c = max_count
-    return (
-        min_count == max_count
-        and min_ts == max_ts
-        and n == c
-        and min_seq == 1
-        and max_seq == c
-        and sum_seq == c * (c + 1) // 2
-        and sum_seq2 == c * (c + 1) * (2 * c + 1) // 6
-    )
 
 
 # -- per-batch rules (driver) ------------------------------------------------------------

@@ -12,12 +12,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +22,7 @@ from typing import Any
 import psutil
 import pytest
 
+from crossfeed.bench.spark_standalone import Standalone
 from crossfeed.workload.run import write_transactions
 from tests.integration.test_ordered_e2e import TargetWatcher, _all_on_target, _assert_ledger
 
@@ -33,82 +31,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.e2e, pytes
 PARTITIONS = 8
 # Spark's event log as plain JSON lines (Spark 4 compresses it and rolls it by default)
 PLAIN_EVENT_LOG = {"spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Standalone:
-    """A standalone master and one worker, each in a process group of its own."""
-
-    def __init__(self, base: Path) -> None:
-        import pyspark
-
-        self.home = Path(pyspark.__file__).parent
-        self.base = base
-        self.port, self.ui_port = _free_port(), _free_port()
-        self.url = f"spark://127.0.0.1:{self.port}"
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.env = {
-            **os.environ,
-            "SPARK_HOME": str(self.home),
-            "SPARK_LOCAL_IP": "127.0.0.1",
-            "SPARK_LOG_DIR": str(base / "logs"),
-            "SPARK_WORKER_DIR": str(base / "work"),
-        }
-
-    def _spawn(self, name: str, *args: str) -> None:
-        log = (self.base / f"{name}.log").open("wb")
-        cmd = [str(self.home / "bin" / "spark-class"), *args]
-        self.procs.append(
-            subprocess.Popen(cmd, env=self.env, stdout=log, stderr=log, start_new_session=True)
-        )
-
-    def start(self) -> None:
-        self._spawn(
-            "master",
-            "org.apache.spark.deploy.master.Master",
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
-            "--webui-port", str(self.ui_port),
-        )  # fmt: skip
-        self._spawn(
-            "worker",
-            "org.apache.spark.deploy.worker.Worker",
-            "--host", "127.0.0.1",
-            "--webui-port", str(_free_port()),
-            "--cores", "1",
-            "--memory", "2g",
-            "--work-dir", str(self.base / "work"),
-            self.url,
-        )  # fmt: skip
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if self.state().get("aliveworkers") == 1:
-                return
-            time.sleep(1)
-        raise AssertionError(f"no worker registered with {self.url}: see {self.base}")
-
-    def state(self) -> dict[str, Any]:
-        try:
-            url = f"http://127.0.0.1:{self.ui_port}/json/"
-            with urllib.request.urlopen(url, timeout=5) as reply:
-                return dict(json.load(reply))
-        except OSError:
-            return {}
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
 """The sorter's Spark SQL row rules (services/sorter/spark_release.parse_rows) give the
-answers of their Python reference (services/sorter/rules.py), on crafted headers; the
-driver path parses the same rows to the same columns (driver_release.parse), and a
-pending segment written by either path is read the same by the other. A local Spark, no brokers."""
+answers the table of tests/support/sorter_rows.py writes out (the driver's pyarrow parse is
+held to the same table in tests/unit/sorter/test_driver_release.py); on any rows the two
+engines give the same columns; both decide alike which transactions are complete; and a
+pending segment written by either path is read the same by the other. A local Spark, no
+brokers."""
 
 from __future__ import annotations
 
@@ -11,58 +13,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from crossfeed.services.sorter import rules
-from crossfeed.wire import headers
+from crossfeed import dlq
+from crossfeed.wire import headers as H
+from tests.support import sorter_rows
 
 pytestmark = [pytest.mark.spark]
-
-H = headers
-CASES: list[tuple[str, list[tuple[str, bytes]], bytes | None]] = [
-    ("data", [(H.COMMIT_TS, b"17"), (H.TXN, b"tx/2/3"), (H.SRC, b"C1/orders/4/99")], b"k"),
-    ("no txn", [(H.COMMIT_TS, b"18"), (H.SRC, b"C1/orders/4/100")], b"k"),
-    ("empty cluster id", [(H.COMMIT_TS, b"18"), (H.SRC, b"/orders/4/100")], None),
-    ("mark", [(H.TYPE, b"resolved"), (H.COMMIT_TS, b"20")], b"orders/4"),
-    ("mark bad key", [(H.TYPE, b"resolved"), (H.COMMIT_TS, b"20")], b"orders"),
-    ("mark no ts", [(H.TYPE, b"resolved")], b"orders/4"),
-    ("bad ts", [(H.COMMIT_TS, b"x1"), (H.TXN, b"tx/1/1")], b"k"),
-    ("no ts", [(H.TXN, b"tx/1/1")], b"k"),
-    ("seq > count", [(H.COMMIT_TS, b"5"), (H.TXN, b"tx/4/3")], b"k"),
-    ("seq 0", [(H.COMMIT_TS, b"5"), (H.TXN, b"tx/0/3")], b"k"),
-    ("colon in id", [(H.COMMIT_TS, b"5"), (H.TXN, b"a:b/1/1")], b"k"),
-    ("no txn no src", [(H.COMMIT_TS, b"5")], b"k"),
-    ("unknown type", [(H.TYPE, b"begin"), (H.COMMIT_TS, b"5")], b"k"),
-    ("two ts headers", [(H.COMMIT_TS, b"6"), (H.COMMIT_TS, b"7"), (H.TXN, b"t/1/1")], b"k"),
-    ("mark no key", [(H.TYPE, b"resolved"), (H.COMMIT_TS, b"21")], None),
-    ("txn not text", [(H.COMMIT_TS, b"5"), (H.TXN, b"\xff/1/1")], b"k"),
-    ("long ts", [(H.COMMIT_TS, b"1234567890123456789"), (H.TXN, b"t/1/1")], b"k"),
-    ("ts newline", [(H.COMMIT_TS, b"12\n"), (H.TXN, b"t/1/1")], b"k"),
-    ("txn newline", [(H.COMMIT_TS, b"12"), (H.TXN, b"t/1/1\n")], b"k"),
-    ("src newline", [(H.COMMIT_TS, b"12"), (H.SRC, b"C1/orders/4/100\n")], b"k"),
-    ("mark key newline", [(H.TYPE, b"resolved"), (H.COMMIT_TS, b"22")], b"orders/5\n"),
-]
-
-
-def reference(hdrs: list[tuple[str, bytes]], key: bytes | None) -> dict[str, object]:
-    first = {}
-    for name, value in hdrs:
-        first.setdefault(name, value.decode())
-    ts = rules.parse_commit_ts(first.get(H.COMMIT_TS))
-    if first.get(H.TYPE) == H.TYPE_RESOLVED:
-        ok = rules.parse_mark_key(key.decode() if key else None) is not None and ts is not None
-        return {"kind": "mark" if ok else "bad", "commit_ts": ts}
-    if H.TYPE in first:
-        return {"kind": "bad", "commit_ts": ts}
-    ref = rules.parse_txn(first.get(H.TXN), rules.parse_src(first.get(H.SRC)))
-    if ts is None or ref is None:
-        return {"kind": "bad", "commit_ts": ts}
-    return {
-        "kind": "data",
-        "commit_ts": ts,
-        "txn_id": ref.txn_id,
-        "seq": ref.seq,
-        "count": ref.count,
-    }
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +42,8 @@ def spark() -> Iterator[object]:
     session.stop()  # type: ignore[attr-defined]
 
 
-def _changes_frame(spark: object) -> object:
+def _changes_frame(spark: object, rows: list[sorter_rows.Raw] | None = None) -> object:
+    """Rows as Spark's Kafka source gives them (by default the table of sorter_rows)."""
     from pyspark.sql.types import (
         ArrayType,
         BinaryType,
@@ -115,61 +74,161 @@ def _changes_frame(spark: object) -> object:
             ),
         ]
     )
-    when = WHEN
-    rows = [
-        (key, label.encode(), "_crossfeed.f.changes", 2, i, when, 0, hdrs)
-        for i, (label, hdrs, key) in enumerate(CASES)
+    if rows is None:
+        rows = [sorter_rows.staged(i, case) for i, case in enumerate(sorter_rows.CASES)]
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    frame = [
+        (key, value, topic, partition, offset, epoch + dt.timedelta(milliseconds=ms), 0, hdrs)
+        for key, value, hdrs, topic, partition, offset, ms in rows
     ]
-    return spark.createDataFrame(rows, schema)  # type: ignore[attr-defined]
+    return spark.createDataFrame(frame, schema)  # type: ignore[attr-defined]
 
 
-WHEN = dt.datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC)
+def _by_spark(spark: object, rows: list[sorter_rows.Raw] | None = None) -> list[dict[str, Any]]:
+    """Spark's parse of ``rows``, in their order, as dicts of segments.SCHEMA's columns."""
+    from pyspark.sql import functions as F
+
+    from crossfeed.services.sorter.spark_release import parse_rows
+
+    parsed = parse_rows(_changes_frame(spark, rows)).withColumn(  # type: ignore[arg-type]
+        "_at", F.monotonically_increasing_id()
+    )
+    out = []
+    for row in parsed.orderBy("_at").drop("_at").collect():
+        got = row.asDict(recursive=True)
+        got["headers"] = [(h["key"], h["value"]) for h in got["headers"] or []]
+        out.append(got)
+    return out
 
 
-def test_parse_matches_the_python_rules(spark: object) -> None:
-    from crossfeed.services.sorter.spark_release import parse_rows as parse
-
-    when = WHEN
-    out = {r["value"].decode(): r.asDict() for r in parse(_changes_frame(spark)).collect()}  # type: ignore[arg-type]
-    for label, hdrs, key in CASES:
-        if label == "txn not text":
-            continue  # the reference takes text (the driver test below covers it)
-        got, want = out[label], reference(hdrs, key)
-        assert got["kind"] == want["kind"], (label, got)
-        assert got["commit_ts"] == want["commit_ts"], (label, got)
-        assert (got["error"] is not None) == (want["kind"] == "bad"), (label, got)
-        if want["kind"] == "data":
-            assert (got["txn_id"], got["seq"], got["count"]) == (
-                want["txn_id"],
-                want["seq"],
-                want["count"],
-            ), label
-        assert got["timestamp_ms"] == int(when.timestamp() * 1000)
-    assert out["mark"]["part"] == "orders/4"
-    assert (out["data"]["src_cluster"], out["data"]["src_topic"]) == ("C1", "orders")
-    assert (out["data"]["src_partition"], out["data"]["src_offset"]) == (4, 99)
-    assert out["no txn"]["txn_id"] == "C1:orders:4:100"
-    # without crossfeed-src, dead letters name the staging record
-    assert out["no ts"]["src_topic"] == "_crossfeed.f.changes"
-    assert out["no ts"]["src_offset"] == 7
-
-
-def test_the_driver_parses_every_row_as_spark_does(spark: object) -> None:
+def _by_driver(rows: list[sorter_rows.Raw]) -> list[dict[str, Any]]:
     from crossfeed.services.sorter import driver_release
-    from crossfeed.services.sorter.driver_release import RAW_COLUMNS
-    from crossfeed.services.sorter.spark_release import parse_rows as parse
 
-    frame = _changes_frame(spark)
-    by_spark = [r.asDict(recursive=True) for r in parse(frame).orderBy("value").collect()]  # type: ignore[arg-type]
-    table = driver_release.parse(frame.select(*RAW_COLUMNS).toArrow())  # type: ignore[attr-defined]
+    table = driver_release.parse(sorter_rows.raw_table(rows))
     assert table.schema == driver_release.SCHEMA
-    rows = driver_release.rows_of(table)
-    by_driver = sorted(rows, key=lambda r: r.value or b"")
-    assert len(by_driver) == len(by_spark) == len(CASES)
-    for got, want in zip(by_driver, by_spark, strict=True):
-        label = (got.value or b"").decode()  # both read the bytes as U+FFFD
-        want["headers"] = [(h["key"], h["value"]) for h in want["headers"] or []]
-        assert dataclasses.asdict(got) == want, label
+    return [dataclasses.asdict(r) for r in driver_release.rows_of(table)]
+
+
+def test_spark_parses_each_row_of_the_table_as_it_says(spark: object) -> None:
+    got = _by_spark(spark)
+    for offset, (case, row) in enumerate(zip(sorter_rows.CASES, got, strict=True)):
+        assert row == sorter_rows.expected(offset, case), case.label
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(sorter_rows.RAW_ROWS, min_size=1, max_size=25))
+def test_both_engines_read_any_rows_alike(spark: object, raws: list[sorter_rows.Raw]) -> None:
+    """Spark's parse and the driver's give the same columns for the same rows, whatever
+    their bytes (Spark reads bytes that are not UTF-8 as U+FFFD, as the driver does)."""
+    assert _by_spark(spark, raws) == _by_driver(raws)
+
+
+# -- which transactions are complete (rule D) ---------------------------------------------
+
+SORTED = "_crossfeed.f.sorted"
+# seq values of a transaction of 8: n == count, min 1, max 8, and the sum and the sum of
+# squares of 1..8 (36 and 204), but 1, 5 and 6 twice and 2, 3, 7 missing
+NOT_A_PERMUTATION = (1, 1, 4, 5, 5, 6, 6, 8)
+
+
+def _changes(txns: list[tuple[int, str, list[int], int]]) -> list[sorter_rows.Raw]:
+    """Data rows of transactions (commit_ts, txn id, its seqs, count), in that order."""
+    rows: list[sorter_rows.Raw] = []
+    for ts, txn, seqs, count in txns:
+        for seq in seqs:
+            hdrs = [(H.COMMIT_TS, str(ts).encode()), (H.TXN, f"{txn}/{seq}/{count}".encode())]
+            hdrs.append((H.SRC, f"C/orders/0/{len(rows)}".encode()))
+            rows.append((b"k", f"{txn}-{seq}".encode(), hdrs, "t", 0, len(rows), 1000))
+    return rows
+
+
+def _released(spark: object, rows: list[sorter_rows.Raw], window: Any) -> dict[str, list[Any]]:
+    """Both engines' release of ``rows`` in ``window``: the `.sorted` records in order and
+    the dead letters in any order, per engine."""
+    from pyspark.sql import functions as F
+
+    from crossfeed.feeds import FeedSpec
+    from crossfeed.services.sorter import driver_release
+    from crossfeed.services.sorter.spark_release import SparkRelease
+
+    table = driver_release.parse(sorter_rows.raw_table(rows))
+    feed = FeedSpec.model_validate({"name": "f", "source": "a", "sink-uri": "kafka://b/t",
+                                    "topics": ["orders"], "mode": "ordered"})  # fmt: skip
+    engine = SparkRelease(spark, feed, None, {}, SORTED)  # type: ignore[arg-type]
+    frame = spark.createDataFrame(table)  # type: ignore[attr-defined]
+    ts = F.col("commit_ts")
+    inside = frame.filter(
+        (F.col("kind") == "data")
+        & (ts > F.lit(window.prev_resolved_ts))
+        & (ts <= F.lit(window.resolved_ts))
+    )
+    ordered = inside.repartition(1).sortWithinPartitions("commit_ts", "txn_id", "seq")
+    by_spark = [
+        (r["topic"], r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]])
+        for r in engine._transactions(engine._completeness(ordered), window).collect()
+    ]
+    by_driver = driver_release.release(table, window, "f").records
+
+    def split(records: list[Any]) -> tuple[list[Any], list[Any]]:
+        return [r for r in records if r[0] == SORTED], sorted(r for r in records if r[0] != SORTED)
+
+    (spark_sorted, spark_dlq), (driver_sorted, driver_dlq) = split(by_spark), split(by_driver)
+    return {"spark": [spark_sorted, spark_dlq], "driver": [driver_sorted, driver_dlq]}
+
+
+def test_seqs_with_the_sums_of_a_whole_transaction_are_not_one(spark: object) -> None:
+    from crossfeed.services.sorter.rules import Window
+
+    assert sum(NOT_A_PERMUTATION) == sum(range(1, 9))
+    assert sum(s * s for s in NOT_A_PERMUTATION) == sum(s * s for s in range(1, 9))
+    rows = _changes([(5, "dup", list(NOT_A_PERMUTATION), 8), (6, "ok", [2, 1], 2)])
+    for engine, (released, letters) in _released(spark, rows, Window(0, 10)).items():
+        assert [r[2] for r in released] == [None, b"ok-1", b"ok-2", None], engine
+        assert len(letters) == 8, engine
+        assert {dict(r[3])[dlq.ERROR_CLASS] for r in letters} == {b"IncompleteTransaction"}
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 30), st.sampled_from("abcdef"), st.integers(1, 9)),
+        min_size=1,
+        max_size=80,
+    ),
+    st.integers(0, 31),
+    st.randoms(use_true_random=False),
+)
+def test_both_engines_release_the_same_transactions(spark: object, txns, high, rnd) -> None:
+    """Transactions that may miss a change, have one twice or with another count, in any
+    arrival order: both engines release the same records in the same order and dead-letter
+    the same rows; a transaction comes out iff its seqs are 1..count once each."""
+    from crossfeed.services.sorter.rules import Window
+
+    made, whole = [], set()
+    for (ts, txn), count in {(ts, txn): count for ts, txn, count in txns}.items():
+        seqs = list(range(1, count + 1))
+        damage = rnd.random()
+        if damage < 0.2:
+            seqs.pop(rnd.randrange(count))
+        elif damage < 0.4:
+            seqs[rnd.randrange(count)] = rnd.choice(seqs)  # one twice, one missing
+        elif damage < 0.5:
+            seqs.append(rnd.choice(seqs))
+        counts = [count] * len(seqs)
+        if 0.5 <= damage < 0.6 and count > 1:
+            counts[0] = count + 1
+        rnd.shuffle(seqs)
+        if sorted(seqs) == list(range(1, count + 1)) and len(set(counts)) == 1:
+            whole.add((ts, txn))
+        for seq, n in zip(seqs, counts, strict=True):
+            made.append((ts, txn, [seq], n))
+    rnd.shuffle(made)
+    window = Window(0, high)
+    got = _released(spark, _changes(made), window)
+    assert got["spark"] == got["driver"]
+    begins = [dict(r[3]) for r in got["spark"][0] if dict(r[3]).get(H.TYPE) == b"begin"]
+    released = [(int(h[H.COMMIT_TS]), h[H.TXN].decode().split("/")[0]) for h in begins]
+    assert released == sorted(t for t in whole if window.releases(t[0]))
 
 
 def test_a_segment_of_either_path_reads_the_same_in_the_other(spark: object, tmp_path) -> None:
@@ -182,7 +241,7 @@ def test_a_segment_of_either_path_reads_the_same_in_the_other(spark: object, tmp
     store.pending_dir.mkdir(parents=True)
     parsed = parse(_changes_frame(spark))  # type: ignore[arg-type]
     parsed.write.parquet(store.segment_path("by-spark"))
-    data = segments.read(store, [Segment("by-spark", 99, 1)], Window(-1, 2**62))
+    data = segments.read(store, [Segment("by-spark", 99, 1)], Window(-1, 2**63 - 1))
     want = sorted(r["value"] for r in parsed.filter("kind = 'data'").collect())
     assert sorted(data.column("value").to_pylist()) == want and want
     # a window: only the rows it releases, and their count from two columns

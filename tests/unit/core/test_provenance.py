@@ -161,13 +161,25 @@ class TestParseSrc:
         assert parse_src(ref.encode()) == ref
         assert str(ref) == f"{A}/orders/3/42"
 
-    def test_topic_with_slash_parsed_from_the_right(self) -> None:
-        assert parse_src(b"c/a/b/1/2") == SrcRef("c", "a/b", 1, 2)
+    def test_the_grammar_bounds(self) -> None:
+        # crossfeed/wire/grammar.py: a partition of 9 digits at most, an offset of 19 digits
+        # at most 2^63-1 (the sorter reads the same values alike)
+        assert parse_src(b"c/t/999999999/9223372036854775807") == SrcRef(
+            "c", "t", 999999999, 2**63 - 1
+        )
+        assert parse_src(b"c/t/000000001/0000000000000000002") == SrcRef("c", "t", 1, 2)
 
     @pytest.mark.parametrize(
         "value",
-        [b"", b"c/t/1", b"c//1/2", b"/t/1/2", b"c/t/x/2", b"c/t/1/-2", b"c/t/1/ 2", b"c/t/+1/2"],
-    )
+        [
+            b"", b"c/t/1", b"c//1/2", b"/t/1/2", b"c/t/x/2", b"c/t/1/-2", b"c/t/1/ 2",
+            b"c/t/+1/2", b"c/t/1/2\n", b"c/t/\xd9\xa1/2",
+            b"c/a/b/1/2",  # no '/' in a topic (nor in Kafka's topic names)
+            b"c/t/1234567890/2",  # a partition of 10 digits
+            b"c/t/1/9223372036854775808",  # an offset over 2^63-1
+            b"c/t/1/" + b"0" * 19 + b"1",  # an offset of 20 digits
+        ],
+    )  # fmt: skip
     def test_rejects_malformed(self, value: bytes) -> None:
         with pytest.raises(ValueError, match="crossfeed-src"):
             parse_src(value)
@@ -258,7 +270,12 @@ def test_the_stampers_first_hop_is_what_stamp_gives_a_first_hop(
     )
 
 
-@given(cluster_ids, st.text(min_size=1, max_size=20), partitions, offsets)
+@given(
+    cluster_ids,
+    st.text(st.characters(blacklist_characters="/", codec="utf-8"), min_size=1, max_size=20),
+    partitions,
+    offsets,
+)
 def test_src_round_trip(cluster: str, topic: str, partition: int, offset: int) -> None:
     ref = SrcRef(cluster, topic, partition, offset)
     assert parse_src(ref.encode()) == ref

@@ -60,14 +60,22 @@ class TestClassify:
         with pytest.raises(BadMarker):
             classify(hdrs)
 
-    def test_split_txn_from_the_right(self) -> None:
+    def test_split_txn_by_the_grammar(self) -> None:
+        # either form of txn id (crossfeed/wire/grammar.py: SORTED_TXN), count of 9 digits
         assert split_txn(b"c1:topic:0:17/2/5") == ("c1:topic:0:17", 2, 5)
+        assert split_txn(b":t:0:1/0/1") == (":t:0:1", 0, 1)
+        assert split_txn(b"tx/0/999999999") == ("tx", 0, 999999999)
+        assert split_txn(b"tx/000000000/000000001") == ("tx", 0, 1)
         with pytest.raises(BadMarker):
             split_txn(b"nope")
         # Digits outside ASCII pass str.isdigit() but not int(): a bad marker all the same.
-        for bad in ("t/\u00b2/5", "t/2/\u0665", "t/\uff12/5", "t/2/" + "9" * 5000):
+        bad_values = ["t/\u00b2/5", "t/2/\u0665", "t/\uff12/5", "t/2/" + "9" * 5000, "/0/1"]
+        bad_values += ["t/0/1000000000", "t/0000000000/1", "a/b/0/1", "t/0/1\n", "t/0"]
+        for bad in bad_values:
             with pytest.raises(BadMarker):
                 split_txn(bad.encode())
+        with pytest.raises(BadMarker):
+            split_txn(None)
 
 
 class TestApplied:
@@ -313,8 +321,10 @@ def _pos(i: int) -> Position:
 
 
 def test_written_position_reads_the_headers_an_applied_record_keeps() -> None:
-    hdrs = [("user", b"x"), (headers.COMMIT_TS, b"1700000000000123"), (headers.TXN, b"a/b/2/3")]
-    assert written_position(hdrs) == Position(1700000000000123, "a/b")
+    hdrs = [("user", b"x"), (headers.COMMIT_TS, b"1700000000000123"), (headers.TXN, b"a.b/2/3")]
+    assert written_position(hdrs) == Position(1700000000000123, "a.b")
+    hdrs[2] = (headers.TXN, b"a/b/2/3")  # no '/' in a txn id: not a record this sink wrote
+    assert written_position(hdrs) is None
     assert written_position([("user", b"x")]) is None
     assert written_position(None) is None
     assert written_position([(headers.COMMIT_TS, b"x"), (headers.TXN, b"t/1/1")]) is None

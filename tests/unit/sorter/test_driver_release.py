@@ -1,14 +1,14 @@
 """The driver path of the sorter (services/sorter/driver_release.py): rows parsed as the
-rules say (column at a time, held to a row-at-a-time reading of the same rules here), released
-in (commit_ts, txn, seq) order between begin/commit markers, incomplete transactions and bad
-or late rows to the DLQ with their context. Spark's parse and this one are held to the same
-columns by tests/integration/test_sorter_parse.py."""
+table of tests/support/sorter_rows.py says and as the grammar's bounds say (property tests),
+released in (commit_ts, txn, seq) order between begin/commit markers, incomplete
+transactions and bad or late rows to the DLQ with their context. Spark's parse is held to
+the same table, and the two engines to each other, by tests/integration/test_sorter_parse.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
-import re
 
 import pyarrow as pa
 import pytest
@@ -27,97 +27,22 @@ from crossfeed.services.sorter.driver_release import (
     split,
 )
 from crossfeed.services.sorter.rules import Window
-from crossfeed.services.sorter.segments import HEADERS
 from crossfeed.wire import grammar
 from crossfeed.wire import headers as H
+from tests.support import sorter_rows
 
 pytestmark = pytest.mark.unit
 
 FEED = "f"
 SORTED = "_crossfeed.f.sorted"
 
-Raw = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], str, int, int, int]
-
-
-def raw_table(rows: list[Raw]) -> pa.Table:
-    """Rows as Spark's Kafka source gives them to the driver (timestamp in ms here)."""
-    return pa.table(
-        {
-            "key": pa.array([r[0] for r in rows], pa.binary()),
-            "value": pa.array([r[1] for r in rows], pa.binary()),
-            "headers": pa.array([[{"key": k, "value": v} for k, v in r[2]] for r in rows], HEADERS),
-            "topic": pa.array([r[3] for r in rows], pa.string()),
-            "partition": pa.array([r[4] for r in rows], pa.int32()),
-            "offset": pa.array([r[5] for r in rows], pa.int64()),
-            "timestamp": pa.array([r[6] * 1000 for r in rows], pa.timestamp("us", tz="UTC")),
-        }
-    )
+Raw = sorter_rows.Raw
+raw_table = sorter_rows.raw_table
 
 
 def parse_one(*raw: object) -> ParsedRow:
     (row,) = rows_of(parse(raw_table([raw])))  # type: ignore[list-item]
     return row
-
-
-# The rules of spark_release.parse_rows read one row at a time: the reference the
-# vectorized parse is held to.
-TS, TXN = re.compile(grammar.COMMIT_TS.python()), re.compile(grammar.TXN.python())
-SRC, MARK_KEY = re.compile(grammar.SRC.python()), re.compile(grammar.MARK_KEY.python())
-
-
-def reference(key, value, hdrs, topic, partition, offset, ms) -> ParsedRow:
-    first: dict[str, bytes | None] = {}
-    for name, raw in hdrs:
-        first.setdefault(name, raw)
-
-    def text(v: bytes | None) -> str | None:
-        return None if v is None else v.decode("utf-8", "replace")
-
-    h_type, h_ts = text(first.get(H.TYPE)), text(first.get(H.COMMIT_TS))
-    h_txn, h_src = text(first.get(H.TXN)), text(first.get(H.SRC))
-    commit_ts = int(h_ts) if h_ts and TS.fullmatch(h_ts) and grammar.fits_long(h_ts) else None
-    src = SRC.fullmatch(h_src) if h_src is not None else None
-    txn = TXN.fullmatch(h_txn) if h_txn is not None else None
-    txn_id, seq, count = None, None, None
-    if h_txn is None:
-        seq = count = 1
-        txn_id = ":".join(src.groups()) if src else None
-    elif txn is not None:
-        txn_id, seq, count = txn[1], int(txn[2]), int(txn[3])
-    key_text = text(key)
-    error = None
-    if h_type == H.TYPE_RESOLVED:
-        if key_text is None or not MARK_KEY.fullmatch(key_text):
-            error = "resolved mark key is not topic/partition"
-        elif commit_ts is None:
-            error = f"resolved mark without a valid {H.COMMIT_TS}"
-    elif h_type is not None:
-        error = f"unknown {H.TYPE} {h_type}"
-    elif commit_ts is None:
-        error = f"no valid {H.COMMIT_TS} header"
-    elif txn_id is None:
-        error = f"{H.TXN} and {H.SRC} unreadable"
-    elif seq is not None and count is not None and not 1 <= seq <= count:
-        error = f"{H.TXN} seq outside 1..count"
-    kind = "bad" if error else "mark" if h_type == H.TYPE_RESOLVED else "data"
-    src_offset = int(src[4]) if src else offset
-    return ParsedRow(
-        key,
-        value,
-        list(hdrs),
-        ms,
-        kind,
-        commit_ts,
-        key_text if h_type == H.TYPE_RESOLVED else None,
-        txn_id,
-        seq,
-        count,
-        src[1] if src else "",
-        src[2] if src else topic,
-        int(src[3]) if src else partition,
-        src_offset if src_offset < 2**63 else offset,  # Spark's cast: no long, so null
-        error,
-    )
 
 
 def change(ts: int, txn: str, seq: int, count: int, value: bytes | None = None) -> pa.Table:
@@ -146,7 +71,7 @@ def kinds(records: list) -> list[str]:
     return out
 
 
-def test_a_change_parses_to_what_the_rules_say():
+def test_a_change_parses_to_its_fields():
     (row,) = rows_of(change(17, "tx", 2, 3))
     assert (row.kind, row.commit_ts, row.txn_id, row.seq, row.count) == ("data", 17, "tx", 2, 3)
     assert (row.src_cluster, row.src_topic, row.src_partition, row.src_offset) == (
@@ -159,96 +84,117 @@ def test_a_change_parses_to_what_the_rules_say():
 
 
 @pytest.mark.parametrize(
-    ("hdrs", "key", "kind", "error"),
-    [
-        ([(H.TYPE, b"resolved"), (H.COMMIT_TS, b"20")], b"orders/4", "mark", None),
-        ([(H.TYPE, b"resolved"), (H.COMMIT_TS, b"20")], b"orders", "bad", "not topic/partition"),
-        ([(H.TYPE, b"resolved"), (H.COMMIT_TS, b"20")], None, "bad", "not topic/partition"),
-        ([(H.TYPE, b"resolved")], b"orders/4", "bad", "without a valid"),
-        ([(H.TYPE, b"begin"), (H.COMMIT_TS, b"5")], b"k", "bad", "unknown crossfeed-type"),
-        ([(H.TXN, b"t/1/1")], b"k", "bad", "no valid crossfeed-commit-ts"),
-        ([(H.COMMIT_TS, b"x"), (H.TXN, b"t/1/1")], b"k", "bad", "no valid"),
-        ([(H.COMMIT_TS, b"5")], b"k", "bad", "unreadable"),
-        ([(H.COMMIT_TS, b"5"), (H.TXN, b"t/4/3")], b"k", "bad", "seq outside 1..count"),
-        ([(H.COMMIT_TS, b"5"), (H.TXN, b"a:b/1/1")], b"k", "bad", "unreadable"),
-    ],
+    ("offset", "case"), list(enumerate(sorter_rows.CASES)), ids=[c.label for c in sorter_rows.CASES]
 )
-def test_marks_and_bad_rows(hdrs, key, kind, error):
-    row = parse_one(key, b"v", hdrs, "_crossfeed.f.changes", 2, 7, 0)
-    assert row.kind == kind
-    assert (row.error is None) if error is None else (error in (row.error or ""))
-    if kind == "mark":
-        assert row.part == "orders/4" and row.commit_ts == 20
-    # a dead letter names the staging record when crossfeed-src is absent
-    assert (row.src_topic, row.src_partition, row.src_offset) == ("_crossfeed.f.changes", 2, 7)
+def test_each_row_of_the_table_parses_as_it_says(offset, case):
+    (row,) = rows_of(parse(raw_table([sorter_rows.staged(offset, case)])))
+    assert dataclasses.asdict(row) == sorter_rows.expected(offset, case)
 
 
-def test_a_change_without_txn_is_a_transaction_of_its_own():
-    row = parse_one(None, b"v", [(H.COMMIT_TS, b"8"), (H.SRC, b"/orders/4/100")], "t", 0, 0, 0)
-    assert (row.kind, row.txn_id, row.seq, row.count) == ("data", ":orders:4:100", 1, 1)
+def test_the_table_parsed_at_once_is_the_rows_parsed_one_by_one():
+    rows = rows_of(
+        parse(raw_table([sorter_rows.staged(i, c) for i, c in enumerate(sorter_rows.CASES)]))
+    )
+    assert [dataclasses.asdict(r) for r in rows] == [
+        sorter_rows.expected(i, c) for i, c in enumerate(sorter_rows.CASES)
+    ]
 
 
-def test_the_first_header_of_a_name_counts():
-    hdrs = [(H.COMMIT_TS, b"12"), (H.TXN, b"t/1/2"), (H.COMMIT_TS, b"99"), (H.TXN, b"u/1/1")]
-    row = parse_one(b"k", b"v", hdrs, "t", 0, 0, 0)
-    assert (row.commit_ts, row.txn_id, row.seq, row.count) == (12, "t", 1, 2)
+# Fields anywhere inside the grammar's bounds (crossfeed/wire/grammar.py).
+_ids = st.text(alphabet=sorter_rows.EVERY_ID_CHAR, min_size=1, max_size=16)
+_longs = st.integers(0, grammar.MAX_LONG)
+_counts = st.integers(1, grammar.MAX_COUNT)
+_names = st.text(alphabet=st.characters(blacklist_characters="/", codec="utf-8"), max_size=8)
 
 
-@pytest.mark.parametrize(
-    "hdrs",
-    [
-        [(H.COMMIT_TS, b"12\n"), (H.TXN, b"t/1/2")],
-        [(H.COMMIT_TS, b"12"), (H.TXN, b"t/1/2\n")],
-        [(H.COMMIT_TS, b"12"), (H.SRC, b"C/t/1/2\n")],
-    ],
-)
-def test_a_value_ending_in_a_newline_is_not_well_formed(hdrs):
-    assert parse_one(b"k", b"v", hdrs, "t", 0, 0, 0).kind == "bad"
+def _digits(value: int, data: st.DataObject, width: int) -> str:
+    """``value`` in decimal, with leading zeros up to ``width`` digits at random."""
+    text = str(value)
+    return text.zfill(data.draw(st.integers(len(text), width)))
 
 
-def test_bytes_that_are_not_utf8_are_replaced_not_refused():
-    row = parse_one(b"k", b"v", [(H.TYPE, b"\xff"), (H.COMMIT_TS, b"5")], "t", 0, 0, 0)
-    assert row.kind == "bad" and row.error == f"unknown {H.TYPE} \ufffd"
+@settings(max_examples=150, deadline=None)
+@given(_longs, _ids, _counts, st.data())
+def test_a_change_inside_the_bounds_parses_to_its_fields(commit_ts, txn_id, count, data):
+    seq = data.draw(st.integers(1, count))
+    cluster, topic = data.draw(_names), data.draw(_names.filter(bool))
+    partition, offset = data.draw(st.integers(0, 999_999_999)), data.draw(_longs)
+    src = f"{cluster}/{topic}/{_digits(partition, data, 9)}/{_digits(offset, data, 19)}"
+    hdrs = [(H.COMMIT_TS, _digits(commit_ts, data, 19).encode()), (H.SRC, src.encode())]
+    with_txn = data.draw(st.booleans())
+    if with_txn:
+        txn = f"{txn_id}/{_digits(seq, data, 9)}/{_digits(count, data, 9)}"
+        hdrs.append((H.TXN, txn.encode()))
+    row = parse_one(b"k", b"v", hdrs, "t", 0, 5, 0)
+    assert (row.kind, row.error, row.commit_ts) == ("data", None, commit_ts)
+    own = (src.replace("/", ":"), 1, 1)  # the fields as written, leading zeros kept
+    assert (row.txn_id, row.seq, row.count) == ((txn_id, seq, count) if with_txn else own)
+    assert (row.src_cluster, row.src_topic, row.src_partition, row.src_offset) == (
+        cluster,
+        topic,
+        partition,
+        offset,
+    )
 
 
-def test_an_offset_beyond_a_long_falls_back_to_the_staging_offset():
-    hdrs = [(H.COMMIT_TS, b"5"), (H.SRC, b"C/t/1/9223372036854775808")]
-    row = parse_one(b"k", b"v", hdrs, "t", 0, 42, 0)
-    assert (row.src_offset, row.txn_id, row.kind) == (42, "C:t:1:9223372036854775808", "data")
-
-
-_header_values = {
-    H.TYPE: [b"resolved", b"begin", b"\xff"],
-    H.COMMIT_TS: [b"12", b"12\n", b"x", b"1234567890123456789", b"-1", b"", b"007"],
-    H.TXN: [b"t/1/2", b"t/3/2", b"t/0/1", b"a:b/1/1", b"t/1/2\n", b"t\n/1/1", b"/1/1", b"t/1"],
-    H.SRC: [b"C/t/1/2", b"/t/1/2", b"C/t/x/2", b"C/t/1/9223372036854775808", b"C/t/1/2\n"],
-    "other": [b"z"],
-}
-_headers = st.lists(
-    st.sampled_from(sorted(_header_values)).flatmap(
-        lambda name: st.tuples(
-            st.just(name), st.none() | st.sampled_from(_header_values[name]) | st.binary(max_size=6)
-        )
-    ),
-    max_size=6,
-)
-_raw = st.tuples(
-    st.none()
-    | st.sampled_from([b"orders/4", b"orders", b"o/1\n", b"\xff/1"])
-    | st.binary(max_size=6),
-    st.none() | st.binary(max_size=4),
-    _headers,
-    st.sampled_from(["_crossfeed.f.changes", "t"]),
-    st.integers(0, 2**31 - 1),
-    st.integers(0, 2**62),
-    st.integers(-(2**40), 2**45),
-)
+def _broken(kind: str, data: st.DataObject) -> tuple[list[tuple[str, bytes]], str]:
+    """Headers of a change with one field just past the grammar, and the error it gets."""
+    ts, txn = "5", "t/1/1"
+    if kind == "commit_ts over 2^63-1":
+        ts = str(data.draw(st.integers(grammar.MAX_LONG + 1, 10**19 - 1)))
+    elif kind == "commit_ts of 20 digits or more":
+        ts = _digits(data.draw(st.integers(0, 10**25)), data, 26).zfill(20)
+    elif kind == "seq or count of 10 digits or more":
+        seq, count = "1", _digits(data.draw(st.integers(1, 10**12 - 1)), data, 13).zfill(10)
+        if data.draw(st.booleans()):
+            seq = count
+        txn = f"t/{seq}/{count}"
+    else:  # a character a txn id may not hold, anywhere in it
+        ident = data.draw(_ids)
+        at = data.draw(st.integers(0, len(ident)))
+        bad = data.draw(st.sampled_from(" /:\t\n\x7f\x00é€"))
+        txn = f"{ident[:at]}{bad}{ident[at:]}/1/1"
+    hdrs = [(H.COMMIT_TS, ts.encode()), (H.TXN, txn.encode()), (H.SRC, b"C/t/1/2")]
+    no_ts = kind.startswith("commit_ts")
+    return hdrs, f"no valid {H.COMMIT_TS} header" if no_ts else f"{H.TXN} and {H.SRC} unreadable"
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(_raw, max_size=20))
-def test_the_columns_say_what_the_rules_say_row_by_row(raws):
-    assert rows_of(parse(raw_table(raws))) == [reference(*r) for r in raws]
+@given(
+    st.sampled_from(
+        [
+            "commit_ts over 2^63-1",
+            "commit_ts of 20 digits or more",
+            "seq or count of 10 digits or more",
+            "a character outside a txn id",
+        ]
+    ),
+    st.data(),
+)
+def test_a_field_past_its_bound_makes_the_change_unreadable(kind, data):
+    hdrs, error = _broken(kind, data)
+    row = parse_one(b"k", b"v", hdrs, "t", 0, 5, 0)
+    assert (row.kind, row.error) == ("bad", error), hdrs
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(sorter_rows.RAW_ROWS, max_size=20))
+def test_any_rows_parse_into_rows_the_release_can_trust(raws):
+    """Whatever the bytes: one row out per row in, in order, with the row's own bytes; a
+    data row has a commit_ts, a txn id and 1 <= seq <= count inside the bounds; a mark
+    has a commit_ts and its key; anything else is bad and says why."""
+    rows = rows_of(parse(raw_table(raws)))
+    assert [(r.key, r.value, r.headers, r.timestamp_ms) for r in rows] == [
+        (raw[0], raw[1], raw[2], raw[6]) for raw in raws
+    ]
+    for row in rows:
+        assert row.kind in ("data", "mark", "bad")
+        assert (row.kind == "bad") == (row.error is not None)
+        if row.kind == "data":
+            assert row.txn_id and row.commit_ts is not None and row.commit_ts >= 0
+            assert 1 <= row.seq <= row.count <= grammar.MAX_COUNT  # type: ignore[operator]
+        elif row.kind == "mark":
+            assert row.commit_ts is not None and row.part is not None
 
 
 def test_release_orders_transactions_and_frames_them():

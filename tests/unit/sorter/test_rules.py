@@ -1,110 +1,24 @@
-"""The sorter's pure rules (services/sorter/rules.py): parsing, resolved state, R, release
-windows, completeness, segments and the driver state's round trip."""
+"""The sorter's pure rules (services/sorter/rules.py): resolved state, R, release windows,
+segments and the driver state's round trip. How each engine reads a row and decides that a
+transaction is complete: tests/unit/sorter/test_driver_release.py and
+tests/integration/test_sorter_parse.py."""
 
 from __future__ import annotations
 
 import random
-import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crossfeed.services.sorter import rules
-from crossfeed.services.sorter.rules import DriverState, Segment, Src, TxnRef, Window
-from crossfeed.wire import grammar
+from crossfeed.services.sorter.rules import DriverState, Segment, Window
 
 pytestmark = pytest.mark.unit
 
 keys = st.sampled_from([f"t{t}/{p}" for t in range(2) for p in range(4)])
 ts = st.integers(min_value=0, max_value=2**40)
 mark_maps = st.dictionaries(keys, ts, max_size=8)
-
-
-# -- per-row parsing -------------------------------------------------------------------------
-
-
-def test_commit_ts_parsing():
-    assert rules.parse_commit_ts("1700000000000001") == 1700000000000001
-    assert rules.parse_commit_ts("0") == 0
-    assert rules.parse_commit_ts(str(2**63 - 1)) == 2**63 - 1  # 19 digits, as the puller
-    for bad in (None, "", "-1", "12a", " 1", "1" * 20, str(2**63)):
-        assert rules.parse_commit_ts(bad) is None
-
-
-def test_src_and_mark_key_parsing():
-    assert rules.parse_src("abcD_-1/orders/3/42") == Src("abcD_-1", "orders", 3, 42)
-    assert rules.parse_src("abc/orders/3/42").partition_key == "orders/3"  # type: ignore[union-attr]
-    for bad in (None, "", "abc/orders/3", "abc/orders/x/1", "a/b/c/1/2"):
-        assert rules.parse_src(bad) is None
-    assert rules.parse_mark_key("orders.v1/7") == ("orders.v1", 7)
-    for bad in (None, "orders", "orders/", "/3", "a/b/3"):
-        assert rules.parse_mark_key(bad) is None
-
-
-def test_txn_parsing():
-    src = Src("C", "orders", 2, 9)
-    assert rules.parse_txn("tx-1/2/3", src) == TxnRef("tx-1", 2, 3)
-    # no header: a transaction of its own named after the source record
-    assert rules.parse_txn(None, src) == TxnRef("C:orders:2:9", 1, 1)
-    assert rules.parse_txn(None, None) is None
-    for bad in ("tx/1", "tx/0/3", "tx/4/3", "a/b/1/1", "a:b/1/1", "/1/1", "tx/x/1"):
-        assert rules.parse_txn(bad, src) is None, bad
-
-
-@given(
-    st.text(alphabet=st.characters(blacklist_characters="/:"), min_size=1, max_size=12),
-    st.integers(1, 50),
-    st.integers(0, 60),
-)
-def test_txn_round_trip(txn_id, count, seq):
-    parsed = rules.parse_txn(f"{txn_id}/{seq}/{count}", None)
-    if 1 <= seq <= count and re.fullmatch(grammar.TXN_ID, txn_id):
-        assert parsed == TxnRef(txn_id, seq, count)
-    else:  # seq outside 1..count, or an id outside the grammar (a space, not ASCII)
-        assert parsed is None
-
-
-# -- completeness ------------------------------------------------------------------------------
-
-
-def _agg(seqs, counts, tss):
-    return rules.complete_by_aggregates(
-        len(seqs),
-        min(counts),
-        max(counts),
-        min(seqs),
-        max(seqs),
-        sum(seqs),
-        sum(s * s for s in seqs),
-        min(tss),
-        max(tss),
-    )
-
-
-@given(st.integers(1, 40), st.data())
-def test_aggregate_completeness_matches_the_definition(count, data):
-    # a transaction's rows: some of 1..count, possibly repeated, possibly a wrong count/ts
-    seqs = data.draw(st.lists(st.integers(1, count + 1), min_size=1, max_size=count + 3))
-    counts = data.draw(
-        st.lists(
-            st.sampled_from([count, count, count, count + 1]),
-            min_size=len(seqs),
-            max_size=len(seqs),
-        )
-    )
-    tss = data.draw(st.lists(st.sampled_from([5, 5, 5, 6]), min_size=len(seqs), max_size=len(seqs)))
-    assert _agg(seqs, counts, tss) == rules.is_complete(seqs, counts, tss)
-
-
-@given(st.integers(1, 200), st.randoms())
-def test_a_whole_transaction_in_any_order_is_complete(count, rnd):
-    seqs = list(range(1, count + 1))
-    rnd.shuffle(seqs)
-    assert rules.is_complete(seqs, [count] * count, [7] * count)
-    assert _agg(seqs, [count] * count, [7] * count)
-    if count > 1:  # one change missing: incomplete
-        assert not _agg(seqs[:-1], [count] * (count - 1), [7] * (count - 1))
 
 
 # -- resolved state and R ----------------------------------------------------------------------
@@ -272,9 +186,9 @@ def test_release_simulation_orders_and_completes(partitions, txns, rnd: random.R
         for p in inside:
             by_txn.setdefault(p[1], []).append(p)
         for txn_id, parts in sorted(by_txn.items(), key=lambda kv: (kv[1][0][0], kv[0])):
-            assert rules.is_complete(
-                [p[2] for p in parts], [p[3] for p in parts], [p[0] for p in parts]
-            )
+            # whole: seq 1..count once each, one count, one commit_ts
+            assert sorted(p[2] for p in parts) == list(range(1, parts[0][3] + 1))
+            assert {(p[0], p[3]) for p in parts} == {(parts[0][0], parts[0][3])}
             released.append((parts[0][0], txn_id))
         pending = [p for p in pending if not window.releases(p[0])]
         r = window.resolved_ts
