@@ -24,7 +24,7 @@ from crossfeed.kafka import topics as kafka_topics
 from crossfeed.kafka.reachability import wait_for_cluster
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
 from crossfeed.services.sink import metrics
-from crossfeed.services.sink.schemas import SchemaStore, UnknownSchema
+from crossfeed.services.sink.schemas import SchemaStore, SchemasUnreadable, UnknownSchema
 from crossfeed.services.sink.sorted_stream import (
     Applied,
     BadMarker,
@@ -356,7 +356,7 @@ class OrderedSink:
         log.warning("dead letter: %s", letter.describe())
         try:
             value = self._value(msg)  # the value as the source had it
-        except UnknownSchema:
+        except (UnknownSchema, SchemasUnreadable):
             value = msg.value()  # the payload alone, its header naming the schema
         clients.produce_waiting(
             producer,

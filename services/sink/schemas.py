@@ -25,7 +25,14 @@ LOOKUP_TIMEOUT_S = 30.0
 
 
 class UnknownSchema(LookupError):
-    """A change names a schema the schemas topic does not hold."""
+    """A change names a schema the schemas topic does not hold (read to its end): the
+    change is a dead letter."""
+
+
+class SchemasUnreadable(RuntimeError):
+    """The schemas topic could not be read to its end: the sink stops (and resumes from
+    its committed position when started again) rather than dead-letter a change whose
+    schema may well be there."""
 
 
 class SchemaStore:
@@ -52,7 +59,11 @@ class SchemaStore:
     def get(self, sid: bytes) -> bytes:
         found = self._schemas.get(sid)
         if found is None:
-            self._read_on(sid)
+            if not self._read_on(sid):
+                raise SchemasUnreadable(
+                    f"{self.topic} not read to its end within {LOOKUP_TIMEOUT_S:.0f}s "
+                    f"looking for schema {sid.decode(errors='replace')}"
+                )
             found = self._schemas.get(sid)
             if found is None:
                 raise UnknownSchema(
@@ -61,10 +72,10 @@ class SchemaStore:
                 )
         return found
 
-    def _read_on(self, wanted: bytes) -> None:
-        """Read the schemas topic on until ``wanted`` is there or its end is reached. The
-        end is the high watermark asked for now (an end-of-partition event may be stale:
-        one from before the newer schemas)."""
+    def _read_on(self, wanted: bytes) -> bool:
+        """Read the schemas topic on until ``wanted`` is there or its end is reached
+        (True), or the time is up (False). The end is the high watermark asked for now (an
+        end-of-partition event may be stale: one from before the newer schemas)."""
         if self._consumer is None:
             self._consumer = clients.consumer(self.conf, **{"group.id": f"{self.topic}.reader"})
             self._consumer.assign([KafkaTP(self.topic, 0, OFFSET_BEGINNING)])
@@ -73,7 +84,7 @@ class SchemaStore:
             msg = self._consumer.poll(0.2)
             if msg is None:
                 if self._at_end():
-                    return
+                    return True
                 continue
             if msg.error() is not None:
                 log.warning("reading %s: %s", self.topic, msg.error())
@@ -82,8 +93,8 @@ class SchemaStore:
             if key is not None and value is not None:
                 self._schemas[key] = value
                 if key == wanted:
-                    return
-        log.warning("schema %r not found in %s within %.0fs", wanted, self.topic, LOOKUP_TIMEOUT_S)
+                    return True
+        return False
 
     def _at_end(self) -> bool:
         """Read up to the partition's end as it is now (read_committed: a schema of a

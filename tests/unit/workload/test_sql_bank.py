@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crossfeed.workload.sql_bank import compare_rows
+from crossfeed.workload.sql_bank import Sample, Sampler, compare_rows
 
 pytestmark = pytest.mark.unit
 
@@ -44,3 +44,26 @@ def test_rows_with_a_jsonb_value_compare_too() -> None:
     assert not found.equal and (found.missing, found.extra) == (1, 0)
     assert "{'session': 1}" in found.example
     assert compare_rows("transfers", source, [tuple(r) for r in source]).equal
+
+
+def test_the_sampler_lets_the_snapshot_arrive_in_parts_and_nothing_else() -> None:
+    """Before every account has been on the target, a part of the opening accounts with no
+    transfer is the snapshot on its way (docs/cdc.md); anything else is torn, and so is
+    every missing account once they have all been there."""
+    sampler = Sampler("postgresql://unused", "s", accounts=40, total=40_000)
+    sampler._check(Sample(1_000, 1, 0, 0))  # the snapshot's first account
+    sampler._check(Sample(20_000, 20, 0, 0))
+    assert sampler.torn == [] and sampler.samples == 0
+    sampler._check(Sample(25_000, 25, 3, 1))  # a transfer before the snapshot is whole
+    assert len(sampler.torn) == 1
+    sampler._check(Sample(40_000, 40, 3, 0))
+    sampler._check(Sample(39_000, 39, 3, 0))  # an account gone after all were there
+    sampler._check(Sample(39_999, 40, 3, 0))  # a transfer applied in part
+    assert len(sampler.torn) == 3 and sampler.samples == 4
+
+
+def test_all_accounts_at_once_start_the_checks() -> None:
+    sampler = Sampler("postgresql://unused", "s", accounts=40, total=40_000)
+    sampler._check(Sample(40_000, 40, 0, 0))
+    sampler._check(Sample(1_000, 1, 0, 0))  # all were there: now one account is torn
+    assert len(sampler.torn) == 1
