@@ -97,8 +97,9 @@ class SchemaStore:
         return False
 
     def _at_end(self) -> bool:
-        """Read up to the partition's end as it is now (read_committed: a schema of a
-        transaction still open is not readable yet, and no change refers to it yet)."""
+        """Read up to the partition's end as it is now: for this read_committed consumer
+        the last stable offset (a schema of a transaction still open is not there yet, and
+        no committed change refers to it)."""
         tp = KafkaTP(self.topic, 0)
         low, high = self._consumer.get_watermark_offsets(tp, timeout=5, cached=False)
         if high <= low:
