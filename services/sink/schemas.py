@@ -46,7 +46,8 @@ class SchemaStore:
 
     def restore(self, value: bytes | None, hdrs: list[Any] | None) -> bytes | None:
         """The change's whole value: ``value`` itself unless a ``crossfeed-schema`` header
-        names the schema it was split from. UnknownSchema if that schema cannot be found."""
+        names the schema it was split from. UnknownSchema if the topic, read to its end,
+        does not hold that schema; SchemasUnreadable if it could not be read to its end."""
         if not hdrs:
             return value
         for name, sid in hdrs:
@@ -74,7 +75,7 @@ class SchemaStore:
 
     def _read_on(self, wanted: bytes) -> bool:
         """Read the schemas topic on until ``wanted`` is there or its end is reached
-        (True), or the time is up (False). The end is the high watermark asked for now (an
+        (True), or the time is up (False). The end is asked of the broker each time (an
         end-of-partition event may be stale: one from before the newer schemas)."""
         if self._consumer is None:
             self._consumer = clients.consumer(self.conf, **{"group.id": f"{self.topic}.reader"})
