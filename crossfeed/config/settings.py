@@ -221,12 +221,20 @@ class SorterSettings(_Section):
         description="changes read per micro-batch, at most (maxOffsetsPerTrigger); at most "
         "driver_release_rows keeps a backlog on the driver path",
     )
+    max_records_per_read_task: int = Field(
+        25_000,
+        ge=0,
+        description="changes one Spark task reads, at most (maxRecordsPerPartition): a "
+        "staging partition with more in a micro-batch (a Debezium feed's one, catching up) is "
+        "read in pieces side by side, while a small batch stays one task per partition "
+        "(each task costs every batch); 0: no limit",
+    )
     min_partitions: int = Field(
         0,
         ge=0,
-        description="Spark tasks that read each micro-batch, at least (minPartitions): with "
-        "fewer staging partitions than this (a Debezium feed has one) each is read in pieces "
-        "side by side; 0: Spark's default parallelism (its cores)",
+        description="Spark tasks that read each micro-batch, at least (minPartitions), however "
+        "small the batch: on a cluster, the executor cores; 0: no minimum (the staging "
+        "partitions, split by max_records_per_read_task)",
     )
     shuffle_partitions: int = Field(
         2, ge=1, description="spark.sql.shuffle.partitions (the release itself is one partition)"

@@ -34,7 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
-from crossfeed.services.sorter import driver_release, rules
+from crossfeed.services.sorter import driver_release, rules, sparkconf
 from crossfeed.services.sorter.report import BatchReport, PartitionsSource
 from crossfeed.services.sorter.rules import DriverState, Segment, Window
 from crossfeed.services.sorter.segments import Store
@@ -68,6 +68,7 @@ class SorterJob:
         max_offsets_per_trigger: int,
         trigger_interval_ms: int,
         min_partitions: int = 0,
+        max_records_per_read_task: int = 0,
         max_segments: int,
         driver_release_rows: int,
         on_batch: Callable[[BatchReport, DriverState], None],
@@ -80,6 +81,7 @@ class SorterJob:
         self.source_cluster_id = source_cluster_id
         self.max_offsets_per_trigger = max_offsets_per_trigger
         self.min_partitions = min_partitions
+        self.max_records_per_read_task = max_records_per_read_task
         self.trigger_interval_ms = trigger_interval_ms
         self.max_segments = max_segments
         self.driver_release_rows = driver_release_rows
@@ -107,9 +109,9 @@ class SorterJob:
             .option("includeHeaders", "true")
             .option("kafka.isolation.level", "read_committed")
             .option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
-            # The read is most of a batch's cost: with fewer staging partitions than cores
-            # (one, for a Debezium feed) Spark reads each in pieces side by side.
-            .option("minPartitions", str(self.min_partitions or self._parallelism()))
+            .options(
+                **sparkconf.read_task_options(self.max_records_per_read_task, self.min_partitions)
+            )
             .load()
         )
         writer = (
@@ -120,9 +122,6 @@ class SorterJob:
         if self.trigger_interval_ms > 0:
             writer = writer.trigger(processingTime=f"{self.trigger_interval_ms} milliseconds")
         return writer.start()
-
-    def _parallelism(self) -> int:
-        return int(self.spark.sparkContext.defaultParallelism)
 
     # -- one micro-batch ------------------------------------------------------------------
 

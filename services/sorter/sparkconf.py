@@ -185,3 +185,18 @@ def kafka_options(cluster: Mapping[str, str], extra: Mapping[str, str]) -> dict[
         out["ssl.truststore.location"] = cluster["ssl.ca.location"]
     out.update(extra)
     return {f"kafka.{k}": v for k, v in out.items()}
+
+
+def read_task_options(max_records_per_task: int, min_tasks: int) -> dict[str, str]:
+    """The Kafka source's options cutting each micro-batch's read into Spark tasks. Every
+    task costs every batch (its launch, a Kafka fetch, its result back), so a steady feed's
+    small batches are read in one task per staging partition; a batch catching up, whose
+    read is most of its time, is cut into pieces of at most ``max_records_per_task``, read
+    side by side (a Debezium feed has one staging partition). ``min_tasks`` forces a
+    minimum whatever the batch (0: none)."""
+    options = {}
+    if max_records_per_task > 0:
+        options["maxRecordsPerPartition"] = str(max_records_per_task)
+    if min_tasks > 0:
+        options["minPartitions"] = str(min_tasks)
+    return options

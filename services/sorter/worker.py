@@ -140,6 +140,7 @@ class SorterWorker:
             source_cluster_id=source_id,
             max_offsets_per_trigger=self.opts.max_offsets_per_trigger,
             min_partitions=self.opts.min_partitions,
+            max_records_per_read_task=self.opts.max_records_per_read_task,
             trigger_interval_ms=self.opts.trigger_interval_ms,
             max_segments=self.opts.max_segments,
             driver_release_rows=self.opts.driver_release_rows,

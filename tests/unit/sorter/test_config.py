@@ -6,6 +6,7 @@ import pytest
 
 from crossfeed import paths
 from crossfeed.config import Settings
+from crossfeed.config.settings import SorterSettings
 from crossfeed.services.sorter import sparkconf
 from crossfeed.services.sorter.segments import FeedLocked, Store
 
@@ -122,3 +123,18 @@ def test_a_second_stack_uses_the_checkouts_jars_unless_it_has_its_own(tmp_path, 
     (second / "lib" / "spark.missing").write_text("spark-sql-kafka could not be resolved")
     with pytest.raises(sparkconf.SetupError, match="could not be resolved"):
         sparkconf.jars()
+
+
+def test_read_tasks_small_batches_one_task_big_ones_in_pieces():
+    """Defaults: no minimum (a small batch is one task per staging partition, each task
+    costing every batch) and a cap per task that cuts a full batch in two."""
+    defaults = SorterSettings()
+    assert defaults.min_partitions == 0
+    assert defaults.max_records_per_read_task * 2 == defaults.max_offsets_per_trigger
+    assert sparkconf.read_task_options(25_000, 0) == {"maxRecordsPerPartition": "25000"}
+    assert sparkconf.read_task_options(0, 4) == {"minPartitions": "4"}
+    assert sparkconf.read_task_options(0, 0) == {}
+    assert sparkconf.read_task_options(10, 3) == {
+        "maxRecordsPerPartition": "10",
+        "minPartitions": "3",
+    }
