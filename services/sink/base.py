@@ -174,8 +174,9 @@ class OrderedSink:
             return True
         if not self.in_txn:
             self._begin()
+        hdrs = msg.headers()  # a new list each call: read once, handed to _apply
         try:
-            marker = classify(msg.headers())
+            marker = classify(hdrs)
         except BadMarker as err:
             self.next_offset = offset + 1
             self._dead_letter_here(msg, "BadMarker", f"sorted record with a bad marker: {err}")
@@ -185,7 +186,7 @@ class OrderedSink:
             # write again change by change up to and including this one.
             self.next_offset = offset + 1
             if self.sequencer.data():
-                self._apply(msg)
+                self._apply(msg, hdrs)
             return True
         boundary = False  # a source transaction ended here: a place to commit
         for step in self.sequencer.step(offset, marker):
@@ -238,8 +239,8 @@ class OrderedSink:
         """A record is read with no target transaction open: open one."""
         self._open_txn()
 
-    def _apply(self, msg: Any) -> None:
-        """Write a data record of the open source transaction."""
+    def _apply(self, msg: Any, hdrs: list[Any] | None) -> None:
+        """Write a data record of the open source transaction (``hdrs``: its headers)."""
         raise NotImplementedError
 
     def _opened(self) -> None:
@@ -329,12 +330,12 @@ class OrderedSink:
             log.info("feed %s: sink writing again", self.feed.name)
             self.state, self.last_error = "normal", None
 
-    def _value(self, msg: Any) -> bytes | None:
+    def _value(self, msg: Any, hdrs: list[Any] | None) -> bytes | None:
         """A data record's whole value: a Debezium payload gets its schema back
         (UnknownSchema if it cannot be found)."""
         if self.schemas is None:
             return msg.value()  # type: ignore[no-any-return]
-        return self.schemas.restore(msg.value(), msg.headers())
+        return self.schemas.restore(msg.value(), hdrs)
 
     def _dead_letter(
         self, msg: Any, error_class: str, reason: str, producer: Any, cluster: str
@@ -355,7 +356,7 @@ class OrderedSink:
             raise FeedStopped(letter)
         log.warning("dead letter: %s", letter.describe())
         try:
-            value = self._value(msg)  # the value as the source had it
+            value = self._value(msg, msg.headers())  # the value as the source had it
         except (UnknownSchema, SchemasUnreadable):
             value = msg.value()  # the payload alone, its header naming the schema
         clients.produce_waiting(

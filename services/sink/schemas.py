@@ -35,6 +35,19 @@ class SchemasUnreadable(RuntimeError):
     schema may well be there."""
 
 
+def reference(value: bytes | None, hdrs: list[Any] | None) -> bytes | None:
+    """The id of the schema a change's value was split from (the value is then its payload
+    alone), or None for a whole value. UnknownSchema for a reference without a value."""
+    if not hdrs:
+        return None
+    for name, sid in hdrs:
+        if name == headers.SCHEMA:
+            if value is None or sid is None:
+                raise UnknownSchema(f"a {headers.SCHEMA} header on a record without value")
+            return sid  # type: ignore[no-any-return]
+    return None
+
+
 class SchemaStore:
     """Schemas by id, read from the feed's schemas topic as they are needed."""
 
@@ -48,14 +61,8 @@ class SchemaStore:
         """The change's whole value: ``value`` itself unless a ``crossfeed-schema`` header
         names the schema it was split from. UnknownSchema if the topic, read to its end,
         does not hold that schema; SchemasUnreadable if it could not be read to its end."""
-        if not hdrs:
-            return value
-        for name, sid in hdrs:
-            if name == headers.SCHEMA:
-                if value is None or sid is None:
-                    raise UnknownSchema(f"a {headers.SCHEMA} header on a record without value")
-                return debezium.join_envelope(self.get(sid), value)
-        return value
+        sid = reference(value, hdrs)
+        return value if sid is None else debezium.join_envelope(self.get(sid), value or b"")
 
     def get(self, sid: bytes) -> bytes:
         found = self._schemas.get(sid)

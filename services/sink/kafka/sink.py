@@ -176,10 +176,10 @@ class KafkaSink(OrderedSink):
         self._abort(cut_at=cut.begin_offset)
         return False
 
-    def _apply(self, msg: Message) -> None:
-        key, hdrs = msg.key(), msg.headers()
+    def _apply(self, msg: Message, hdrs: list[Any] | None) -> None:
+        key = msg.key()
         try:
-            value = self._value(msg)
+            value = self._value(msg, hdrs)
         except UnknownSchema as err:
             self._dead_letter_here(msg, "UnknownSchema", str(err))
             return

@@ -4,8 +4,10 @@ with schemas) -> a row change. No I/O.
 The table is ``source.table`` (in the feed's target schema); the primary key is the record
 key's fields; ``c``/``u``/``r`` upsert the ``after`` row, ``d`` deletes by key, ``t``
 truncates (every row at or below the change's commit_ts). Column types come from the
-Connect schema in each event: the schema half of the value is the same in every event of a
-table version, so it is parsed once per distinct bytes and the payload alone per event.
+Connect schema of each event: the schema half of the value is the same in every event of a
+table version, so it is parsed once per distinct bytes and the payload alone per event. A
+change kept by reference (its value the payload alone, its schema named by id, see
+services/sink/schemas.py) is mounted as it is: its schema is looked up once per id.
 
 A value that cannot be mapped — a Connect type without a PostgreSQL type here, a value that
 does not decode as its type — is a Misfit: the sink sends it to the dead-letter topic with
@@ -146,17 +148,25 @@ class _Shape:
 
 
 class DebeziumMounter:
-    """Debezium data events -> row changes, caching each distinct schema."""
+    """Debezium data events -> row changes, caching each distinct schema. ``schemas``: a
+    schema's bytes by id, for changes kept by reference."""
 
-    def __init__(self) -> None:
+    def __init__(self, schemas: Callable[[bytes], bytes] | None = None) -> None:
         self._shapes: dict[tuple[bytes, bytes], _Shape] = {}
+        self._schemas = schemas
 
-    def mount(self, key: bytes | None, value: bytes | None, commit_ts: int) -> RowChange | None:
-        """The row change of one event; None for one with nothing to apply (a tombstone,
+    def mount(
+        self, key: bytes | None, value: bytes | None, commit_ts: int, schema_id: bytes | None = None
+    ) -> RowChange | None:
+        """The row change of one event (``value`` a whole JSON-converter value, or with
+        ``schema_id`` the payload alone); None for one with nothing to apply (a tombstone,
         a logical decoding message); Misfit when it cannot be mapped."""
         if value is None:
             return None
-        schema_raw, payload = _split(value)
+        if schema_id is None:
+            schema_raw, payload = _split(value)
+        else:
+            schema_raw, payload = schema_id, _payload(value)
         if payload is None:
             return None
         op = payload.get("op")
@@ -171,7 +181,7 @@ class DebeziumMounter:
         if op == "m":
             return None  # a logical decoding message: no row
         key_raw, key_payload = _split(key) if key else (b"", None)
-        shape = self._shape(schema_raw, key_raw, value, key)
+        shape = self._shape(schema_raw, key_raw, value if schema_id is None else None, key)
         if shape.problem is not None:
             raise shape.problem
         if op == "t":
@@ -214,14 +224,31 @@ class DebeziumMounter:
             table, "upsert", row_key, values, commit_ts, shape.columns, None, shape.version
         )
 
-    def _shape(self, schema_raw: bytes, key_raw: bytes, value: bytes, key: bytes | None) -> _Shape:
+    def _shape(
+        self, schema_raw: bytes, key_raw: bytes, value: bytes | None, key: bytes | None
+    ) -> _Shape:
+        """The shape of a schema (``schema_raw``: its bytes, or its id when ``value`` is
+        None) and key schema; worked out on first sight."""
         found = self._shapes.get((schema_raw, key_raw))
         if found is not None:
             return found
+        if value is None:
+            assert self._schemas is not None, "a schema by id needs the feed's schemas"
+            # UnknownSchema, SchemasUnreadable: the caller's, and nothing is cached
+            document = self._schemas(schema_raw)
+        else:
+            document = value
         try:
-            shape = _make_shape(value, key, len(self._shapes) + 1)
-        except Misfit as err:
+            decoded = json.loads(document)
+            if value is not None:
+                decoded = decoded.get("schema")
+            if not isinstance(decoded, dict):
+                raise Misfit("NotDebezium", "the event's Connect schema is not an object")
+            shape = _make_shape(decoded, key, len(self._shapes) + 1)
+        except Misfit as err:  # a ValueError too: before the clause below
             shape = _Shape((), {}, 0, err)
+        except ValueError as err:
+            shape = _Shape((), {}, 0, Misfit("UndecodableSchema", f"schema not JSON: {err}"))
         if len(self._shapes) > 10_000:
             self._shapes.clear()
         self._shapes[(schema_raw, key_raw)] = shape
@@ -253,6 +280,17 @@ def _split(raw: bytes) -> tuple[bytes, dict[str, Any] | None]:
     return raw[:cut], payload
 
 
+def _payload(raw: bytes) -> dict[str, Any] | None:
+    """The decoded payload of a change kept by reference (its value the payload alone)."""
+    try:
+        payload = _loads(raw)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise Misfit("UndecodableValue", f"not JSON: {err}") from None
+    if payload is not None and not isinstance(payload, dict):
+        raise Misfit("NotDebezium", "the payload is not an object")
+    return payload
+
+
 def _loads(data: bytes) -> Any:
     """A payload: orjson (~4x faster than json on Debezium's events), and json for what
     orjson refuses but Connect's converter may write (NaN, Infinity)."""
@@ -262,8 +300,7 @@ def _loads(data: bytes) -> Any:
         return json.loads(data)
 
 
-def _make_shape(value: bytes, key: bytes | None, version: int) -> _Shape:
-    schema = json.loads(value).get("schema") or {}
+def _make_shape(schema: dict[str, Any], key: bytes | None, version: int) -> _Shape:
     fields = {f.get("field"): f for f in schema.get("fields") or ()}
     row = fields.get("after") or fields.get("before")
     if row is None:

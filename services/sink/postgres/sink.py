@@ -60,7 +60,7 @@ from crossfeed.services.sink.postgres.batch import Batch
 from crossfeed.services.sink.postgres.debezium import DebeziumMounter
 from crossfeed.services.sink.postgres.fastmount import FastMounter
 from crossfeed.services.sink.postgres.mapping import Misfit, RowChange, TableSchema
-from crossfeed.services.sink.schemas import UnknownSchema
+from crossfeed.services.sink.schemas import UnknownSchema, reference
 from crossfeed.services.sink.sorted_stream import Applied, Position
 from crossfeed.wire import codec
 from crossfeed.wire.codec import CodecError
@@ -103,7 +103,7 @@ class PostgresSink(OrderedSink):
         self.tables: dict[str, TableSchema | None] = {}
         self.mounter = mapping.Mounter()
         # Debezium input: its envelopes, mapped by the Connect schema in each event.
-        self.debezium = DebeziumMounter() if self.feed.input == "debezium" else None
+        self.debezium = DebeziumMounter(self._schema) if self.feed.input == "debezium" else None
         self.fast = FastMounter(codec.fingerprint("ChangeEvent"))
         # (table, schema_version, shape) known to fit the table as cached in self.tables
         self.fitted: set[tuple[str, int, tuple[str, tuple[str, ...]]]] = set()
@@ -275,7 +275,7 @@ class PostgresSink(OrderedSink):
             self.savepoint = False
         return True
 
-    def _apply(self, msg: Any) -> None:
+    def _apply(self, msg: Any, hdrs: list[Any] | None) -> None:
         open_txn = self.sequencer.open
         assert open_txn is not None
         # Careful mode (after the database refused a batch): each change under its own
@@ -285,11 +285,15 @@ class PostgresSink(OrderedSink):
             self._ensure_savepoint()
             self._execute("SAVEPOINT cf_row")
         try:
-            value = self._value(msg)
+            value = msg.value()
             if self.debezium is None:
                 change = self._mount(value, open_txn.position.commit_ts)
             else:
-                mounted = self.debezium.mount(msg.key(), value, open_txn.position.commit_ts)
+                # A change kept by reference is mounted from its payload as it is (its
+                # schema looked up once per id), not joined to its schema again first.
+                sid = reference(value, hdrs)
+                ts = open_txn.position.commit_ts
+                mounted = self.debezium.mount(msg.key(), value, ts, sid)
                 if mounted is None:  # nothing to apply (a tombstone, a message)
                     if careful:
                         self._execute("RELEASE SAVEPOINT cf_row")
@@ -329,6 +333,11 @@ class PostgresSink(OrderedSink):
         self.open.append(change)
         if len(self.open) >= MAX_ROWS:
             self._spill_open()
+
+    def _schema(self, sid: bytes) -> bytes:
+        """A Debezium schema's bytes by id (the feed's schemas topic)."""
+        assert self.schemas is not None, "a Debezium feed's sink reads its schemas topic"
+        return self.schemas.get(sid)
 
     def _mount(self, value: bytes | None, commit_ts: int) -> RowChange:
         if not value:

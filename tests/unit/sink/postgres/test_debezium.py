@@ -14,6 +14,8 @@ import pytest
 
 from crossfeed.services.sink.postgres.debezium import DebeziumMounter
 from crossfeed.services.sink.postgres.mapping import PG_TYPES, Misfit
+from crossfeed.services.sink.schemas import UnknownSchema
+from crossfeed.wire.debezium import EnvelopeSplitter
 
 pytestmark = pytest.mark.unit
 
@@ -164,3 +166,47 @@ def test_special_floats_and_64_bit_integers_come_through_exactly():
     v = change.values
     assert v["big"] == 2**63 - 1 and v["small"] == -(2**15)
     assert math.isnan(v["f4"]) and v["f8"] == -math.inf
+
+
+def test_a_change_kept_by_reference_mounts_as_its_whole_value_does():
+    """The puller keeps the schema out of the value (wire/debezium.py); the sink mounts the
+    payload with the schema looked up by id, once per id, and gets the same row change."""
+    key, value = event("u", ROW)
+    split = EnvelopeSplitter().split(value)
+    assert split is not None
+    sid, schema, payload = split
+    asked: list[bytes] = []
+
+    def schemas(wanted: bytes) -> bytes:
+        asked.append(wanted)
+        return schema
+
+    mounter = DebeziumMounter(schemas)
+    whole = DebeziumMounter().mount(key, value, commit_ts=5)
+    assert mounter.mount(key, payload, commit_ts=5, schema_id=sid) == whole
+    assert mounter.mount(key, payload, commit_ts=5, schema_id=sid) == whole
+    assert asked == [sid]
+
+
+def test_a_schema_not_found_is_asked_again_and_one_not_json_is_a_misfit():
+    key, value = event("c", ROW)
+    split = EnvelopeSplitter().split(value)
+    assert split is not None
+    sid, schema, payload = split
+    held: dict[bytes, bytes] = {}
+
+    def schemas(wanted: bytes) -> bytes:
+        if wanted not in held:
+            raise UnknownSchema(wanted.decode())
+        return held[wanted]
+
+    mounter = DebeziumMounter(schemas)
+    with pytest.raises(UnknownSchema):
+        mounter.mount(key, payload, commit_ts=1, schema_id=sid)
+    held[sid] = schema  # nothing was cached for it: found now
+    change = mounter.mount(key, payload, commit_ts=1, schema_id=sid)
+    assert change is not None and change.key == (7,)
+    held[b"0" * 32] = b"{not json"
+    with pytest.raises(Misfit) as err:
+        mounter.mount(key, payload, commit_ts=1, schema_id=b"0" * 32)
+    assert err.value.error_class == "UndecodableSchema"
