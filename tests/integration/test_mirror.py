@@ -76,7 +76,7 @@ def test_200k_records_exactly_once_in_order_with_provenance(clusters, services, 
 
     # OffsetSync ranges translate source offsets exactly onto the copies.
     index = _offset_syncs(clusters.b.config, feed.name)
-    copies = {(r.header(headers.SRC)): r for r in flatten(target)}
+    copies = {(r.header(headers.PROV)): r for r in flatten(target)}
     rng = random.Random(3)
     sample = rng.sample(flatten(source), 300)
     for record in sample:
@@ -149,8 +149,8 @@ def test_active_active_same_topic_names_no_loop(clusters, services, unique):
     # partitions, yet the OffsetSync ranges still map every dc-a record exactly (the task
     # redoes such a transaction with a delivery report per record).
     index = _offset_syncs(clusters.b.config, ab.name)
-    copies = {r.header(headers.SRC): r for r in flatten(b_records) if r.header(headers.SRC)}
-    own = [r for r in flatten(a_records) if r.header(headers.SRC) is None]
+    copies = {r.header(headers.PROV): r for r in flatten(b_records) if r.header(headers.PROV)}
+    own = [r for r in flatten(a_records) if r.header(headers.PROV) is None]
     for record in random.Random(9).sample(own, min(300, len(own))):
         tp = TopicPartition(record.topic, record.partition)
         translation = index[tp].translate(record.offset)
