@@ -46,11 +46,13 @@ from crossfeed.core.provenance_header import (
     Header,
     Provenance,
     SrcRef,
+    encode,
     hops,
     is_cluster_id,
     origin_topic,
     parse_prov,
     parse_src,
+    prior,
     src_of,
 )
 from crossfeed.wire.headers import PROV, is_crossfeed_header
@@ -96,14 +98,14 @@ def stamp(
     See the module docstring for the invariants. The input is not modified.
     """
     src = SrcRef(source_cluster_id, source_topic, partition, offset)
+    earlier, first_topic = prior(headers)
     # An entry that is no cluster.id (a ',' or '/' in a hand-written legacy header) names
     # no cluster a puller could copy into, and the new form could not hold it.
-    chain = [cluster for cluster in hops(headers) if is_cluster_id(cluster)]
+    chain = [cluster for cluster in earlier if is_cluster_id(cluster)]
     if not chain or chain[-1] != source_cluster_id:
         chain.append(source_cluster_id)
-    prov = Provenance(tuple(chain), src, origin_topic(headers) or source_topic)
     kept = [(name, value) for name, value in headers if name not in STAMPED]
-    return [*kept, (PROV, prov.encode())]
+    return [*kept, (PROV, encode(chain, src, first_topic or source_topic))]
 
 
 class Stamper:

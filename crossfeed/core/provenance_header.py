@@ -11,8 +11,8 @@ mid-stream holds both in one topic, so every reader here takes either, by these 
   the list does not start with it — never fewer clusters than either form names;
 * source copy: the first non-empty ``crossfeed-prov`` if it parses, else the first
   non-empty ``crossfeed-src`` if that does (the sorter's rule too);
-* origin topic: the first ``crossfeed-prov`` that parses, else the first non-empty
-  ``crossfeed-origin-topic``.
+* origin topic: that of the first ``crossfeed-prov`` that keeps to the grammar, else the
+  first non-empty ``crossfeed-origin-topic``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ STAMPED: Final = frozenset((PROV, *LEGACY))
 _CLUSTER_ID = re.compile(r"[^,/\s]+")
 _PROV = re.compile(grammar.PROV.python())
 _SRC = re.compile(grammar.SRC.python())
-_HOP_LISTS: Final = frozenset((PROV, HOPS, ORIGIN_CLUSTER))
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +94,16 @@ class Provenance:
         return self.hops[0]
 
     def encode(self) -> bytes:
-        """The header value (UTF-8): the origin topic only where it is not src's topic."""
-        src = self.src
-        tail = "" if self.origin_topic == src.topic else f"/{self.origin_topic}"
-        return f"{','.join(self.hops)}/{src.topic}/{src.partition}/{src.offset}{tail}".encode()
+        """The header value (UTF-8)."""
+        return encode(self.hops, self.src, self.origin_topic)
+
+
+def encode(chain: Sequence[str], src: SrcRef, first_topic: str) -> bytes:
+    """The ``crossfeed-prov`` value of hop list ``chain`` (cluster.ids, the last one
+    ``src``'s), source copy ``src`` and origin topic ``first_topic``, which is written only
+    where it is not src's topic. Checks nothing: :class:`Provenance` does."""
+    tail = "" if first_topic == src.topic else f"/{first_topic}"
+    return f"{','.join(chain)}/{src.topic}/{src.partition}/{src.offset}{tail}".encode()
 
 
 def is_cluster_id(text: str) -> bool:
@@ -133,20 +138,44 @@ def hops(headers: Sequence[Header]) -> list[str]:
     the hop list before its first '/', so loop prevention stays conservative. Raises
     ValueError if a value is not UTF-8.
     """
-    result: list[str] = []
+    return prior(headers, with_topic=False)[0]
+
+
+def prior(headers: Sequence[Header], *, with_topic: bool = True) -> tuple[list[str], str | None]:
+    """:func:`hops` and :func:`origin_topic` in one pass over the headers (a stamp needs
+    both, on the puller's path); the topic is left out (None) unless ``with_topic``, which
+    costs a parse (a loop check needs the hops alone)."""
+    chain: list[str] = []
     legacy_origin = ""
+    topic: str | None = None
+    legacy_topic: str | None = None
     for name, value in headers:
-        if value is None or name not in _HOP_LISTS:
+        if not value or name not in STAMPED:
             continue
         if name == PROV:
-            result.extend(_split_hops(_decode(PROV, value).split("/", 1)[0]))
+            text = _decode(PROV, value)
+            chain.extend(_split_hops(text.partition("/")[0]))
+            if with_topic and topic is None:
+                topic = _origin_of(text)
         elif name == HOPS:
-            result.extend(_split_hops(_decode(HOPS, value)))
-        elif not legacy_origin:
-            legacy_origin = _decode(ORIGIN_CLUSTER, value).strip()
-    if legacy_origin and (not result or result[0] != legacy_origin):
-        result.insert(0, legacy_origin)
-    return result
+            chain.extend(_split_hops(_decode(HOPS, value)))
+        elif name == ORIGIN_CLUSTER:
+            legacy_origin = legacy_origin or _decode(ORIGIN_CLUSTER, value).strip()
+        elif name == ORIGIN_TOPIC and with_topic and legacy_topic is None:
+            legacy_topic = _decode(ORIGIN_TOPIC, value)  # (no topic name holds '/')
+    if legacy_origin and (not chain or chain[0] != legacy_origin):
+        chain.insert(0, legacy_origin)
+    if with_topic and topic is None and legacy_topic and "/" not in legacy_topic:
+        topic = legacy_topic
+    return chain, topic
+
+
+def _origin_of(text: str) -> str | None:
+    """The origin topic of a ``crossfeed-prov`` value, None if it breaks the grammar."""
+    match = _PROV.fullmatch(text)
+    if match is None or not grammar.fits_long(match["offset"]):
+        return None
+    return match["origin_topic"] or match["topic"]
 
 
 def parse_prov(value: bytes) -> Provenance:
@@ -216,13 +245,7 @@ def src_of(headers: Sequence[Header]) -> SrcRef | None:
 
 
 def origin_topic(headers: Sequence[Header]) -> str | None:
-    """The topic the record was first produced to, None when no header says it."""
-    for name, value in headers:
-        if name == PROV and value:
-            try:
-                return parse_prov(value).origin_topic
-            except ValueError:
-                continue
-    legacy = _first_value(headers, ORIGIN_TOPIC)
-    topic = None if legacy is None else _decode(ORIGIN_TOPIC, legacy)
-    return topic if topic and "/" not in topic else None  # no topic name holds "/"
+    """The topic the record was first produced to: that of the first ``crossfeed-prov``
+    that keeps to the grammar, else the first non-empty legacy ``crossfeed-origin-topic``;
+    None when no header says it. Raises ValueError if a value is not UTF-8."""
+    return prior(headers)[1]
