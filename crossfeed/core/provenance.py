@@ -15,7 +15,7 @@ Invariants of :func:`stamp` (each is a property test):
 A. User headers (names not starting with ``crossfeed-``) come out byte-identical and in
    their original relative order, duplicates included.
 B. The output holds exactly one ``crossfeed-prov``, appended after all other headers, and
-   none of the four legacy provenance headers (:data:`LEGACY`).
+   none of the four legacy provenance headers (``LEGACY_PROVENANCE``).
 C. The origin is set once, on the first hop: the origin cluster stays the first hop, and
    the origin topic an earlier stamp recorded is kept.
 D. The hop list is the existing one plus the source cluster.id, oldest first; the source
@@ -41,7 +41,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from crossfeed.core.provenance_header import (
-    LEGACY,
     STAMPED,
     Header,
     Provenance,
@@ -57,8 +56,9 @@ from crossfeed.core.provenance_header import (
 )
 from crossfeed.wire.headers import PROV, is_crossfeed_header
 
+# The readers live in provenance_header; callers (puller, sorter, translation, failover)
+# import this module alone.
 __all__ = [
-    "LEGACY",
     "STAMPED",
     "Header",
     "Provenance",

@@ -35,9 +35,7 @@ from crossfeed.wire.headers import (
 Header: TypeAlias = tuple[str, bytes | None]
 """One Kafka header as confluent-kafka gives it: ``(name, value)``."""
 
-LEGACY: Final = LEGACY_PROVENANCE
-"""The four headers of the legacy form (read, folded away by a stamp, never written)."""
-STAMPED: Final = frozenset((PROV, *LEGACY))
+STAMPED: Final = frozenset((PROV, *LEGACY_PROVENANCE))
 """Every header a stamp owns: it reads them and replaces them by one ``crossfeed-prov``."""
 
 _CLUSTER_ID = re.compile(r"[^,/\s]+")

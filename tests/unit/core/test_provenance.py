@@ -8,7 +8,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crossfeed.core.provenance import (
-    LEGACY,
     Header,
     Provenance,
     SrcRef,
@@ -24,6 +23,7 @@ from crossfeed.core.provenance import (
 from crossfeed.wire.headers import (
     COMMIT_TS,
     HOPS,
+    LEGACY_PROVENANCE,
     ORIGIN_CLUSTER,
     ORIGIN_TOPIC,
     PROV,
@@ -211,7 +211,7 @@ def test_user_headers_byte_identical_and_in_order_and_one_prov_last(
     )
     assert user_headers(out) == users
     assert out[-1][0] == PROV and _one(out, PROV)
-    assert not any(name in LEGACY for name, _ in out)
+    assert not any(name in LEGACY_PROVENANCE for name, _ in out)
 
 
 @given(user_header_lists, cluster_ids, cluster_ids, topics, topics)
