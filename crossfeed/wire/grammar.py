@@ -1,10 +1,10 @@
 """The ordered feed's header and key grammar, with one set of bounds (docs/ordered-feeds.md
 §1-§3): ``crossfeed-commit-ts``, ``crossfeed-txn`` (of a change, and of a marker in
 ``.sorted``), ``crossfeed-prov`` (and the legacy ``crossfeed-src``) and a resolved mark's
-key. Each pattern is written once
-here, as its fields; the forms the readers need are derived from it: Python's ``re`` (the
-change producer, the puller, the sinks, provenance), Java's (Spark SQL's ``rlike`` in the
-sorter's Spark release) and RE2's (pyarrow, the sorter's driver release). The bounds are
+key. Each pattern is written once here, as its fields; the forms the readers need are
+derived from it: Python's ``re`` (the change producer, the puller, the sinks, provenance),
+Java's (Spark SQL's ``rlike`` in the sorter's Spark release) and RE2's (pyarrow, the
+sorter's driver release). The bounds are
 the columns the sorter keeps them in: seq, count and a partition are 32-bit (at most 9
 digits), commit_ts and an offset 64-bit (19 digits, at most :data:`MAX_LONG`, which a
 pattern cannot say: readers compare the digits too).
@@ -87,9 +87,8 @@ SORTED_TXN: Final = Pattern((("id", r"[^/]+"), ("seq", INT), ("count", INT)))
 """``crossfeed-txn`` of a begin/commit marker in ``.sorted``: ``<txn id>/0/<count>``. The
 txn id is a :data:`TXN_ID`, or for a change without ``crossfeed-txn`` the source record's
 cluster.id, topic, partition and offset (:data:`PROV`, or a legacy :data:`SRC`) joined by
-':' (a cluster.id or topic may hold ':' too); a reader of markers only
-compares ids, so it takes any id without '/' (a seq other than 0 is its to refuse, with
-its reason)."""
+':' (a cluster.id or topic may hold ':' too); a reader of markers only compares ids, so
+it takes any id without '/' (a seq other than 0 is its to refuse, with its reason)."""
 MARK_KEY: Final = Pattern((("topic", TOPIC), ("partition", INT)))
 """A resolved mark's key in ``.changes``: ``<topic>/<partition>`` of its source partition."""
 
