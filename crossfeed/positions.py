@@ -29,6 +29,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed.core.partitions import TopicPartition
+from crossfeed.core.provenance import parse_prov, parse_src
 from crossfeed.kafka import clients
 from crossfeed.kafka.tails import Tail, TailReader, backwards, scan
 from crossfeed.wire import codec, headers
@@ -145,16 +146,14 @@ def copies_in_tail(
     """For each source partition, the source offsets of its copies at the end of its
     target partition (``copies``: source partition -> target topic and partition),
     committed and aborted. Copies are told apart from other writers' records by their
-    last ``crossfeed-src`` header."""
+    last provenance header (``crossfeed-prov``, or the legacy ``crossfeed-src`` of a copy
+    an older puller wrote)."""
     reader = TailReader(target)
     try:
         return {
             tp: reader.read(
                 KafkaTP(topic, partition),
-                functools.partial(
-                    _copy_source,
-                    b"%s/%s/%d/" % (source_cluster_id.encode(), tp.topic.encode(), tp.partition),
-                ),
+                functools.partial(_copy_source, (source_cluster_id, tp.topic, tp.partition)),
             )
             for tp, (topic, partition) in copies.items()
         }
@@ -162,12 +161,19 @@ def copies_in_tail(
         reader.close()
 
 
-def _copy_source(prefix: bytes, hdrs: list[tuple[str, bytes | None]] | None) -> int | None:
-    """The source offset in a record's last crossfeed-src header if it names ``prefix``'s
-    source partition (the copy this feed wrote), else None."""
+def _copy_source(
+    source: tuple[str, str, int], hdrs: list[tuple[str, bytes | None]] | None
+) -> int | None:
+    """The source offset in a record's last provenance header if it names the source
+    partition ``source`` (cluster.id, topic, partition: the copy this feed wrote), else
+    None."""
     for name, value in reversed(hdrs or []):
-        if name == headers.SRC:
-            if value is not None and value.startswith(prefix) and value[len(prefix) :].isdigit():
-                return int(value[len(prefix) :])
-            return None
+        if name in (headers.PROV, headers.SRC):
+            if not value:
+                return None
+            try:
+                src = parse_prov(value).src if name == headers.PROV else parse_src(value)
+            except ValueError:
+                return None
+            return src.offset if (src.cluster_id, src.topic, src.partition) == source else None
     return None

@@ -8,8 +8,9 @@ source holds offsets of three kinds, and translation must tell them apart:
 * records the feed copies (**copyable**): if the target lacks them, they are a gap;
 * records the feed never copies because they came *from* the target (loop prevention,
   docs/design.md, guarantee 4) — after a failback, the old standby holds copies of the old
-  primary's records. Such a **target copy** names its original in ``crossfeed-src``,
-  so the original's offset on the target is known exactly.
+  primary's records. Such a **target copy** names its original in its provenance
+  (``crossfeed-prov``, or a legacy ``crossfeed-src``), so the original's offset on the
+  target is known exactly.
 
 A :class:`RangeScan` summarises one read of ``[start, end)``; reads are bounded, so it
 may cover only ``[start, scanned_to)``, and everything derived from it says so.
@@ -21,8 +22,7 @@ import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from crossfeed.core.provenance import parse_src, should_copy
-from crossfeed.wire.headers import SRC
+from crossfeed.core.provenance import should_copy, src_of
 
 Header = tuple[str, bytes | None]
 
@@ -70,20 +70,13 @@ def classify(
             return Seen(offset, Kind.COPYABLE, timestamp_ms=timestamp_ms)
     except ValueError:
         return Seen(offset, Kind.COPYABLE, timestamp_ms=timestamp_ms)
-    for name, value in headers:
-        if name != SRC or not value:
-            continue
-        try:
-            src = parse_src(value)
-        except ValueError:
-            break
-        if (src.cluster_id, src.topic, src.partition) == (
-            target_cluster_id,
-            target_topic,
-            target_partition,
-        ):
-            return Seen(offset, Kind.TARGET_COPY, src.offset, timestamp_ms)
-        break
+    src = src_of(headers)
+    if src is not None and (src.cluster_id, src.topic, src.partition) == (
+        target_cluster_id,
+        target_topic,
+        target_partition,
+    ):
+        return Seen(offset, Kind.TARGET_COPY, src.offset, timestamp_ms)
     return Seen(offset, Kind.OTHER, timestamp_ms=timestamp_ms)
 
 

@@ -4,14 +4,25 @@ from typing import Final
 
 PREFIX: Final = "crossfeed-"
 
+PROV: Final = "crossfeed-prov"
+"""Provenance, stamped by the puller on every hop:
+``<hops>/<topic>/<partition>/<offset>[/<origin topic>]`` — the cluster.ids the record has
+been in, comma-separated and oldest first (the first is its origin cluster, the last the
+cluster of the copy just read), then that copy's topic, partition and offset, then the
+topic it was first produced to where that is another (crossfeed/wire/grammar.py: PROV)."""
+
+# The four headers provenance took before crossfeed-prov: read (a record copied by an
+# older puller), never written; a puller that stamps such a record folds them into one
+# crossfeed-prov (crossfeed/core/provenance.py).
 ORIGIN_CLUSTER: Final = "crossfeed-origin-cluster"
-"""cluster.id of the cluster the record was first produced to (set once, first hop)."""
+"""Legacy: cluster.id of the cluster the record was first produced to."""
 ORIGIN_TOPIC: Final = "crossfeed-origin-topic"
-"""Topic the record was first produced to (set once, first hop)."""
+"""Legacy: topic the record was first produced to."""
 HOPS: Final = "crossfeed-hops"
-"""Comma-separated cluster.ids the record has been in, oldest first (appended each hop)."""
+"""Legacy: comma-separated cluster.ids the record has been in, oldest first."""
 SRC: Final = "crossfeed-src"
-"""``<cluster.id>/<topic>/<partition>/<offset>`` of the copy the puller read."""
+"""Legacy: ``<cluster.id>/<topic>/<partition>/<offset>`` of the copy the puller read."""
+LEGACY_PROVENANCE: Final = (ORIGIN_CLUSTER, ORIGIN_TOPIC, HOPS, SRC)
 COMMIT_TS: Final = "crossfeed-commit-ts"
 """Commit timestamp in microseconds, decimal; set by the producer, kept on every hop."""
 TXN: Final = "crossfeed-txn"

@@ -17,7 +17,7 @@ source, keyed ``<source cluster.id>/<group>/<topic>/<partition>``. Not the sourc
 STAGING_MAX_MESSAGE_BYTES: Final = 64 << 20
 """A source record up to this size fits one staging record of ``.changes``."""
 STAGING_HEADROOM_BYTES: Final = 64 << 10
-"""Room on top of it for the provenance headers and the batch framing."""
+"""Room on top of it for the provenance header and the batch framing."""
 
 
 DLQ_MAX_MESSAGE_BYTES: Final = 64 << 20

@@ -2,7 +2,7 @@
 
 A source partition's copies go to the target topic named by the feed's rename-format, the
 same partition number: key, value, headers and timestamp as on the source, the provenance
-headers appended (``crossfeed-src`` last). They are written in blocks (the copies sent
+header ``crossfeed-prov`` appended last. They are written in blocks (the copies sent
 together, in order) inside the task's transaction; the OffsetSync ranges of a block come
 from its delivery reports (see :class:`Block`), taken when the transaction is committed
 (services/puller/task.py).

@@ -1,7 +1,7 @@
 """An ordered feed's records in the puller (docs/ordered-feeds.md §2).
 
 One staging record per source record: key, value and timestamp byte for byte, the source
-headers with the provenance headers stamped and ``crossfeed-commit-ts`` always present.
+headers with the provenance header stamped and ``crossfeed-commit-ts`` always present.
 Producer watermarks (``crossfeed-type: resolved`` records on the source) are consumed,
 never copied: once a partition has shown one, only its watermarks advance its resolved_ts
 (``crossfeed-resolved-from: watermarks`` on its marks carries that over to a new task

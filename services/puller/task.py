@@ -9,8 +9,8 @@ one, so a paused or partitioned instance can never write again.
 Each transaction holds, together:
 
 * **mirror feeds**: the copies, straight into their target topics (the same partition
-  number; key, value, headers and timestamp as on the source, provenance headers
-  appended — services/puller/copies.py) and the ``OffsetSync`` ranges of those copies,
+  number; key, value, headers and timestamp as on the source, the provenance
+  header appended — services/puller/copies.py) and the ``OffsetSync`` ranges of those copies,
   taken from the delivery reports just before the commit;
 * **ordered feeds**: one staging record per change in partition ``s`` (ordered.py);
 * the dead letters;
@@ -130,7 +130,7 @@ class PartitionState:
     and hashed by identity: it keys the task's positions (TaskTxn), looked up per record."""
 
     tp: TopicPartition
-    stamper: provenance.Stamper  # the provenance headers of its copies
+    stamper: provenance.Stamper  # the provenance header of its copies
     route: Route | None = None  # mirror feeds: where the copies go
     copies: list[Copy] = field(default_factory=list)  # mirror copies not yet sent
     copies_bytes: int = 0
@@ -224,7 +224,7 @@ class PullerTask:
         """Take one source record into the open transaction (or drop/dead-letter it).
 
         A mirror copy keeps key, value, headers and timestamp as on the source, with the
-        provenance headers appended; it waits in its partition's buffer, which is sent
+        provenance header appended; it waits in its partition's buffer, which is sent
         once it holds ``pack_bytes`` (or at commit). ``state`` is the record's partition
         (the caller routes by topic and partition); ``now`` the caller's clock reading.
         """

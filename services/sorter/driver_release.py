@@ -55,7 +55,8 @@ Record = tuple[str, bytes | None, bytes | None, list[Header]]
 # 19-digit commit_ts or offset above MAX_LONG is none (as in Spark's release).
 _TS = grammar.COMMIT_TS.re2()
 _TXN = grammar.TXN.re2()
-_SRC = grammar.SRC.re2()
+_PROV = grammar.PROV.re2()
+_SRC = grammar.SRC.re2()  # the legacy form of a change copied by an older puller
 _MARK_KEY = grammar.MARK_KEY.re2()
 _INT64_MAX = str(grammar.MAX_LONG)
 
@@ -171,12 +172,19 @@ def parse(table: pa.Table) -> pa.Table:
     topic, partition, offset, timestamp) -> the same rows as ``spark_release.parse_rows``'s columns
     (:data:`SCHEMA`); tests/integration/test_sorter_parse.py holds the two to the same
     answers on crafted rows."""
-    h_type, h_ts, h_txn, h_src = _first_headers(
-        table.column("headers"), (headers.TYPE, headers.COMMIT_TS, headers.TXN, headers.SRC)
+    h_type, h_ts, h_txn, h_prov, h_src = _first_headers(
+        table.column("headers"),
+        (headers.TYPE, headers.COMMIT_TS, headers.TXN, headers.PROV, headers.SRC),
     )
     (ts_digits,) = _pieces(h_ts, _TS)
     commit_ts = pc.cast(_when(_fits_long(ts_digits), ts_digits, _null(pa.string())), pa.int64())
-    cluster, src_topic, src_part, src_offset = _pieces(h_src, _SRC)
+    # The source record: crossfeed-prov's last hop and the three fields after it, else a
+    # legacy crossfeed-src's four (a row matches all of a pattern's groups or none).
+    _, *prov, _ = _pieces(h_prov, _PROV)  # without the earlier hops and the origin topic
+    legacy = _pieces(h_src, _SRC)
+    cluster, src_topic, src_part, src_offset = (
+        pc.coalesce(new, old) for new, old in zip(prov, legacy, strict=True)
+    )
     src_ok = pc.is_valid(cluster)
     own_txn = pc.binary_join_element_wise(cluster, src_topic, src_part, src_offset, ":")
     src_offset = _when(_fits_long(src_offset), src_offset, _null(pa.string()))
@@ -192,7 +200,7 @@ def parse(table: pa.Table) -> pa.Table:
     error = _null(pa.string())  # the rules from the last to the first: the first wins
     for condition, message in [
         (pc.or_(pc.less(seq, 1), pc.greater(seq, count)), f"{headers.TXN} seq outside 1..count"),
-        (pc.is_null(txn_id), f"{headers.TXN} and {headers.SRC} unreadable"),
+        (pc.is_null(txn_id), f"{headers.TXN} and {headers.PROV} unreadable"),
         (pc.is_null(commit_ts), f"no valid {headers.COMMIT_TS} header"),
         (pc.is_valid(h_type), pc.binary_join_element_wise(f"unknown {headers.TYPE} ", h_type, "")),
     ]:

@@ -41,10 +41,12 @@ log = logging.getLogger(__name__)
 # Spark SQL's forms of the grammar (crossfeed/wire/grammar.py); a 19-digit commit_ts or
 # offset is compared with MAX_LONG as text (cast("long") would fail on an overflow).
 TXN_RE = grammar.TXN.java()
-SRC_RE = grammar.SRC.java()
+PROV_RE = grammar.PROV.java()
+SRC_RE = grammar.SRC.java()  # the legacy form of a change copied by an older puller
 MARK_KEY_RE = grammar.MARK_KEY.java()
 TS_RE = grammar.COMMIT_TS.java()
 MAX_LONG_TEXT = str(grammar.MAX_LONG)
+UNREADABLE_TXN = f"{headers.TXN} and {headers.PROV} unreadable"
 
 # Writer defaults measured here: 55k rec/s Kafka-to-Kafka vs 33-44k with the client's.
 WRITER_DEFAULTS = {
@@ -87,6 +89,7 @@ def parse_rows(df: DataFrame) -> DataFrame:
         _header(headers.TYPE).alias("h_type"),
         _header(headers.COMMIT_TS).alias("h_ts"),
         _header(headers.TXN).alias("h_txn"),
+        _header(headers.PROV).alias("h_prov"),
         _header(headers.SRC).alias("h_src"),
     )
     step2 = step1.select(
@@ -96,12 +99,31 @@ def parse_rows(df: DataFrame) -> DataFrame:
             & ((F.length("h_ts") < grammar.LONG_DIGITS) | (col("h_ts") <= F.lit(MAX_LONG_TEXT))),
             col("h_ts").cast("long"),
         ).alias("commit_ts"),
+        F.when(col("h_prov").rlike(PROV_RE), F.split(col("h_prov"), "/")).alias("prov_parts"),
         F.when(col("h_src").rlike(SRC_RE), F.split(col("h_src"), "/")).alias("src_parts"),
         F.when(col("h_txn").rlike(TXN_RE), F.split(col("h_txn"), "/")).alias("txn_parts"),
     )
-    src, txn = col("src_parts"), col("txn_parts")
+    # The source record's cluster.id, topic, partition, offset: crossfeed-prov's last hop
+    # and the three fields after it, else a legacy crossfeed-src's four.
+    prov = col("prov_parts")
+    step2b = step2.select(
+        "*",
+        F.coalesce(
+            F.when(
+                prov.isNotNull(),
+                F.array(
+                    F.substring_index(F.get(prov, 0), ",", -1),
+                    F.get(prov, 1),
+                    F.get(prov, 2),
+                    F.get(prov, 3),
+                ),
+            ),
+            col("src_parts"),
+        ).alias("source"),
+    )
+    src, txn = col("source"), col("txn_parts")
     no_txn = col("h_txn").isNull()
-    step3 = step2.select(
+    step3 = step2b.select(
         "*",
         F.when(no_txn & src.isNotNull(), F.concat_ws(":", src))
         .when(txn.isNotNull(), F.get(txn, 0))
@@ -121,7 +143,7 @@ def parse_rows(df: DataFrame) -> DataFrame:
         )
         .when(typ.isNotNull(), F.concat(F.lit(f"unknown {headers.TYPE} "), typ))
         .when(commit_ts.isNull(), F.lit(f"no valid {headers.COMMIT_TS} header"))
-        .when(col("txn_id").isNull(), F.lit(f"{headers.TXN} and {headers.SRC} unreadable"))
+        .when(col("txn_id").isNull(), F.lit(UNREADABLE_TXN))
         .when(
             (col("seq") < 1) | (col("seq") > col("count")),
             F.lit(f"{headers.TXN} seq outside 1..count"),

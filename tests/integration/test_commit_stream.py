@@ -27,13 +27,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from crossfeed.config import Settings
-from crossfeed.core.provenance import parse_src
+from crossfeed.core.provenance import src_of
 from crossfeed.feeds import FeedSpec, load_feed_file
 from crossfeed.kafka import clients
 from crossfeed.services.coordinator.failover import TranslatorLoop
 from crossfeed.translation import metrics
 from crossfeed.translation.translator import Translator
-from crossfeed.wire import headers
 from tests.integration.test_failover import committed, wait_for
 from tests.support.clusters import Clusters
 from tests.support.secured import add_user
@@ -50,9 +49,9 @@ def copies_by_source_offset(config: dict[str, Any], topic: str) -> dict[int, dic
     out: dict[int, dict[int, int]] = {}
     for partition, records in read_many(config, [topic])[topic].items():
         for r in records:
-            src = r.header(headers.SRC)
+            src = src_of(r.headers)
             if src:
-                out.setdefault(partition, {})[parse_src(src).offset] = r.offset
+                out.setdefault(partition, {})[src.offset] = r.offset
     return out
 
 

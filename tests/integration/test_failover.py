@@ -25,13 +25,12 @@ from typer.testing import CliRunner
 from crossfeed.cli.main import app as cli
 from crossfeed.client import TimestampedConsumer, user_headers
 from crossfeed.client.rest import CoordinatorClient
-from crossfeed.core.provenance import parse_src
+from crossfeed.core.provenance import src_of
 from crossfeed.feeds import FeedSpec, load_feed_file
 from crossfeed.kafka import clients
 from crossfeed.services.coordinator.failover import FailoverHooks, TranslatorLoop, make_router
 from crossfeed.services.coordinator.rest_server import RestServer
 from crossfeed.translation.kafka_io import shared_admin
-from crossfeed.wire import headers
 from tests.support.verify import Record, read_many
 from tests.support.workload import produce_mixed
 
@@ -168,11 +167,11 @@ def read_on(
 
 
 def src_offsets(messages: list[Any]) -> list[int]:
-    """The source offsets the copies name in crossfeed-src."""
+    """The source offsets the copies name in their provenance."""
     out = []
     for msg in messages:
-        value = dict(msg.headers() or []).get(headers.SRC)
-        out.append(parse_src(value).offset if value else -1)
+        src = src_of(msg.headers() or [])
+        out.append(src.offset if src else -1)
     return out
 
 
@@ -397,9 +396,9 @@ def test_failover_moves_every_kind_of_group_to_its_exact_record(
 def src_offsets_of_records(records: list[Record]) -> list[int]:
     out = []
     for r in records:
-        value = r.header(headers.SRC)
-        if value:
-            out.append(parse_src(value).offset)
+        src = src_of(r.headers)
+        if src:
+            out.append(src.offset)
     return out
 
 

@@ -76,7 +76,7 @@ def test_200k_records_exactly_once_in_order_with_provenance(clusters, services, 
 
     # OffsetSync ranges translate source offsets exactly onto the copies.
     index = _offset_syncs(clusters.b.config, feed.name)
-    copies = {(r.header(headers.SRC)): r for r in flatten(target)}
+    copies = {(r.header(headers.PROV)): r for r in flatten(target)}
     rng = random.Random(3)
     sample = rng.sample(flatten(source), 300)
     for record in sample:
@@ -149,8 +149,8 @@ def test_active_active_same_topic_names_no_loop(clusters, services, unique):
     # partitions, yet the OffsetSync ranges still map every dc-a record exactly (the task
     # redoes such a transaction with a delivery report per record).
     index = _offset_syncs(clusters.b.config, ab.name)
-    copies = {r.header(headers.SRC): r for r in flatten(b_records) if r.header(headers.SRC)}
-    own = [r for r in flatten(a_records) if r.header(headers.SRC) is None]
+    copies = {r.header(headers.PROV): r for r in flatten(b_records) if r.header(headers.PROV)}
+    own = [r for r in flatten(a_records) if r.header(headers.PROV) is None]
     for record in random.Random(9).sample(own, min(300, len(own))):
         tp = TopicPartition(record.topic, record.partition)
         translation = index[tp].translate(record.offset)
@@ -385,3 +385,62 @@ def test_rename_format_names_the_target_topics(clusters, services, topic_factory
         rename=lambda topic: f"{topic}.from-a",
     ).assert_ok(feed.logs())
     assert name not in clients.admin(clusters.b.config).list_topics(timeout=10).topics
+
+
+def test_records_of_the_four_header_form_neither_loop_nor_lose_provenance(
+    clusters, services, unique
+):
+    """A feed upgraded mid-stream: dc-b holds copies an older puller wrote with the four
+    provenance headers, copies of the current form, and its own records. The dc-b → dc-a
+    puller copies back none of those that were on dc-a (either form), and copies the others
+    with one crossfeed-prov that keeps every hop and the origin topic of the old form."""
+    name = unique("upgraded")
+    a_id, b_id, c_id = clusters.a.cluster_id, clusters.b.cluster_id, "third-cluster-id-0000"
+    admin = clients.admin(clusters.b.config)  # kept alive until the future resolves
+    admin.create_topics([NewTopic(name, 2, 1)])[name].result(30)
+
+    def legacy(origin: str, origin_topic: str, offset: int) -> list[tuple[str, bytes]]:
+        return [
+            (headers.ORIGIN_CLUSTER, origin.encode()),
+            (headers.ORIGIN_TOPIC, origin_topic.encode()),
+            (headers.HOPS, origin.encode()),
+            (headers.SRC, f"{origin}/{origin_topic}/0/{offset}".encode()),
+        ]
+
+    kinds = {
+        "from-a, old form": lambda n: legacy(a_id, name, n),
+        "from-a, new form": lambda n: [(headers.PROV, f"{a_id}/{name}/0/{n}".encode())],
+        "from-c, old form": lambda n: legacy(c_id, "orders.c", n),
+        "own": lambda n: [],
+    }
+    producer = clients.producer(clusters.b.config)
+    written = []  # (kind, partition, n) in the order they land per partition
+    for n in range(400):
+        kind = list(kinds)[n % 4]
+        partition = n % 2
+        hdrs = [("user", b"%d" % n), *kinds[kind](n)]
+        producer.produce(name, b"v%d" % n, b"k%d" % n, partition=partition, headers=hdrs)
+        written.append((kind, partition, n))
+    assert producer.flush(30) == 0
+
+    feed = services.start_feed("upgraded", clusters, [name], source="dc-b", target="dc-a")
+    copyable = [w for w in written if w[0] in ("from-c, old form", "own")]
+    read_many(clusters.a.config, [name], expect=len(copyable), timeout_s=120)
+    time.sleep(3)  # a looping copy would arrive after the expected ones
+    a_records = flatten(read_many(clusters.a.config, [name]))
+    assert len(a_records) == len(copyable), feed.logs()
+
+    source = {(r.partition, r.value): r for r in flatten(read_many(clusters.b.config, [name]))}
+    for record in a_records:
+        original = source[(record.partition, record.value)]
+        n = int(record.value[1:])
+        expected_prov = f"{b_id}/{name}/{record.partition}/{original.offset}"
+        if list(kinds)[n % 4] == "from-c, old form":  # folded: C first, origin topic kept
+            expected_prov = f"{c_id},{expected_prov}/orders.c"
+        assert record.headers == (("user", b"%d" % n), (headers.PROV, expected_prov.encode()))
+    refused, dropped = len(written) - len(copyable), None
+    deadline = time.monotonic() + 15  # the puller's metrics follow its commits
+    while time.monotonic() < deadline and dropped != refused:
+        dropped = feed.pullers[0].metric("crossfeed_puller_loop_dropped_records_total")
+        time.sleep(0.5)
+    assert dropped == refused

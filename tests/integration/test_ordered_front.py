@@ -192,7 +192,7 @@ def test_ordered_puller_stages_one_record_per_change_with_marks_that_never_go_ba
                 from_watermarks = record.header(headers.RESOLVED_FROM) == b"watermarks"
                 assert from_watermarks == (value["topic"] == bank_topic) or resolved == 0
                 continue
-            src = record.header(headers.SRC).decode().split("/")
+            src = record.header(headers.PROV).decode().split("/")  # a first hop
             topic, partition, offset = src[1], int(src[2]), int(src[3])
             where = f"{topic}/{partition}"
             assert src[0] == source_id
@@ -210,9 +210,9 @@ def test_ordered_puller_stages_one_record_per_change_with_marks_that_never_go_ba
             original.value,
             original.timestamp_ms,
         )
-        assert copy.header(headers.ORIGIN_CLUSTER) == source_id.encode()
-        assert copy.header(headers.ORIGIN_TOPIC) == where[0].encode()
-        assert copy.header(headers.HOPS) == source_id.encode()
+        prov = f"{source_id}/{where[0]}/{where[1]}/{where[2]}".encode()
+        assert copy.header(headers.PROV) == prov
+        assert not any(name in headers.LEGACY_PROVENANCE for name, _ in copy.headers)
         if where[0] == bank_topic:
             assert copy.header(headers.COMMIT_TS) == original.header(headers.COMMIT_TS)
             assert parse_txn(copy.header(headers.TXN)).count in (2, 40)

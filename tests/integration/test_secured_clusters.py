@@ -29,10 +29,9 @@ from confluent_kafka.admin import NewTopic
 from typer.testing import CliRunner
 
 from crossfeed.cli.main import app as cli
-from crossfeed.core.provenance import parse_src
+from crossfeed.core.provenance import src_of
 from crossfeed.kafka import clients
 from crossfeed.local.secure import make_certs
-from crossfeed.wire import headers
 from tests.integration.test_coordinator_mirror import start_coordinated
 from tests.integration.test_coordinator_process import (
     CoordinatorProcess,
@@ -81,9 +80,9 @@ def copy_offsets(config: dict[str, Any], topic: str) -> dict[tuple[str, int], di
     out: dict[tuple[str, int], dict[int, int]] = {}
     for partition, records in read_many(config, [topic])[topic].items():
         for r in records:
-            src = r.header(headers.SRC)
+            src = src_of(r.headers)
             if src:
-                out.setdefault((topic, partition), {})[parse_src(src).offset] = r.offset
+                out.setdefault((topic, partition), {})[src.offset] = r.offset
     return out
 
 

@@ -137,7 +137,7 @@ def _changes(txns: list[tuple[int, str, list[int], int]]) -> list[sorter_rows.Ra
     for ts, txn, seqs, count in txns:
         for seq in seqs:
             hdrs = [(H.COMMIT_TS, str(ts).encode()), (H.TXN, f"{txn}/{seq}/{count}".encode())]
-            hdrs.append((H.SRC, f"C/orders/0/{len(rows)}".encode()))
+            hdrs.append((H.PROV, f"C/orders/0/{len(rows)}".encode()))
             rows.append((b"k", f"{txn}-{seq}".encode(), hdrs, "t", 0, len(rows), 1000))
     return rows
 

@@ -12,7 +12,7 @@ runs) and says, in an :class:`OrderedReport`:
   one transaction to the next (a replayed or reordered transaction breaks that);
 * whole transactions: every transaction contiguous, its changes seq 1..count in order
   (``crossfeed-txn``; a change without it is a transaction of one, named from
-  ``crossfeed-src`` as the sorter does), all with one commit_ts;
+  its provenance as the sorter does), all with one commit_ts;
 * nothing missing, duplicated or unexpected against the summary (txn ids
   ``<run id>-<n>``, the opening with one change per account, transfers with two);
 * the sum of balances equals the initial total at every transaction boundary after the
@@ -28,10 +28,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from crossfeed.core.provenance import parse_src
+from crossfeed.core.provenance import src_of
 from crossfeed.core.timestamps import parse_commit_ts
 from crossfeed.wire.changes import ChangeEvent, TxnRef, decode_change, parse_txn
-from crossfeed.wire.headers import COMMIT_TS, SRC, TXN, TYPE
+from crossfeed.wire.headers import COMMIT_TS, PROV, TXN, TYPE
 from tests.support.verify import Report
 
 Tables = dict[str, dict[tuple[Any, ...], dict[str, Any]]]
@@ -192,10 +192,9 @@ class OrderedChecker:
         value = _header(hdrs, TXN)
         if value is not None:
             return parse_txn(value)
-        src = _header(hdrs, SRC)
-        if src is None:
-            raise ValueError(f"neither {TXN} nor {SRC}: no transaction to put it in")
-        ref = parse_src(src)
+        ref = src_of(hdrs)
+        if ref is None:
+            raise ValueError(f"neither {TXN} nor {PROV}: no transaction to put it in")
         return TxnRef(f"{ref.cluster_id}:{ref.topic}:{ref.partition}:{ref.offset}", 1, 1)
 
     def _open(self, ref: TxnRef, ts: int, where: str) -> _Block:

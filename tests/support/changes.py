@@ -66,12 +66,9 @@ class ChangesWriter:
         ]
         if with_txn_header:
             hdrs.append((headers.TXN, f"{change.txn_id}/{change.seq}/{change.count}".encode()))
-        hdrs += [
-            (headers.ORIGIN_CLUSTER, self.cluster_id.encode()),
-            (headers.ORIGIN_TOPIC, change.topic.encode()),
-            (headers.HOPS, self.cluster_id.encode()),
-            (headers.SRC, f"{self.cluster_id}/{change.topic}/{change.partition}/{offset}".encode()),
-        ]
+        hdrs.append(
+            (headers.PROV, f"{self.cluster_id}/{change.topic}/{change.partition}/{offset}".encode())
+        )
         self._produce(
             self.staging_partition(*tp), change.key, change.value, hdrs, change.timestamp_ms
         )

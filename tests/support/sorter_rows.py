@@ -32,7 +32,7 @@ MAX_LONG = "9223372036854775807"  # 2**63 - 1, written out
 # Every character a txn id may hold: printable ASCII but ' ', '/' and ':'.
 EVERY_ID_CHAR = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in "/:")
 
-UNREADABLE = f"{H.TXN} and {H.SRC} unreadable"
+UNREADABLE = f"{H.TXN} and {H.PROV} unreadable"
 NO_TS = f"no valid {H.COMMIT_TS} header"
 SEQ = f"{H.TXN} seq outside 1..count"
 MARK_KEY = "resolved mark key is not topic/partition"
@@ -62,11 +62,16 @@ def _txn(value: str | bytes) -> tuple[str, bytes]:
 
 
 def _src(value: str | bytes) -> tuple[str, bytes]:
+    """The legacy form (a change copied by an older puller)."""
     return (H.SRC, value.encode() if isinstance(value, str) else value)
 
 
+def _prov(value: str | bytes) -> tuple[str, bytes]:
+    return (H.PROV, value.encode() if isinstance(value, str) else value)
+
+
 _MARK = (H.TYPE, b"resolved")
-OWN = (None, 1, 1)  # no crossfeed-txn and no readable crossfeed-src: no id, seq 1 of 1
+OWN = (None, 1, 1)  # no crossfeed-txn and no readable provenance: no id, seq 1 of 1
 
 CASES: list[Case] = [
     # data rows
@@ -99,6 +104,21 @@ CASES: list[Case] = [
          "src_topic": "t", "src_partition": 1}),
     Case("first header of a name counts",
          [_ts("12"), _txn("t/1/2"), _ts("99"), _txn("u/1/1")], b"k", "data", 12, ("t", 1, 2)),
+    # crossfeed-prov: the source record is the last hop's, whatever the hops before it
+    Case("prov, no txn", [_ts("18"), _prov("A,C1/orders/4/100")], b"k", "data", 18,
+         ("C1:orders:4:100", 1, 1), src=("C1", "orders", 4, 100)),
+    Case("prov first hop: the legacy src's txn id", [_ts("18"), _prov("C1/orders/4/100")],
+         b"k", "data", 18, ("C1:orders:4:100", 1, 1), src=("C1", "orders", 4, 100)),
+    Case("prov with an origin topic", [_ts("18"), _prov("A,B,C1/a.orders/4/100/orders")],
+         b"k", "data", 18, ("C1:a.orders:4:100", 1, 1), src=("C1", "a.orders", 4, 100)),
+    Case("prov with a txn", [_ts("17"), _txn("tx/2/3"), _prov("A,C1/orders/4/99")], b"k",
+         "data", 17, ("tx", 2, 3), src=("C1", "orders", 4, 99)),
+    Case("prov, empty last hop", [_ts("18"), _prov("A,/orders/4/100")], None, "data", 18,
+         (":orders:4:100", 1, 1), src=("", "orders", 4, 100)),
+    Case("prov wins over a legacy src", [_ts("18"), _src("X/o/1/1"), _prov("C1/orders/4/1")],
+         b"k", "data", 18, ("C1:orders:4:1", 1, 1), src=("C1", "orders", 4, 1)),
+    Case("unreadable prov, readable legacy src", [_ts("18"), _prov("C1/orders/x/1"),
+         _src("X/o/1/1")], b"k", "data", 18, ("X:o:1:1", 1, 1), src=("X", "o", 1, 1)),
     # commit_ts out of the grammar
     Case("commit_ts 2^63", [_ts("9223372036854775808"), _txn("t/1/1")], b"k", "bad", None,
          ("t", 1, 1), NO_TS),
@@ -164,6 +184,18 @@ CASES: list[Case] = [
          "bad", 5, OWN, UNREADABLE),
     Case("src empty topic", [_ts("5"), _src("C//1/2")], b"k", "bad", 5, OWN, UNREADABLE),
     Case("src newline", [_ts("12"), _src("C1/orders/4/100\n")], b"k", "bad", 12, OWN,
+         UNREADABLE),
+    Case("prov of three fields", [_ts("5"), _prov("A,C/orders/3")], b"k", "bad", 5, OWN,
+         UNREADABLE),
+    Case("prov of six fields", [_ts("5"), _prov("C/t/1/2/o/p")], b"k", "bad", 5, OWN,
+         UNREADABLE),
+    Case("prov, empty origin topic", [_ts("5"), _prov("C/t/1/2/")], b"k", "bad", 5, OWN,
+         UNREADABLE),
+    Case("prov, empty earlier hop", [_ts("5"), _prov("A,,C/t/1/2")], b"k", "bad", 5, OWN,
+         UNREADABLE),
+    Case("prov partition of 10 digits", [_ts("5"), _prov("A,C/t/1234567890/1")], b"k",
+         "bad", 5, OWN, UNREADABLE),
+    Case("prov newline", [_ts("12"), _prov("A,C1/orders/4/100\n")], b"k", "bad", 12, OWN,
          UNREADABLE),
     # resolved marks
     Case("mark", [_MARK, _ts("20")], b"orders/4", "mark", 20, OWN, part="orders/4"),
@@ -249,6 +281,9 @@ _header_values = {
                   b"9223372036854775808", b"1" * 20],
     H.TXN: [b"t/1/2", b"t/3/2", b"t/0/1", b"a:b/1/1", b"t/1/2\n", b"/1/1", b"t/1",
             b"t/999999999/999999999", b"t/1/1000000000", "é/1/1".encode()],
+    H.PROV: [b"C/t/1/2", b"A,C/t/1/2", b"A,B,C/t/1/2/o", b",C/t/1/2", b"A,/t/1/2",
+             b"C/t/1/2/", b"A,C/t/x/2", b"C/t/1/9223372036854775808", b"A,C/t/1/2\n",
+             b"A\n,C/t/1/2", b"C/t/999999999/1/o\n"],
     H.SRC: [b"C/t/1/2", b"/t/1/2", b"C/t/x/2", b"C/t/1/9223372036854775808", b"C/t/1/2\n",
             b"C/t/999999999/1", b"C/t/1234567890/1"],
     "other": [b"z"],

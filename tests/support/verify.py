@@ -10,7 +10,7 @@ target (docs/design.md: guarantees 1-4, Wire contract) and returns a :class:`Rep
 problems and counts; ``report.assert_ok()`` fails a test with a readable summary.
 :func:`verify_active_active` does the same for two clusters replicating into each other.
 
-How a target record is matched with its source record: by its ``crossfeed-src`` header
+How a target record is matched with its source record: by its ``crossfeed-prov`` header
 when that names a committed source record; otherwise by content (topic, key, value,
 user headers, timestamp), so a copy with wrong provenance is still counted as a copy
 (and reported as a provenance mismatch) instead of as one loss plus one stranger.
@@ -26,10 +26,16 @@ from typing import Any
 
 from crossfeed.core.provenance import hops as parse_hops
 from crossfeed.core.provenance import should_copy
-from crossfeed.wire.headers import HOPS, ORIGIN_CLUSTER, ORIGIN_TOPIC, SRC, is_crossfeed_header
+from crossfeed.wire.headers import (
+    LEGACY_PROVENANCE,
+    ORIGIN_TOPIC,
+    PROV,
+    SRC,
+    is_crossfeed_header,
+)
 
 Header = tuple[str, bytes | None]
-STAMPED = (ORIGIN_CLUSTER, ORIGIN_TOPIC, HOPS, SRC)
+STAMPED = (PROV, *LEGACY_PROVENANCE)  # a copy carries PROV alone; a source may carry either
 MAX_PROBLEMS = 20
 
 
@@ -374,17 +380,25 @@ def expected_provenance(
     The hops before this link are those the source record carries, else ``hops_before``
     (for source records without headers, e.g. what a producer sent).
     """
-    prior = source.hops if source.header(HOPS) is not None else []
+    stamped = any(name in _STAMPED for name, _ in source.headers)
+    prior = source.hops if stamped else []
     prior = prior or list(hops_before)
     chain = prior if prior and prior[-1] == source_cluster_id else [*prior, source_cluster_id]
-    origin_cluster = source.header(ORIGIN_CLUSTER) or chain[0].encode()
-    origin_topic = source.header(ORIGIN_TOPIC) or source.topic.encode()
-    return {
-        ORIGIN_CLUSTER: origin_cluster,
-        ORIGIN_TOPIC: origin_topic,
-        HOPS: ",".join(chain).encode(),
-        SRC: f"{source_cluster_id}/{source.topic}/{source.partition}/{source.offset}".encode(),
-    }
+    origin_topic = _origin_topic(source) or source.topic
+    tail = "" if origin_topic == source.topic else f"/{origin_topic}"
+    where = f"{source.topic}/{source.partition}/{source.offset}"
+    return {PROV: f"{','.join(chain)}/{where}{tail}".encode()}
+
+
+def _origin_topic(source: Record) -> str | None:
+    """The topic a source record was first produced to, as its provenance says (written
+    here from the wire contract, not with the code under test)."""
+    prov = source.header(PROV)
+    if prov:
+        fields = prov.decode().split("/")
+        return fields[4] if len(fields) == 5 else fields[1]
+    legacy = source.header(ORIGIN_TOPIC)
+    return legacy.decode() if legacy else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,6 +434,8 @@ def _compare(source: _Source, copy: Record, parts: _Parts) -> list[str]:
         if got != [want]:
             shown = "absent" if not got else " + ".join(_show(v) for v in got)
             diffs.append(f"{name} {shown} != {want!r}")
+    for name in parts.provenance.keys() - source.provenance.keys():  # a legacy one
+        diffs.append(f"{name} present on a copy")
     return diffs
 
 
@@ -442,8 +458,9 @@ def verify_mirror(
 
     Checked: no loss, no duplicates, per source partition the same order in the same
     partition number, key/value/timestamp/user headers identical, other ``crossfeed-*``
-    headers kept, and provenance (origin cluster and topic, hops = hops before + source
-    cluster.id, ``crossfeed-src`` naming the source record).
+    headers kept, and provenance (one ``crossfeed-prov``: hops = hops before + source
+    cluster.id, the source record's topic, partition and offset, the origin topic when it
+    is another).
     """
     report = Report(name=name)
     target_topic: Callable[[str], str]
@@ -475,16 +492,16 @@ def verify_mirror(
         )
         copyable = not parts.provenance or should_copy(list(record.headers), target_cluster_id)
         (expected if copyable else excluded)[key] = info
-        by_src[info.provenance[SRC]] = key
+        by_src[info.provenance[PROV]] = key
         fingerprint = _fingerprint(info.target_topic, record, parts.user)
         by_content[fingerprint].append(key)
         first_by_content.setdefault(fingerprint, key)
     report.expected = len(expected)
 
     def identify(copy: Record, parts: _Parts) -> Ident | None:
-        """The source record a target record is a copy of (by crossfeed-src, else by
+        """The source record a target record is a copy of (by crossfeed-prov, else by
         content: the first such record not yet copied, else the first one), or None."""
-        src = parts.provenance.get(SRC)
+        src = parts.provenance.get(PROV)
         if src and src[0] is not None and src[0] in by_src:
             return by_src[src[0]]
         fingerprint = _fingerprint(copy.topic, copy, parts.user)
@@ -507,7 +524,7 @@ def verify_mirror(
                 report.unexpected += 1
                 report.problem(
                     f"unexpected record at {copy.where} (matches no committed source record; "
-                    f"key={_show(copy.key)} src={_show(copy.header(SRC))})"
+                    f"key={_show(copy.key)} prov={_show(copy.header(PROV))})"
                 )
                 continue
             copies[ident] += 1
@@ -617,7 +634,8 @@ def verify_active_active(
         local: list[Record] = []
         copied: list[Record] = []
         for record in flatten(records):
-            (copied if record.header(HOPS) is not None else local).append(record)
+            stamped = record.header(PROV) is not None or record.header(SRC) is not None
+            (copied if stamped else local).append(record)
         split[label] = (local, copied)
 
     parts.append(verify_same(records_a_produced, split["A"][0], name="A local"))
@@ -649,7 +667,7 @@ def verify_active_active(
                 loops.looped += 1
                 loops.problem(
                     f"loop: record at {label}:{record.where} has hops {chain} "
-                    f"(origin {_show(record.header(ORIGIN_CLUSTER))})"
+                    f"(provenance {_show(record.header(PROV))})"
                 )
     parts.append(loops)
     return Report.combine("active-active", parts)

@@ -15,7 +15,7 @@
    have none — clients that died with it are members again when it returns, until their
    sessions time out): standby offsets → old-primary offsets through the reverse feed's syncs, or —
    for a group still inside the copies of the old primary's records — through the
-   copies' ``crossfeed-src``, which names the original. Only exact translations move a
+   copies' provenance (``crossfeed-prov``), which names the original. Only exact translations move a
    group (with no members on the old primary); the others are listed as waiting: run
    failback again once the reverse feed has caught up (it is idempotent).
 """

@@ -47,7 +47,8 @@ def test_user_headers_skip_crossfeed_headers_and_keep_order_and_duplicates() -> 
         ("trace", b"1"),
         (headers.ORIGIN_CLUSTER, b"x"),
         ("trace", None),
-        (headers.SRC, b"x/t/0/1"),
+        (headers.SRC, b"x/t/0/1"),  # the legacy form
+        (headers.PROV, b"x/t/0/1"),
         ("app", "text"),
     ]
     assert user_headers(found) == [("trace", b"1"), ("trace", None), ("app", b"text")]

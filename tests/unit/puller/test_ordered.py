@@ -141,7 +141,8 @@ def test_changes_are_staged_one_by_one_and_watermarks_drive_resolved_ts() -> Non
     assert [r["value"] for r in data] == [b"v", b"v"]  # the watermarks were consumed
     first = dict(data[0]["headers"])
     assert first["app"] == b"x" and first[headers.TXN] == b"t1/1/2"
-    assert first[headers.SRC] == b"src/bank/0/1" and first[headers.HOPS] == b"src"
+    assert first[headers.PROV] == b"src/bank/0/1"
+    assert not any(name in headers.LEGACY_PROVENANCE for name, _ in data[0]["headers"])
     assert data[0]["timestamp"] == 5 and data[0]["partition"] == 0 and data[0]["key"] == b"k"
     # Without a crossfeed-commit-ts, it is added from the timestamp (7 ms)...
     assert dict(data[1]["headers"])[headers.COMMIT_TS] == b"7000"

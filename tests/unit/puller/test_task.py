@@ -70,7 +70,7 @@ def test_one_transaction_holds_copies_then_the_mark_then_the_offset_syncs():
     ]
     copies = [c for c in producer.calls if c[0] == "produce" and c[1] == "orders"]
     assert {c[2] for c in copies} == {2}
-    assert (headers.SRC, b"src/orders/2/1") in copies[1][4]
+    assert (headers.PROV, b"src/orders/2/1") in copies[1][4]
     mark = codec.decode("ResolvedMark", producer.calls[4][3])
     assert mark["next_offset"] == 3
     (sync,) = _syncs(producer)
@@ -147,7 +147,7 @@ def test_a_record_too_large_for_the_target_goes_to_the_dead_letter_topic():
     written = [c for c in producer.calls if c[0] == "produce" and c[1] != CHANGES]
     assert sorted(c[1] for c in written) == sorted([topics.DLQ, "orders", topics.OFFSET_SYNCS])
     (copy,) = [c for c in written if c[1] == "orders"]
-    assert (headers.SRC, b"src/orders/2/1") in copy[4]
+    assert (headers.PROV, b"src/orders/2/1") in copy[4]
     (sync,) = _syncs(producer)
     assert (sync["source_start"], sync["source_end"]) == (1, 1)
 

@@ -50,7 +50,7 @@ def change(ts: int, txn: str, seq: int, count: int, value: bytes | None = None) 
     hdrs = [
         (H.COMMIT_TS, str(ts).encode()),
         (H.TXN, f"{txn}/{seq}/{count}".encode()),
-        (H.SRC, b"C1/orders/3/77"),
+        (H.PROV, b"C0,C1/orders/3/77"),
     ]
     raw = (b"k", value or f"{txn}-{seq}".encode(), hdrs, "_crossfeed.f.changes", 1, 9, 1234)
     return parse(raw_table([raw]))
@@ -105,6 +105,7 @@ _ids = st.text(alphabet=sorter_rows.EVERY_ID_CHAR, min_size=1, max_size=16)
 _longs = st.integers(0, grammar.MAX_LONG)
 _counts = st.integers(1, grammar.MAX_COUNT)
 _names = st.text(alphabet=st.characters(blacklist_characters="/", codec="utf-8"), max_size=8)
+_hops = st.text(alphabet=st.characters(blacklist_characters="/,", codec="utf-8"), max_size=8)
 
 
 def _digits(value: int, data: st.DataObject, width: int) -> str:
@@ -117,10 +118,18 @@ def _digits(value: int, data: st.DataObject, width: int) -> str:
 @given(_longs, _ids, _counts, st.data())
 def test_a_change_inside_the_bounds_parses_to_its_fields(commit_ts, txn_id, count, data):
     seq = data.draw(st.integers(1, count))
-    cluster, topic = data.draw(_names), data.draw(_names.filter(bool))
+    legacy = data.draw(st.booleans())  # crossfeed-src, else crossfeed-prov
+    cluster = data.draw(_names if legacy else _hops)
+    topic = data.draw(_names.filter(bool))
     partition, offset = data.draw(st.integers(0, 999_999_999)), data.draw(_longs)
     src = f"{cluster}/{topic}/{_digits(partition, data, 9)}/{_digits(offset, data, 19)}"
-    hdrs = [(H.COMMIT_TS, _digits(commit_ts, data, 19).encode()), (H.SRC, src.encode())]
+    if legacy:
+        provenance = (H.SRC, src.encode())
+    else:  # hops before the last, and an origin topic, change nothing here
+        earlier = "".join(f"{hop}," for hop in data.draw(st.lists(_hops.filter(bool))))
+        origin = data.draw(st.sampled_from(["", "/o", f"/{topic}"]))
+        provenance = (H.PROV, f"{earlier}{src}{origin}".encode())
+    hdrs = [(H.COMMIT_TS, _digits(commit_ts, data, 19).encode()), provenance]
     with_txn = data.draw(st.booleans())
     if with_txn:
         txn = f"{txn_id}/{_digits(seq, data, 9)}/{_digits(count, data, 9)}"
@@ -156,7 +165,7 @@ def _broken(kind: str, data: st.DataObject) -> tuple[list[tuple[str, bytes]], st
         txn = f"{ident[:at]}{bad}{ident[at:]}/1/1"
     hdrs = [(H.COMMIT_TS, ts.encode()), (H.TXN, txn.encode()), (H.SRC, b"C/t/1/2")]
     no_ts = kind.startswith("commit_ts")
-    return hdrs, f"no valid {H.COMMIT_TS} header" if no_ts else f"{H.TXN} and {H.SRC} unreadable"
+    return hdrs, f"no valid {H.COMMIT_TS} header" if no_ts else f"{H.TXN} and {H.PROV} unreadable"
 
 
 @settings(max_examples=300, deadline=None)
@@ -210,7 +219,7 @@ def test_release_orders_transactions_and_frames_them():
     begin = dict(out.records[3][3])
     assert begin[H.TXN] == b"z/0/2" and begin[H.COMMIT_TS] == b"20"
     data = dict(out.records[4][3])
-    assert data[H.TIMESTAMP] == b"1234" and data[H.SRC] == b"C1/orders/3/77"
+    assert data[H.TIMESTAMP] == b"1234" and data[H.PROV] == b"C0,C1/orders/3/77"
     assert all(r[0] == SORTED for r in out.records)
 
 

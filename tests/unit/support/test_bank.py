@@ -108,7 +108,7 @@ def test_markers_are_skipped_and_a_change_without_txn_is_a_transaction_of_its_ow
     table = Table("kv", (Column("k", "string", primary_key=True), Column("v", "long")))
     event = table.insert({"k": "a", "v": 1})
     value = row_change("t", event).value
-    src = (headers.SRC, b"cluster/t/0/5")
+    src = (headers.PROV, b"cluster/t/0/5")
     records = [
         Record("o", 0, 0, None, None, ((headers.TYPE, b"begin"),)),
         Record("o", 0, 1, b"a", value, ((headers.COMMIT_TS, b"10"), src)),

@@ -118,16 +118,16 @@ def test_duplication_is_caught() -> None:
 
 
 def test_duplicate_without_provenance_is_caught() -> None:
-    """Matching by content when crossfeed-src is absent must not hide a second copy."""
+    """Matching by content when crossfeed-prov is absent must not hide a second copy."""
     source = source_records()
     target = [
-        dataclasses.replace(r, headers=tuple(h for h in r.headers if h[0] != "crossfeed-src"))
+        dataclasses.replace(r, headers=tuple(h for h in r.headers if h[0] != "crossfeed-prov"))
         for r in mirror_of(source)
     ]
     again = dataclasses.replace(target[2], offset=999)
     report = check(source, [*target, again])
     assert report.duplicated == 1
-    assert report.mismatched == len(source)  # every copy lacks crossfeed-src
+    assert report.mismatched == len(source)  # every copy lacks crossfeed-prov
 
 
 def test_reordering_is_caught() -> None:
@@ -215,56 +215,85 @@ def test_kept_crossfeed_headers_are_checked() -> None:
 
 
 @pytest.mark.parametrize(
-    ("header", "bad"),
+    "bad",
     [
-        ("crossfeed-origin-cluster", B.encode()),
-        ("crossfeed-origin-topic", b"elsewhere"),
-        ("crossfeed-hops", f"{A},{A}".encode()),
-        ("crossfeed-hops", B.encode()),
-        ("crossfeed-src", f"{A}/orders/0/12345".encode()),
-        ("crossfeed-src", b"garbage"),
+        f"{B}/orders/0/1".encode(),  # another hop list
+        f"{A},{A}/orders/0/1".encode(),
+        f"{A}/orders/0/12345".encode(),  # another source record
+        f"{A}/orders/0/1/elsewhere".encode(),  # another origin topic
+        b"garbage",
     ],
 )
-def test_wrong_provenance_is_caught(header: str, bad: bytes) -> None:
+def test_wrong_provenance_is_caught(bad: bytes) -> None:
     source = source_records()
     target = mirror_of(source)
     r = target[4]
     target[4] = dataclasses.replace(
-        r, headers=tuple((k, bad if k == header else v) for k, v in r.headers)
+        r, headers=tuple((k, bad if k == "crossfeed-prov" else v) for k, v in r.headers)
     )
     report = check(source, target)
     assert report.mismatched == 1, report.summary()
-    assert header in report.summary()
+    assert "crossfeed-prov" in report.summary()
     assert report.missing == 0 and report.duplicated == 0
 
 
-def test_missing_or_doubled_provenance_is_caught() -> None:
+def test_missing_doubled_or_legacy_provenance_is_caught() -> None:
     source = source_records()
     target = mirror_of(source)
     target[0] = dataclasses.replace(
-        target[0], headers=tuple(h for h in target[0].headers if h[0] != "crossfeed-hops")
+        target[0], headers=tuple(h for h in target[0].headers if h[0] != "crossfeed-prov")
     )
     target[1] = dataclasses.replace(
-        target[1], headers=(*target[1].headers, ("crossfeed-origin-cluster", A.encode()))
+        target[1], headers=(*target[1].headers, *target[1].headers[-1:])
+    )
+    target[2] = dataclasses.replace(
+        target[2], headers=(*target[2].headers, ("crossfeed-hops", A.encode()))
     )
     report = check(source, target)
-    assert report.mismatched == 2
-    assert "crossfeed-hops absent" in report.summary()
+    assert report.mismatched == 3
+    assert "crossfeed-prov absent" in report.summary()
+    assert "crossfeed-hops present on a copy" in report.summary()
 
 
 def test_second_hop_provenance() -> None:
-    """A record that went C -> A is copied A -> B with hops C,A and origin C kept."""
+    """A record that went C -> A is copied A -> B with hops C,A."""
     c = "clusterC_id_2222222222"
     first_hop = mirror_of(source_records(), source_id=c)
     target = mirror_of(first_hop, source_id=A)
     report = check(first_hop, target)
     report.assert_ok()
-    hops = dict(target[0].headers)["crossfeed-hops"]
-    assert hops == f"{c},{A}".encode()
+    prov = dict(target[0].headers)["crossfeed-prov"]
+    assert prov is not None and prov.startswith(f"{c},{A}/".encode())
     # hops_before applies to source records that carry no provenance themselves
     plain = source_records()
     wrong = mirror_of(plain, source_id=A)  # hops = A only
     assert not check(plain, wrong, hops_before=(c,)).ok
+
+
+def test_a_legacy_first_hop_is_folded() -> None:
+    """A record an older puller copied C -> A (four headers) is copied A -> B with one
+    crossfeed-prov naming C, A and the origin topic."""
+    c = "clusterC_id_2222222222"
+    legacy = [
+        dataclasses.replace(
+            r,
+            topic=f"c.{r.topic}",
+            headers=(
+                *r.headers,
+                ("crossfeed-origin-cluster", c.encode()),
+                ("crossfeed-origin-topic", r.topic.encode()),
+                ("crossfeed-hops", c.encode()),
+                ("crossfeed-src", f"{c}/{r.topic}/{r.partition}/{r.offset}".encode()),
+            ),
+        )
+        for r in source_records()
+    ]
+    target = mirror_of(legacy, source_id=A)
+    check(legacy, target).assert_ok()
+    prov = dict(target[0].headers)["crossfeed-prov"]
+    topic = source_records()[0].topic
+    assert prov is not None and prov.startswith(f"{c},{A}/c.{topic}/".encode())
+    assert prov.endswith(f"/{topic}".encode())
 
 
 def test_unexpected_and_looped_records_are_caught() -> None:

@@ -155,26 +155,37 @@ def test_filters() -> None:
         TranslationFilter(groups="(")
 
 
-def _headers(src: str | None, hops: str | None = None) -> list[tuple[str, bytes | None]]:
+def _headers(
+    src: str | None, hops: str | None = None, *, legacy: bool = False
+) -> list[tuple[str, bytes | None]]:
+    """A record's headers naming source copy ``src`` after hops ``hops`` (whose last is
+    src's cluster): one crossfeed-prov, or the legacy crossfeed-hops and crossfeed-src."""
     out: list[tuple[str, bytes | None]] = [("user", b"1")]
-    if hops is not None:
-        out.append(("crossfeed-hops", hops.encode()))
-    if src is not None:
-        out.append(("crossfeed-src", src.encode()))
+    if legacy:
+        if hops is not None:
+            out.append(("crossfeed-hops", hops.encode()))
+        if src is not None:
+            out.append(("crossfeed-src", src.encode()))
+    elif src is not None:
+        earlier = (hops or "").split(",")[:-1]
+        out.append(("crossfeed-prov", ",".join([*earlier, src]).encode()))
     return out
 
 
-def test_classify() -> None:
+@pytest.mark.parametrize("legacy", [False, True])
+def test_classify(legacy: bool) -> None:
     where = {"target_cluster_id": B, "target_topic": "t", "target_partition": 0}
     assert classify(1, None, **where).kind is Kind.COPYABLE
-    assert classify(1, _headers(None), **where).kind is Kind.COPYABLE
-    copy = classify(1, _headers(f"{B}/t/0/42", hops=B), **where)
+    assert classify(1, _headers(None, legacy=legacy), **where).kind is Kind.COPYABLE
+    copy = classify(1, _headers(f"{B}/t/0/42", hops=B, legacy=legacy), **where)
     assert (copy.kind, copy.target_offset) == (Kind.TARGET_COPY, 42)
     # Came through the target, but is a copy of another partition: not translatable by it.
-    assert classify(1, _headers(f"{B}/t/3/42", hops=B), **where).kind is Kind.OTHER
-    assert classify(1, _headers(f"{A}/t/0/42", hops=f"{B},{A}"), **where).kind is Kind.OTHER
+    assert classify(1, _headers(f"{B}/t/3/42", hops=B, legacy=legacy), **where).kind is Kind.OTHER
+    other = _headers(f"{A}/t/0/42", hops=f"{B},{A}", legacy=legacy)
+    assert classify(1, other, **where).kind is Kind.OTHER
     # A copy from another cluster that never passed the target is copied on.
-    assert classify(1, _headers(f"{A}/t/0/42", hops=A), **where).kind is Kind.COPYABLE
+    onward = _headers(f"{A}/t/0/42", hops=A, legacy=legacy)
+    assert classify(1, onward, **where).kind is Kind.COPYABLE
 
 
 def test_rpo_rows() -> None:
