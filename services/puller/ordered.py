@@ -175,7 +175,10 @@ def add(ctx: FeedContext, state: PartitionState, msg: Message, offset: int) -> R
             f"{state.tp} already promised (a producer watermark, or lateness.ms too low)",
         )
     if stamped_before:
-        stamped = state.stamper.stamp(hdrs, offset)
+        try:
+            stamped = state.stamper.stamp(hdrs, offset)
+        except ValueError as err:  # a provenance header that is not UTF-8
+            return "BadProvenance", str(err)
     else:
         stamped = state.stamper.first_hop(hdrs, offset)
     if not commit_values:

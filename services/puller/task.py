@@ -246,7 +246,11 @@ class PullerTask:
             if state.is_loop(hdrs, self.ctx.target_cluster_id):
                 return
             if any(name in provenance.STAMPED for name, _ in hdrs):
-                stamped = stamper.stamp(hdrs, offset)
+                try:
+                    stamped = stamper.stamp(hdrs, offset)
+                except ValueError as err:  # a provenance header that is not UTF-8
+                    self.dead_letter(msg, "BadProvenance", str(err), state)
+                    return
             else:
                 stamped = stamper.first_hop(hdrs, offset)
         if self.ctx.filtering:

@@ -157,6 +157,19 @@ def test_changes_are_staged_one_by_one_and_watermarks_drive_resolved_ts() -> Non
     assert resolved == 160
 
 
+def test_a_change_whose_provenance_is_not_utf8_is_a_dead_letter() -> None:
+    task = _task()
+    state = task.partitions[TP]
+    task.add(_Msg(0, [(headers.COMMIT_TS, b"101"), (headers.PROV, b"\xff")]), state)
+    task.add(_change(1, 102), state)
+    sent = _commit(task)
+    dlq = [r for r in sent if r["topic"] == "_crossfeed.dlq"]
+    assert [dict(r["headers"])["crossfeed-dlq-error-class"] for r in dlq] == [b"BadProvenance"]
+    staged = [r for r in sent if r["topic"] != "_crossfeed.dlq" and r["value"] == b"v"]
+    assert [dict(r["headers"])[headers.COMMIT_TS] for r in staged] == [b"102"]
+    assert task.position(TP) == 2
+
+
 def test_late_and_malformed_changes_are_dead_letters_and_marks_never_lie() -> None:
     task = _task()
     state = task.partitions[TP]

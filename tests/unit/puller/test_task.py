@@ -174,3 +174,30 @@ def test_a_begin_that_keeps_failing_is_returned_and_the_task_restarts():
     assert "target gone" in failure.detail
     decision = task.failed(failure)
     assert decision.next is Next.RESTART and "target gone" in decision.reason
+
+
+class _Headed(FakeRecord):
+    def __init__(self, offset: int, hdrs: list[Any]) -> None:
+        super().__init__(TP.topic, TP.partition, offset, b"v")
+        self._hdrs = hdrs
+
+    def headers(self) -> list[Any] | None:
+        return self._hdrs
+
+
+def test_a_copy_whose_provenance_is_not_utf8_is_a_dead_letter_and_the_task_goes_on():
+    """Not a task that fails on it for ever: the record goes to the DLQ with its reason and
+    the next one is copied."""
+    producer = FakeProducer()
+    task = _task(producer)
+    state = task.partitions[TP]
+    task.add(_Headed(0, [(headers.PROV, b"\xff\xfe")]), state)
+    task.add(_Headed(1, [(headers.HOPS, b"\xff")]), state)
+    _read(task, range(2, 3))
+    assert _commit(task) is None
+    written = [c for c in producer.calls if c[0] == "produce" and c[1] != CHANGES]
+    letters = [c for c in written if c[1] == topics.DLQ]
+    assert [dict(c[4])["crossfeed-dlq-error-class"] for c in letters] == [b"BadProvenance"] * 2
+    (copy,) = [c for c in written if c[1] == "orders"]
+    assert (headers.PROV, b"src/orders/2/2") in copy[4]
+    assert task.position(TP) == 3
