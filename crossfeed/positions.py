@@ -75,18 +75,22 @@ def reach_log_end(producer: Any, topic: str, partition: int, timeout_s: float = 
     KRaft node, kill -9 while transactions commit, high watermark checkpoints hourly)
     found the high watermark at the log end as soon as the node led the partition again,
     so that was probably not the cause, which stays unknown; this write rules it out.
-    KafkaException if it does not complete within ``timeout_s``."""
+    KafkaException if it does not complete within ``timeout_s`` or the producer is fenced
+    meanwhile."""
     failed: list[KafkaError] = []
 
     def delivered(err: KafkaError | None, _msg: Any) -> None:
         if err is not None:
             failed.append(err)
 
-    producer.begin_transaction()
+    # clients.flush and clients.served: a producer fenced meanwhile (another member just
+    # opened the same task) must fail as a KafkaException, so the opening is retried,
+    # not as the SystemError confluent-kafka raises from the delivery report.
+    clients.served(producer.begin_transaction)
     producer.produce(topic, None, None, partition, delivered)
-    if producer.flush(timeout_s) > 0:
+    if clients.flush(producer, timeout_s) > 0:
         failed.append(KafkaError(KafkaError._TIMED_OUT, f"{topic}/{partition}: no acknowledgement"))
-    producer.abort_transaction(timeout_s)
+    clients.served(producer.abort_transaction, timeout_s)
     if failed:
         raise KafkaException(failed[0])
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
+from crossfeed import positions
 from crossfeed.kafka import clients
 
 pytestmark = pytest.mark.integration
@@ -37,3 +38,21 @@ def test_read_batch_returns_with_the_first_record_and_takes_what_is_fetched_behi
         assert len(batch) <= 200  # never more than asked
         got += [m.value() for m in batch if not m.error()]
     assert got == [b"%d" % i for i in range(500)]  # in order, none lost or twice
+
+
+def test_reach_log_end_with_a_producer_fenced_meanwhile_fails_as_a_kafka_error(
+    clusters, topic_factory
+):
+    """Two members opened the same puller task (a handoff after dc-b came back): the
+    first one's producer is fenced by the second's init_transactions before it wrote
+    its aborted record. Its opening must fail as a KafkaException, which the puller
+    retries, not with the SystemError confluent-kafka raises from the delivery report,
+    which ended the puller process."""
+    topic = topic_factory(clusters.b)
+    conf = clusters.b.config
+    first = clients.transactional_producer(conf, f"fence-{topic}")
+    second = clients.transactional_producer(conf, f"fence-{topic}")
+    with pytest.raises(KafkaException) as raised:
+        positions.reach_log_end(first, topic, 0, timeout_s=20)
+    assert clients.is_fenced(raised.value.args[0]), raised.value
+    positions.reach_log_end(second, topic, 0, timeout_s=20)  # the new owner goes on
