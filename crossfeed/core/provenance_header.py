@@ -18,9 +18,9 @@ mid-stream holds both in one topic, so every reader here takes either, by these 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Final, TypeAlias, TypeVar
 
 from crossfeed.wire import grammar
 from crossfeed.wire.headers import (
@@ -41,6 +41,8 @@ STAMPED: Final = frozenset((PROV, *LEGACY_PROVENANCE))
 _CLUSTER_ID = re.compile(r"[^,/\s]+")
 _PROV = re.compile(grammar.PROV.python())
 _SRC = re.compile(grammar.SRC.python())
+Match: TypeAlias = re.Match[str]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,26 +178,37 @@ def _origin_of(text: str) -> str | None:
     return match["origin_topic"] or match["topic"]
 
 
+_BOUNDS = "partition and offset decimal integers (9 and 19 digits at most, offset at most 2^63-1)"
+
+
+def _parsed(
+    name: str, pattern: re.Pattern[str], value: bytes, shape: str, build: Callable[[Match], T]
+) -> T:
+    """``build`` of ``value`` (header ``name``) matched whole by ``pattern``, its offset
+    within the grammar's bounds; a ValueError names the header, the value and the
+    ``shape`` expected, or what ``build`` refused."""
+    text = _decode(name, value)
+    match = pattern.fullmatch(text)
+    if match is None or not grammar.fits_long(match["offset"]):
+        raise ValueError(f"{name} {text!r}: expected {shape}, {_BOUNDS}")
+    try:
+        return build(match)
+    except ValueError as exc:
+        raise ValueError(f"{name} {text!r}: {exc}") from exc
+
+
+def _provenance(match: Match) -> Provenance:
+    src = SrcRef(match["cluster"], match["topic"], int(match["partition"]), int(match["offset"]))
+    chain = (*match["earlier"].split(",")[:-1], src.cluster_id)
+    return Provenance(chain, src, match["origin_topic"] or src.topic)
+
+
 def parse_prov(value: bytes) -> Provenance:
     """Parse a ``crossfeed-prov`` value by the grammar (crossfeed/wire/grammar.py: PROV,
     the bounds every reader shares: a partition of at most 9 digits, an offset of at most
     2^63-1). Raises ValueError naming the bad value."""
-    text = _decode(PROV, value)
-    match = _PROV.fullmatch(text)
-    if match is None or not grammar.fits_long(match["offset"]):
-        raise ValueError(
-            f"{PROV} {text!r}: expected <hops>/<topic>/<partition>/<offset>[/<origin topic>], "
-            "partition and offset decimal integers (9 and 19 digits at most, offset at most "
-            "2^63-1)"
-        )
-    try:
-        src = SrcRef(
-            match["cluster"], match["topic"], int(match["partition"]), int(match["offset"])
-        )
-        chain = (*match["earlier"].split(",")[:-1], src.cluster_id)
-        return Provenance(chain, src, match["origin_topic"] or src.topic)
-    except ValueError as exc:
-        raise ValueError(f"{PROV} {text!r}: {exc}") from exc
+    shape = "<hops>/<topic>/<partition>/<offset>[/<origin topic>]"
+    return _parsed(PROV, _PROV, value, shape, _provenance)
 
 
 def parse_src(value: bytes) -> SrcRef:
@@ -203,18 +216,8 @@ def parse_src(value: bytes) -> SrcRef:
     by the grammar (crossfeed/wire/grammar.py: SRC, the bounds of :func:`parse_prov`).
     Raises ValueError naming the bad value.
     """
-    text = _decode(SRC, value)
-    match = _SRC.fullmatch(text)
-    if match is None or not grammar.fits_long(match["offset"]):
-        raise ValueError(
-            f"{SRC} {text!r}: expected <cluster.id>/<topic>/<partition>/<offset>, "
-            "partition and offset decimal integers (9 and 19 digits at most, offset at most "
-            "2^63-1)"
-        )
-    try:
-        return SrcRef(match[1], match[2], int(match[3]), int(match[4]))
-    except ValueError as exc:
-        raise ValueError(f"{SRC} {text!r}: {exc}") from exc
+    shape = "<cluster.id>/<topic>/<partition>/<offset>"
+    return _parsed(SRC, _SRC, value, shape, lambda m: SrcRef(m[1], m[2], int(m[3]), int(m[4])))
 
 
 def _first_value(headers: Sequence[Header], name: str) -> bytes | None:
