@@ -342,12 +342,12 @@ class ChangeProducer:
         if not self.transactional:
             yield
             return
-        self._producer.begin_transaction()
+        clients.served(self._producer.begin_transaction)
         try:
             yield
-            self._producer.commit_transaction(30)
-        except Exception:
-            self._producer.abort_transaction(30)
+            clients.served(self._producer.commit_transaction, 30)
+        except Exception as err:
+            clients.abort_after(self._producer, err, 30)
             raise
 
     # -- I/O -----------------------------------------------------------------------------
@@ -377,7 +377,7 @@ class ChangeProducer:
     def flush(self, timeout_s: float = 30.0) -> int:
         """Wait for delivery; returns how many records are still queued. Raises
         ProduceError if Kafka refused any record since the producer started."""
-        left = int(self._producer.flush(timeout_s))
+        left = clients.flush(self._producer, timeout_s)
         if self._errors:
             raise ProduceError(
                 f"{len(self._errors)} record(s) were not delivered, e.g. {self._errors[0]}"

@@ -199,6 +199,19 @@ def served(call: Callable[..., Any], *args: Any) -> Any:
         raise failure from None
 
 
+def abort_after(
+    producer: protocols.TransactionalProducer, err: BaseException, timeout_s: float
+) -> None:
+    """End the open transaction that ``err`` interrupted (the caller raises ``err`` after
+    it). A fenced producer has nothing left to abort, and its abort would raise a conflict
+    ("commit_transaction API call is already in progress") that hides why: its
+    KafkaException is raised instead, from here."""
+    failure = callback_failure(err)
+    if failure is not None and is_fenced(failure.args[0]):
+        raise failure from None
+    producer.abort_transaction(timeout_s)
+
+
 def flush(producer: protocols.Producer, timeout_s: float) -> int:
     """``producer.flush``: the messages still undelivered after ``timeout_s``; raises
     KafkaException when the producer failed fatally (see :func:`served`)."""

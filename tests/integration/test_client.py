@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
 
 from crossfeed.client import ChangeProducer, TimestampedConsumer, is_watermark, user_headers
 from crossfeed.client.producer import Change
@@ -214,3 +214,23 @@ def test_a_destination_that_does_not_answer_costs_one_wait_and_never_a_commit(
     assert stats is not None and stats["waits_expired"] == 1 and stats["recorded"] == 0, stats
     assert 0.25 <= took[0] < 2.0, took  # the first commit waited wait.ms ...
     assert max(took[1:]) < 0.25, took  # ... the others did not wait for a dead destination
+
+
+def test_a_fenced_transactional_change_producer_fails_with_the_kafka_error(
+    clusters, topic_factory, unique
+):
+    """A second ChangeProducer with the same transactional.id fences the first (a
+    restarted application and its zombie): the zombie's next transaction must fail with
+    the KafkaException that says so, not a SystemError from its delivery report."""
+    config = {**clusters.a.config, "transactional.id": unique("fenced")}
+    topic = topic_factory(clusters.a)
+    zombie = ChangeProducer(config)
+    zombie.send(topic, b"before")
+    successor = ChangeProducer(config)
+    with pytest.raises(KafkaException) as raised:
+        zombie.send(topic, b"from the zombie")
+    assert clients.is_fenced(raised.value.args[0]), raised.value
+    successor.send(topic, b"after")
+    successor.close()
+    values = [r.value for rs in read_many(clusters.a.config, [topic])[topic].values() for r in rs]
+    assert b"from the zombie" not in values and {b"before", b"after"} <= set(values)

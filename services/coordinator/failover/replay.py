@@ -74,7 +74,7 @@ def replay(
                 for r in task_ranges:
                     copied[(r.topic, r.partition)] = copier.copy(r)
             finally:
-                copier.producer.flush(10)
+                clients.flush(copier.producer, 10)
     finally:
         reader.close()
     return copied
@@ -171,7 +171,7 @@ class _TaskCopier:
                     sources.append(msg.offset())
                     if len(sources) >= CHUNK:
                         break
-            self.producer.flush(60)
+            clients.flush(self.producer, 60)
             if errors or len(targets) != len(sources):
                 raise KafkaException(errors[0] if errors else KafkaError(KafkaError._FAIL))
             writer = OffsetSyncWriter()
@@ -208,9 +208,9 @@ class _TaskCopier:
                     partition=self.task,
                     headers=_MARKS,
                 )
-            self.producer.commit_transaction(60)
-        except BaseException:
-            self.producer.abort_transaction(30)
+            clients.served(self.producer.commit_transaction, 60)
+        except BaseException as err:
+            clients.abort_after(self.producer, err, 30)
             raise
         done.records += len(sources)
         if targets:
