@@ -42,6 +42,7 @@ FAILOVER_FIGURES = (
 
 _TARGET_FIGURES = (
     "startup_s",
+    "cpu_us_per_change.total",
     "lag_rate_events_per_s",
     "lag_offered_events_per_s",
     "lag_ms.p50",
@@ -177,8 +178,9 @@ def not_available(reason: str) -> dict[str, Any]:
 def ordered_section(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The ordered feeds' repetitions as one section that reads like a single run: every
     figure of ``ORDERED_FIGURES`` is the median over the repetitions that produced it
-    (``spread`` holds min/median/max), each process's peak RSS the highest seen; the
-    repetitions themselves are kept under ``runs``. Not available when none succeeded."""
+    (``spread`` holds min/median/max), each process's CPU per change its median, its peak
+    RSS the highest seen; the repetitions themselves are kept under ``runs``. Not
+    available when none succeeded."""
     good = ok(runs)
     if not good:
         first = runs[0].get("error", "no repetition") if runs else "no repetition"
@@ -198,6 +200,12 @@ def ordered_section(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                     peaks[label] = max(peaks.get(label, 0.0), mb)
         if peaks and isinstance(out.get(side), dict):
             out[side]["peak_rss_mb"] = peaks
+        # CPU per change: each process's median too, so they add up like the total's.
+        labels = {label for r in good for label in lookup(r, f"{side}.cpu_us_per_change") or {}}
+        for label in sorted(labels):
+            figures = spread(lookup(r, f"{side}.cpu_us_per_change.{label}") for r in good)
+            if figures is not None and isinstance(out.get(side), dict):
+                place(out, f"{side}.cpu_us_per_change.{label}", figures["median"])
     out["repetitions"] = len(runs)
     out["failed"] = [r["error"] for r in runs if "error" in r]
     out["runs"] = list(runs)

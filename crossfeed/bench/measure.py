@@ -144,12 +144,18 @@ def _cpu(proc: psutil.Process) -> float | None:
 
 class ProcessCost:
     """CPU seconds and peak RSS of labelled processes, sampled every ``interval_s`` so the
-    CPU spent in any window of the run (e.g. first to last record) can be read back."""
+    CPU spent in any window of the run (e.g. first to last record) can be read back.
 
-    def __init__(self, pids: dict[str, int], interval_s: float = 0.2) -> None:
+    ``tree``: each label counts its process and every descendant seen at a sample (the
+    sorter's Spark JVM, a database server's backends), each at the last CPU time read
+    from it, so a child that exits keeps what it used and the figure never goes back."""
+
+    def __init__(self, pids: dict[str, int], interval_s: float = 0.2, tree: bool = False) -> None:
         self.procs = {label: psutil.Process(pid) for label, pid in pids.items()}
         self.peak_rss = dict.fromkeys(self.procs, 0)
         self.interval_s = interval_s
+        self.tree = tree
+        self._tree_cpu: dict[str, dict[int, float]] = {label: {} for label in self.procs}
         self.times: list[float] = []
         self.cpu: list[dict[str, float]] = []
         self._last: dict[str, float] = {}
@@ -162,7 +168,7 @@ class ProcessCost:
         now = time.monotonic()
         row: dict[str, float] = {}
         for label, proc in self.procs.items():
-            cpu = _cpu(proc)
+            cpu = self._tree(label, proc) if self.tree else _cpu(proc)
             # A process that is gone keeps its last reading.
             row[label] = cpu if cpu is not None else self._last.get(label, 0.0)
             with contextlib.suppress(psutil.Error):
@@ -170,6 +176,18 @@ class ProcessCost:
         self._last = row
         self.times.append(now)
         self.cpu.append(row)
+
+    def _tree(self, label: str, proc: psutil.Process) -> float:
+        seen = self._tree_cpu[label]
+        try:
+            family = [proc, *proc.children(recursive=True)]
+        except psutil.Error:
+            family = []
+        for member in family:
+            cpu = _cpu(member)
+            if cpu is not None:
+                seen[member.pid] = cpu
+        return sum(seen.values())
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -186,6 +204,10 @@ class ProcessCost:
         w = (when - t0) / (t1 - t0) if t1 > t0 else 1.0
         a, b = self.cpu[i - 1], self.cpu[i]
         return {k: a[k] + (b[k] - a[k]) * w for k in a}
+
+    def stop(self) -> None:
+        """Stop sampling (what :meth:`finish` does first; for a run that failed)."""
+        self._stop.set()
 
     def finish(self, window: tuple[float, float] | None = None) -> dict[str, dict[str, float]]:
         """Per process: CPU seconds since start (``cpu_s``); if ``window`` is given, in it

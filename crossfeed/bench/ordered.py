@@ -6,6 +6,9 @@ Per target, on one backlog of bank transfers written to dc-a beforehand:
 * **events/s** from the first change visible on the target to the last (and the start-up:
   launch to the first change), with every process's peak RSS (the sorter's Spark JVM and
   Python workers counted with it);
+* **CPU per change** over that same window, per process and in total: the pipeline's
+  processes (the sorter with its JVM), both brokers and, into PostgreSQL, the database
+  server with its backends — everything a change costs on the machine;
 * **lag at half load**: the workload at half that rate for ``lag_seconds``, source
   commit_ts → visible on the target, p50/p99. The workload encodes the phase's transfers
   before its clock starts (``build_ahead``), so while the pipeline is measured it costs
@@ -32,11 +35,12 @@ import yaml
 
 from crossfeed.bench import jvm
 from crossfeed.bench.cleanup import Janitor, delete_groups
-from crossfeed.bench.measure import PeakRss, TargetWatch, percentiles
+from crossfeed.bench.measure import PeakRss, ProcessCost, TargetWatch, percentiles
 from crossfeed.bench.systems import bench_config, service_command
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
-from crossfeed.local import processes
+from crossfeed.local import processes, stack
+from crossfeed.local.postgres import Postgres
 from crossfeed.wire import ids
 from crossfeed.wire import topics as wire_topics
 from crossfeed.workload.bank import Summary
@@ -175,8 +179,10 @@ def kafka_target(
     pipeline = Pipeline(janitor, a, b, topic, f"kafka://dc-b/{target}")
     watch = TargetWatch(b, target, 1).start()
     began = time.monotonic()
-    rss = PeakRss(pipeline.start())
+    pids = pipeline.start()
+    rss = PeakRss(pids)
     rss.start()
+    cost = cost_meter(pids)
     try:
         events = int(backlog["events"])
         if not watch.wait_for(events, timeout_s=1200, idle_s=180):
@@ -188,6 +194,7 @@ def kafka_target(
             "events": events,
             "events_per_s": round(events / max(watch.last_at - watch.first_at, 1e-3), 1),
             "startup_s": round(watch.first_at - began, 1),
+            "cpu_us_per_change": cpu_per_change(cost, (watch.first_at, watch.last_at), events),
         }
         # Half load: transfers carry two changes each.
         rate = max(result["events_per_s"] / 2 / 2, 1.0)
@@ -209,8 +216,28 @@ def kafka_target(
         return result
     finally:
         rss.stopping.set()
+        cost.stop()
         watch.stop()
         pipeline.stop()
+
+
+def cost_meter(pids: dict[str, int], database: bool = False) -> ProcessCost:
+    """CPU of the pipeline's processes, both brokers and (``database``) the target
+    PostgreSQL server, each with its children, from now on."""
+    others = {f"{n} broker": stack.node(n).pid() for n in ("dc-a", "dc-b")}
+    if database:
+        others["postgresql"] = Postgres().pid()
+    return ProcessCost({**pids, **{k: p for k, p in others.items() if p}}, tree=True)
+
+
+def cpu_per_change(
+    cost: ProcessCost, window: tuple[float, float], changes: int
+) -> dict[str, float]:
+    """µs of CPU per change of each process in ``window`` (monotonic), and their total."""
+    used = {label: c["cpu_window_s"] for label, c in cost.finish(window).items()}
+    out = {label: round(s / changes * 1e6, 1) for label, s in used.items()}
+    out["total"] = round(sum(used.values()) / changes * 1e6, 1)
+    return out
 
 
 def offered(summary: Summary) -> float:
@@ -241,8 +268,10 @@ def postgres_target(
     schema = f"bench_{uuid.uuid4().hex[:6]}"
     pipeline = Pipeline(janitor, a, b, topic, f"{postgres_uri}?schema={schema}")
     began = time.monotonic()
-    rss = PeakRss(pipeline.start())
+    pids = pipeline.start()
+    rss = PeakRss(pids)
     rss.start()
+    cost = cost_meter(pids, database=True)
     try:
         with psycopg.connect(postgres_uri, autocommit=True) as conn:
             first_at = _wait_applied(conn, schema, 0, 1200)
@@ -254,6 +283,7 @@ def postgres_target(
                 "rows_per_s": round(events / seconds, 1),
                 "transactions_per_s": round(transactions / seconds, 1),
                 "startup_s": round(first_at - began, 1),
+                "cpu_us_per_change": cpu_per_change(cost, (first_at, done_at), events),
             }
             rate = max(result["rows_per_s"] / 2 / 2, 1.0)  # transfers: two rows each
             samples: list[tuple[float, int]] = []  # (when, applied commit_ts), µs
@@ -294,6 +324,7 @@ def postgres_target(
         return result
     finally:
         rss.stopping.set()
+        cost.stop()
         pipeline.stop()
         with contextlib.suppress(Exception), psycopg.connect(postgres_uri, autocommit=True) as c:
             c.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -204,21 +204,28 @@ def _ordered_lines(o: dict[str, Any]) -> list[str]:
             f"p50 {_num(lag.get('p50'))} ms, p99 {_num(lag.get('p99'))} ms; start-up "
             f"{_num(side.get('startup_s'), 1)} s; peak RSS MB {side.get('peak_rss_mb')}"
         )
+        cpu = side.get("cpu_us_per_change")
+        if isinstance(cpu, dict):
+            each = ", ".join(
+                f"{label} {_num(us, 1)}" for label, us in cpu.items() if label != "total"
+            )
+            lines.append(f"    CPU per change: {_num(cpu.get('total'), 1)} µs ({each})")
         if o.get("repetitions", 1) > 1:
             lines.append(
                 f"    medians of {o['repetitions']} repetitions ({len(o.get('failed', []))} "
                 f"failed): {what.split('_')[0]}/s {_range(o, f'{key}.{what}')}, lag p99 "
-                f"{_range(o, f'{key}.lag_ms.p99')} ms"
+                f"{_range(o, f'{key}.lag_ms.p99')} ms, CPU per change "
+                f"{_range(o, f'{key}.cpu_us_per_change.total', 1)} µs"
             )
     return lines
 
 
-def _range(o: dict[str, Any], figure: str) -> str:
+def _range(o: dict[str, Any], figure: str, digits: int = 0) -> str:
     """A repeated ordered figure's [min–max]."""
     found = o.get("spread", {}).get(figure)
     if not found:
         return "n/a"
-    return f"[{_num(found['min'])}–{_num(found['max'])}]"
+    return f"[{_num(found['min'], digits)}–{_num(found['max'], digits)}]"
 
 
 def _num(value: Any, digits: int = 0) -> str:

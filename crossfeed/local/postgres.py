@@ -100,6 +100,13 @@ class Postgres:
             capture_output=True,
         )
 
+    def pid(self) -> int | None:
+        """The postmaster's process id while the server runs (its backends are children)."""
+        try:
+            return int((self.data / "postmaster.pid").read_text().splitlines()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
     def running(self) -> bool:
         if not (self.data / "postmaster.pid").exists():
             return False

@@ -252,7 +252,7 @@ def status() -> list[PartStatus]:
             PartStatus(
                 pg.name,
                 f"127.0.0.1:{pg.port}",
-                _pg_pid(pg) if running else None,
+                pg.pid() if running else None,
                 running and pg.answers(),
                 pg.uri if running else "",
                 str(pg.log_file),
@@ -274,9 +274,3 @@ def status() -> list[PartStatus]:
         )
     return parts
 
-
-def _pg_pid(pg: Postgres) -> int | None:
-    try:
-        return int((pg.data / "postmaster.pid").read_text().splitlines()[0])
-    except (OSError, ValueError, IndexError):
-        return None

@@ -351,6 +351,7 @@ def _ordered_run(rate: float, p99: float, rss: float) -> dict[str, Any]:
             "of_spark_passthrough": rate / 50_000,
             "lag_ms": {"p50": p99 / 2, "p99": p99, "max": p99 + 1},
             "peak_rss_mb": {"sorter": rss, "sink": 100.0},
+            "cpu_us_per_change": {"sorter": rate / 2_000, "sink": 5.0, "total": rate / 2_000 + 5},
         },
     }
 
@@ -382,6 +383,10 @@ def test_ordered_repetitions_give_medians_the_highest_rss_and_keep_every_run():
     assert "p99 1,900 ms" in text
     assert "medians of 4 repetitions (1 failed): events/s [40,000–60,000], lag p99 " in text
     assert "[1,700–4,600] ms" in text
+    # CPU per change: the medians of each process and of the total (20, 22.5 and 30 µs).
+    assert section["kafka"]["cpu_us_per_change"] == {"sorter": 22.5, "sink": 5.0, "total": 27.5}
+    assert "CPU per change: 27.5 µs (sorter 22.5, sink 5.0)" in text
+    assert "CPU per change [25.0–35.0] µs" in text
 
 
 def test_ordered_section_without_a_good_repetition_says_why():
@@ -446,3 +451,33 @@ def test_chart_draws_only_the_parts_that_were_measured(tmp_path: Path):
     assert fig.axes == []
     assert "nothing was measured" in " ".join(t.get_text() for t in fig.texts)
     chart.plt.close(fig)
+
+
+def test_a_process_trees_cpu_keeps_what_an_exited_child_used():
+    """ProcessCost(tree=True): the sorter's JVM is a child of its Python driver; a child
+    that exits between two samples must not take its CPU time out of the figure."""
+    import subprocess
+    import sys
+    import time
+
+    from crossfeed.bench.measure import ProcessCost
+
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass"
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         f"import subprocess, sys, time; subprocess.run([sys.executable, '-c', {burn!r}]); "
+         "time.sleep(30)"]
+    )  # fmt: skip
+    try:
+        cost = ProcessCost({"parent": parent.pid}, interval_s=0.05, tree=True)
+        deadline = time.monotonic() + 20
+        while cost.cpu[-1]["parent"] < 0.35 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.3)  # the child has exited: only the sleeping parent is left
+        used = cost.finish()["parent"]["cpu_s"]
+        readings = [row["parent"] for row in cost.cpu]
+        assert used >= 0.35, readings  # the child's burn is counted
+        assert readings == sorted(readings), readings  # and never taken back
+    finally:
+        parent.kill()
+        parent.wait()
