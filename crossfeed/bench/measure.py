@@ -146,16 +146,14 @@ class ProcessCost:
     """CPU seconds and peak RSS of labelled processes, sampled every ``interval_s`` so the
     CPU spent in any window of the run (e.g. first to last record) can be read back.
 
-    ``tree``: each label counts its process and every descendant seen at a sample (the
-    sorter's Spark JVM, a database server's backends), each at the last CPU time read
-    from it, so a child that exits keeps what it used and the figure never goes back."""
+    ``tree``: each label counts its process and its descendants (the sorter's Spark JVM,
+    a database server's backends), those that exited included."""
 
     def __init__(self, pids: dict[str, int], interval_s: float = 0.2, tree: bool = False) -> None:
         self.procs = {label: psutil.Process(pid) for label, pid in pids.items()}
         self.peak_rss = dict.fromkeys(self.procs, 0)
         self.interval_s = interval_s
         self.tree = tree
-        self._tree_cpu: dict[str, dict[int, float]] = {label: {} for label in self.procs}
         self.times: list[float] = []
         self.cpu: list[dict[str, float]] = []
         self._last: dict[str, float] = {}
@@ -168,7 +166,7 @@ class ProcessCost:
         now = time.monotonic()
         row: dict[str, float] = {}
         for label, proc in self.procs.items():
-            cpu = self._tree(label, proc) if self.tree else _cpu(proc)
+            cpu = self._tree(proc) if self.tree else _cpu(proc)
             # A process that is gone keeps its last reading.
             row[label] = cpu if cpu is not None else self._last.get(label, 0.0)
             with contextlib.suppress(psutil.Error):
@@ -177,17 +175,20 @@ class ProcessCost:
         self.times.append(now)
         self.cpu.append(row)
 
-    def _tree(self, label: str, proc: psutil.Process) -> float:
-        seen = self._tree_cpu[label]
+    def _tree(self, proc: psutil.Process) -> float | None:
+        """CPU seconds of ``proc`` and its descendants: each live one's own, plus what
+        the children each waited for used (a database backend that exited), so a child
+        that exits keeps counting."""
         try:
             family = [proc, *proc.children(recursive=True)]
         except psutil.Error:
-            family = []
+            return None
+        total = 0.0
         for member in family:
-            cpu = _cpu(member)
-            if cpu is not None:
-                seen[member.pid] = cpu
-        return sum(seen.values())
+            with contextlib.suppress(psutil.Error):
+                t = member.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+        return total
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
