@@ -273,4 +273,3 @@ def status() -> list[PartStatus]:
             )
         )
     return parts
-
