@@ -16,6 +16,7 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from crossfeed.kafka import clients
+from crossfeed.local import stack
 
 
 def create_topics(conf: dict[str, Any], names: list[str], partitions: int) -> None:
@@ -140,6 +141,16 @@ def _cpu(proc: psutil.Process) -> float | None:
         return float(times.user + times.system)
     except psutil.Error:
         return None
+
+
+def broker_pids() -> dict[str, int]:
+    """The local stack's running brokers by node ("dc-a", "dc-b"): their process ids."""
+    return {n: pid for n in ("dc-a", "dc-b") if (pid := stack.node(n).pid())}
+
+
+def broker_labels(brokers: dict[str, int]) -> dict[str, int]:
+    """``broker_pids`` labelled as the result files name them ("dc-a broker")."""
+    return {f"{n} broker": pid for n, pid in brokers.items()}
 
 
 class ProcessCost:

@@ -37,11 +37,18 @@ import yaml
 
 from crossfeed.bench import jvm
 from crossfeed.bench.cleanup import Janitor, delete_groups
-from crossfeed.bench.measure import PeakRss, ProcessCost, TargetWatch, percentiles
+from crossfeed.bench.measure import (
+    PeakRss,
+    ProcessCost,
+    TargetWatch,
+    broker_labels,
+    broker_pids,
+    percentiles,
+)
 from crossfeed.bench.systems import bench_config, service_command
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
-from crossfeed.local import processes, stack
+from crossfeed.local import processes
 from crossfeed.local.postgres import Postgres
 from crossfeed.wire import ids
 from crossfeed.wire import topics as wire_topics
@@ -226,10 +233,11 @@ def kafka_target(
 def cost_meter(pids: dict[str, int], database: bool = False) -> ProcessCost:
     """CPU of the pipeline's processes, both brokers and (``database``) the target
     PostgreSQL server, each with its children, from now on."""
-    others = {f"{n} broker": stack.node(n).pid() for n in ("dc-a", "dc-b")}
-    if database:
-        others["postgresql"] = Postgres().pid()
-    return ProcessCost({**pids, **{k: p for k, p in others.items() if p}}, tree=True)
+    others = broker_labels(broker_pids())
+    database_pid = Postgres().pid() if database else None
+    if database_pid:
+        others["postgresql"] = database_pid
+    return ProcessCost({**pids, **others}, tree=True)
 
 
 # Started with a JVM and a Spark session (tens of CPU seconds): their CPU counts from the

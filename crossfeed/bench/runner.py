@@ -32,7 +32,7 @@ from crossfeed.bench.failover_sides import (
     Mm2Side,
     crossfeed_translation,
 )
-from crossfeed.bench.measure import create_topics
+from crossfeed.bench.measure import broker_labels, broker_pids, create_topics
 from crossfeed.bench.perf import payload_file
 from crossfeed.bench.systems import Crossfeed, MirrorMaker2, Replicator
 from crossfeed.local import postgres, stack
@@ -122,8 +122,8 @@ def _throughput(
     """Fills ``into["startup"]`` and ``into["throughput"][size]`` (after every repetition,
     so an interrupted run keeps what it measured)."""
     workdir = janitor.tempdir("load")
-    brokers = {n: pid for n in ("dc-a", "dc-b") if (pid := stack.node(n).pid())}
-    watched = {f"{n} broker": pid for n, pid in brokers.items()}  # their CPU beside each copy
+    brokers = broker_pids()
+    watched = broker_labels(brokers)  # their CPU beside each copy
     startup: dict[str, Any] = into.setdefault("startup", {})
     starters: list[Replicator] = [
         Crossfeed(janitor, f"{run_id}-cf0", a, b),
