@@ -43,6 +43,7 @@ FAILOVER_FIGURES = (
 _TARGET_FIGURES = (
     "startup_s",
     "cpu_us_per_change.total",
+    "lag_cores.total",
     "lag_rate_events_per_s",
     "lag_offered_events_per_s",
     "lag_ms.p50",
@@ -200,12 +201,14 @@ def ordered_section(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                     peaks[label] = max(peaks.get(label, 0.0), mb)
         if peaks and isinstance(out.get(side), dict):
             out[side]["peak_rss_mb"] = peaks
-        # CPU per change: each process's median too, so they add up like the total's.
-        labels = {label for r in good for label in lookup(r, f"{side}.cpu_us_per_change") or {}}
-        for label in sorted(labels):
-            figures = spread(lookup(r, f"{side}.cpu_us_per_change.{label}") for r in good)
-            if figures is not None and isinstance(out.get(side), dict):
-                place(out, f"{side}.cpu_us_per_change.{label}", figures["median"])
+        # CPU per change and the cores in use at half load: each process's median too,
+        # so they add up like the total's.
+        for figure in ("cpu_us_per_change", "lag_cores"):
+            labels = {label for r in good for label in lookup(r, f"{side}.{figure}") or {}}
+            for label in sorted(labels):
+                figures = spread(lookup(r, f"{side}.{figure}.{label}") for r in good)
+                if figures is not None and isinstance(out.get(side), dict):
+                    place(out, f"{side}.{figure}.{label}", figures["median"])
     out["repetitions"] = len(runs)
     out["failed"] = [r["error"] for r in runs if "error" in r]
     out["runs"] = list(runs)

@@ -16,7 +16,11 @@ Per target, on one backlog of bank transfers written to dc-a beforehand:
   before its clock starts (``build_ahead``), so while the pipeline is measured it costs
   only its produce calls: on two shared cores, building each transfer as it is written
   took ~0.45 of a core at 20k changes/s away from the pipeline it measures (the mirror
-  benchmark's writer likewise sends prepared values).
+  benchmark's writer likewise sends prepared values). Beside it, the **cores in use**
+  meanwhile (``lag_cores``: each process, this one's writer and watch, the total and the
+  machine's cores): half of the backlog's rate is not half of what the pipeline can do
+  at a steady rate, where every micro-batch and transaction is small and the workload
+  and its broker share the machine.
 
 References: the workload's own produce rate (how fast changes can be written at all),
 Spark's Kafka-to-Kafka pass-through of the same backlog (``spark_passthrough``: the most a
@@ -27,10 +31,13 @@ the same rows written by a batched upsert loop with no crossfeed in between.
 from __future__ import annotations
 
 import contextlib
+import os
+import resource
 import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -209,10 +216,9 @@ def kafka_target(
         rate = max(result["events_per_s"] / 2 / 2, 1.0)
         watch.lag_since_ms = time.time() * 1000
         watch.record_lag = True
-        summary, _ = run_bank(
-            a, topic, accounts=ACCOUNTS, partitions=PARTITIONS, rate=rate, seconds=lag_seconds,
-            build_ahead=True,
-        )  # fmt: skip
+        summary, result["lag_cores"] = lag_phase(
+            pids, half_load_transfers(a, topic, rate, lag_seconds)
+        )
         expected = events + summary.events
         watch.wait_for(expected, timeout_s=300, idle_s=60)
         lags = percentiles(watch.lags_ms)
@@ -261,6 +267,52 @@ def cpu_per_change(
     out = {label: round(s / changes * 1e6, 1) for label, s in used.items()}
     out["total"] = round(sum(used.values()) / changes * 1e6, 1)
     return out
+
+
+# This process writes the lag phase's workload and watches the target: its CPU is on the
+# same cores as the pipeline's.
+BENCH = "bench (writer, watch)"
+
+
+def half_load_transfers(
+    a: dict[str, Any], topic: str, rate: float, seconds: float
+) -> Callable[[], Summary]:
+    """The lag phase's workload: bank transfers at ``rate`` a second for ``seconds``,
+    built before the clock starts."""
+    return lambda: run_bank(
+        a, topic, accounts=ACCOUNTS, partitions=PARTITIONS, rate=rate, seconds=seconds,
+        build_ahead=True,
+    )[0]  # fmt: skip
+
+
+def lag_phase(
+    pids: dict[str, int], write: Callable[[], Summary], database: bool = False
+) -> tuple[Summary, dict[str, float]]:
+    """``write`` (the lag phase's workload) and the cores each process used while it
+    wrote: the pipeline's, both brokers', the database's (``database``) and this
+    process's own, with their total beside the machine's cores. A total near the
+    machine's means the "half load" is not half of what the pipeline can do while it
+    shares the machine with its workload: the lag then measures a queue that grows."""
+    cost = cost_meter(pids, database)
+    own, began = _own_cpu_s(), time.monotonic()
+    try:
+        summary = write()
+    except BaseException:
+        cost.stop()
+        raise
+    ended, own = time.monotonic(), _own_cpu_s() - own
+    seconds = max(ended - began, 1e-3)
+    used = {label: c["cpu_window_s"] for label, c in cost.finish((began, ended)).items()}
+    used[BENCH] = own
+    cores = {label: round(s / seconds, 2) for label, s in used.items()}
+    cores["total"] = round(sum(used.values()) / seconds, 2)
+    cores["machine"] = float(os.cpu_count() or 1)
+    return summary, cores
+
+
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def offered(summary: Summary) -> float:
@@ -321,10 +373,9 @@ def postgres_target(
 
             sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()
-            summary, _ = run_bank(
-                a, topic, accounts=ACCOUNTS, partitions=PARTITIONS, rate=rate, seconds=lag_seconds,
-                build_ahead=True,
-            )  # fmt: skip
+            summary, result["lag_cores"] = lag_phase(
+                pids, half_load_transfers(a, topic, rate, lag_seconds), database=True
+            )
             sampling.set()
             sampler.join(5)
             _wait_applied(conn, schema, summary.last_commit_ts - 1, 300)

@@ -210,12 +210,24 @@ def _ordered_lines(o: dict[str, Any]) -> list[str]:
                 f"{label} {_num(us, 1)}" for label, us in cpu.items() if label != "total"
             )
             lines.append(f"    CPU per change: {_num(cpu.get('total'), 1)} µs ({each})")
+        cores = side.get("lag_cores")
+        if isinstance(cores, dict):
+            each = ", ".join(
+                f"{label} {_num(n, 2)}"
+                for label, n in cores.items()
+                if label not in ("total", "machine")
+            )
+            lines.append(
+                f"    cores in use at half load: {_num(cores.get('total'), 2)} of "
+                f"{_num(cores.get('machine'))} ({each})"
+            )
         if o.get("repetitions", 1) > 1:
             lines.append(
                 f"    medians of {o['repetitions']} repetitions ({len(o.get('failed', []))} "
                 f"failed): {what.split('_')[0]}/s {_range(o, f'{key}.{what}')}, lag p99 "
                 f"{_range(o, f'{key}.lag_ms.p99')} ms, CPU per change "
-                f"{_range(o, f'{key}.cpu_us_per_change.total', 1)} µs"
+                f"{_range(o, f'{key}.cpu_us_per_change.total', 1)} µs, cores at half load "
+                f"{_range(o, f'{key}.lag_cores.total', 2)}"
             )
     return lines
 

@@ -352,6 +352,7 @@ def _ordered_run(rate: float, p99: float, rss: float) -> dict[str, Any]:
             "lag_ms": {"p50": p99 / 2, "p99": p99, "max": p99 + 1},
             "peak_rss_mb": {"sorter": rss, "sink": 100.0},
             "cpu_us_per_change": {"sorter": rate / 2_000, "sink": 5.0, "total": rate / 2_000 + 5},
+            "lag_cores": {"sorter": rate / 100_000, "total": rate / 50_000, "machine": 2.0},
         },
     }
 
@@ -387,6 +388,10 @@ def test_ordered_repetitions_give_medians_the_highest_rss_and_keep_every_run():
     assert section["kafka"]["cpu_us_per_change"] == {"sorter": 22.5, "sink": 5.0, "total": 27.5}
     assert "CPU per change: 27.5 µs (sorter 22.5, sink 5.0)" in text
     assert "CPU per change [25.0–35.0] µs" in text
+    # The cores in use at half load: medians per process, and the total's spread.
+    assert section["kafka"]["lag_cores"] == {"sorter": 0.45, "total": 0.9, "machine": 2.0}
+    assert "cores in use at half load: 0.90 of 2 (sorter 0.45)" in text
+    assert "cores at half load [0.80–1.20]" in text
 
 
 def test_ordered_section_without_a_good_repetition_says_why():
@@ -481,3 +486,56 @@ def test_a_process_trees_cpu_keeps_what_an_exited_child_used():
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_the_lag_phase_reports_the_cores_each_process_and_the_writer_used():
+    """ordered.lag_phase: a pipeline process busy the whole phase counts about one core,
+    the writer's own work counts as the benchmark's, and the total adds them up beside
+    the machine's cores."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from crossfeed.bench import ordered
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    written: Any = object()  # what the workload returns, handed back as it is
+
+    def write() -> Any:
+        began = time.process_time()
+        while time.process_time() - began < 0.5:  # the writer's own CPU
+            pass
+        time.sleep(1.0)
+        return written
+
+    try:
+        time.sleep(0.2)
+        summary, cores = ordered.lag_phase({"sorter": busy.pid}, write)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert summary is written
+    seconds = 1.5  # at least: the writer's burn and its sleep
+    # One busy process: counted (whatever else shares the cores), and once.
+    assert 0.3 <= cores["sorter"] <= 1.05, cores
+    assert 0.5 / (seconds + 1.0) <= cores[ordered.BENCH] <= 0.5 / seconds + 0.15, cores
+    assert cores["machine"] == float(os.cpu_count() or 1)
+    parts = sum(v for k, v in cores.items() if k not in ("total", "machine"))
+    assert cores["total"] == pytest.approx(parts, abs=0.02), cores
+
+
+def test_a_failed_lag_phase_stops_its_meter_and_raises():
+    import threading
+    import time
+
+    from crossfeed.bench import ordered
+
+    def write() -> Any:
+        raise RuntimeError("the workload could not write")
+
+    before = set(threading.enumerate())
+    with pytest.raises(RuntimeError, match="could not write"):
+        ordered.lag_phase({}, write)
+    time.sleep(0.5)  # a stopped meter's thread ends at its next tick (0.2 s)
+    assert set(threading.enumerate()) <= before
