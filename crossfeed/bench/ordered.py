@@ -17,10 +17,10 @@ Per target, on one backlog of bank transfers written to dc-a beforehand:
   only its produce calls: on two shared cores, building each transfer as it is written
   took ~0.45 of a core at 20k changes/s away from the pipeline it measures (the mirror
   benchmark's writer likewise sends prepared values). Beside it, the **cores in use**
-  meanwhile (``lag_cores``: each process, this one's writer and watch, the total and the
-  machine's cores): half of the backlog's rate is not half of what the pipeline can do
-  at a steady rate, where every micro-batch and transaction is small and the workload
-  and its broker share the machine.
+  meanwhile (``lag_cores``: each process, this one's writer and watch, and their total,
+  read against the result's ``machine.cpus``): half of the backlog's rate is not half of
+  what the pipeline can do at a steady rate, where every micro-batch and transaction is
+  small and the workload and its broker share the machine.
 
 References: the workload's own produce rate (how fast changes can be written at all),
 Spark's Kafka-to-Kafka pass-through of the same backlog (``spark_passthrough``: the most a
@@ -31,7 +31,6 @@ the same rows written by a batched upsert loop with no crossfeed in between.
 from __future__ import annotations
 
 import contextlib
-import os
 import resource
 import sys
 import threading
@@ -290,9 +289,9 @@ def lag_phase(
 ) -> tuple[Summary, dict[str, float]]:
     """``write`` (the lag phase's workload) and the cores each process used while it
     wrote: the pipeline's, both brokers', the database's (``database``) and this
-    process's own, with their total beside the machine's cores. A total near the
-    machine's means the "half load" is not half of what the pipeline can do while it
-    shares the machine with its workload: the lag then measures a queue that grows."""
+    process's own, and their total. A total near the machine's cores means the "half
+    load" is not half of what the pipeline can do while it shares the machine with its
+    workload: the lag then measures a queue that grows."""
     cost = cost_meter(pids, database)
     own, began = _own_cpu_s(), time.monotonic()
     try:
@@ -306,7 +305,6 @@ def lag_phase(
     used[BENCH] = own
     cores = {label: round(s / seconds, 2) for label, s in used.items()}
     cores["total"] = round(sum(used.values()) / seconds, 2)
-    cores["machine"] = float(os.cpu_count() or 1)
     return summary, cores
 
 

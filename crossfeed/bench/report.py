@@ -135,7 +135,7 @@ def summary(path: Path) -> str:
     if not ordered.get("available"):
         lines.append(f"ordered feeds: not available — {ordered.get('reason', 'not run')}")
     else:
-        lines += _ordered_lines(ordered)
+        lines += _ordered_lines(ordered, machine["cpus"])
     if "cdc" in data:
         lines += report_cdc.lines(data["cdc"])
     return "\n".join(lines)
@@ -178,7 +178,7 @@ def _scale_lines(scale: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _ordered_lines(o: dict[str, Any]) -> list[str]:
+def _ordered_lines(o: dict[str, Any], cpus: int) -> list[str]:
     produce, spark = o.get("produce", {}), o.get("spark_passthrough", {})
     lines = [
         f"ordered feed, bank workload ({produce.get('events', 0):,} changes): workload produce "
@@ -213,13 +213,10 @@ def _ordered_lines(o: dict[str, Any]) -> list[str]:
         cores = side.get("lag_cores")
         if isinstance(cores, dict):
             each = ", ".join(
-                f"{label} {_num(n, 2)}"
-                for label, n in cores.items()
-                if label not in ("total", "machine")
+                f"{label} {_num(n, 2)}" for label, n in cores.items() if label != "total"
             )
             lines.append(
-                f"    cores in use at half load: {_num(cores.get('total'), 2)} of "
-                f"{_num(cores.get('machine'))} ({each})"
+                f"    cores in use at half load: {_num(cores.get('total'), 2)} of {cpus} ({each})"
             )
         if o.get("repetitions", 1) > 1:
             lines.append(
