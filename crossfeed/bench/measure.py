@@ -199,7 +199,10 @@ class ProcessCost:
             with contextlib.suppress(psutil.Error):
                 t = member.cpu_times()
                 total += t.user + t.system + t.children_user + t.children_system
-        return total
+        # The kernel counts in clock ticks (10 ms); a child's time moving from its own
+        # counters to its parent's as it exits must not read as a drop of 1e-17 s from
+        # summing the same floats in another order.
+        return round(total, 6)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
