@@ -88,6 +88,65 @@ class FeedOptions(BaseModel):
         description="PostgreSQL sink: seconds between rows of the syncpoint table",
     )
 
+    # Active-active (docs/active-active.md): set on both feeds of a pair by
+    # ``crossfeed pair create``; a feed with active_active.side applies last writer wins
+    # on the target's own tables instead of the one-way hidden commit_ts.
+    active_active_pair: str | None = Field(
+        None,
+        alias="active_active.pair",
+        description="active-active: the pair this feed is one direction of",
+    )
+    active_active_side: str | None = Field(
+        None,
+        alias="active_active.side",
+        description="active-active: the name of this feed's source side (e.g. dc-a); with "
+        "it the PostgreSQL sink applies last writer wins on source commit times; equal "
+        "times: the greater side name wins",
+    )
+    active_active_target_side: str | None = Field(
+        None,
+        alias="active_active.target_side",
+        description="active-active: the name of this feed's target side (e.g. dc-b)",
+    )
+    active_active_counters: str | None = Field(
+        None,
+        alias="active_active.counters",
+        description="active-active: counter columns, 'table.column,...': an update adds "
+        "the difference its source transaction made (new - old) instead of setting the value",
+    )
+    active_active_tombstone_window_s: float = Field(
+        86400.0,
+        alias="active_active.tombstone_window_s",
+        gt=0,
+        description="active-active: seconds a delete is remembered, so an older update "
+        "arriving later does not bring the row back",
+    )
+    active_active_conflicts_kept: int = Field(
+        100_000,
+        alias="active_active.conflicts_kept",
+        ge=1,
+        description="active-active: rows kept in crossfeed_conflicts per feed (the newest)",
+    )
+
+    @field_validator("active_active_counters")
+    @classmethod
+    def _counters(cls, value: str | None) -> str | None:
+        for item in (value or "").split(","):
+            if item.strip() and item.strip().count(".") != 1:
+                raise ValueError(
+                    f"active_active.counters item {item.strip()!r} must be table.column"
+                )
+        return value
+
+    def counters(self) -> dict[str, frozenset[str]]:
+        """active_active.counters as table -> its counter columns."""
+        found: dict[str, set[str]] = {}
+        for item in (self.active_active_counters or "").split(","):
+            if item.strip():
+                table, column = item.strip().split(".")
+                found.setdefault(table, set()).add(column)
+        return {table: frozenset(columns) for table, columns in found.items()}
+
     @field_validator("filter_reject_key_regex")
     @classmethod
     def _regex_compiles(cls, value: str | None) -> str | None:
@@ -273,6 +332,16 @@ class FeedSpec(BaseModel):
                     "--input debezium is captured in commit order by one puller task: "
                     "leave staging.partitions out (it is 1)"
                 )
+        if self.config.active_active_side is not None:
+            if sink.scheme != "postgresql" or self.input != "debezium":
+                raise ValueError(
+                    "active_active.side is for a Debezium feed into PostgreSQL "
+                    "(--input debezium, --sink-uri postgresql://...)"
+                )
+            if not self.config.active_active_target_side:
+                raise ValueError("active_active.side needs active_active.target_side")
+            if self.config.active_active_target_side == self.config.active_active_side:
+                raise ValueError("active_active.side and active_active.target_side must differ")
         return self
 
     @property
