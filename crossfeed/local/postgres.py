@@ -131,6 +131,8 @@ class Postgres:
             # Debezium reads the log through a replication slot (pgoutput); a benchmark
             # compares with PostgreSQL's own logical replication, which needs the same.
             options += " -c wal_level=logical -c max_replication_slots=10 -c max_wal_senders=10"
+            # an active-active pair compares a row's last write by its commit time
+            options += " -c track_commit_timestamp=on"
         subprocess.run(
             [
                 *_run_as(),
