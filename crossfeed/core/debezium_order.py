@@ -31,6 +31,11 @@ D. Events without a transaction block (snapshot rows) are transactions of their 
 E. ``count`` is the END's ``event_count`` when the feed reads every table the END lists
    (``seq`` = ``total_order``); otherwise only the events of the feed's tables are
    counted and numbered in the order they are emitted.
+F. A transaction that a crossfeed sink wrote (its events' ``source.origin`` is a crossfeed
+   replication origin, crossfeed/pair/sql.py) is an *echo*: it is ordered and completed
+   like any other, but none of its events is written, so an active-active pair never
+   sends a change back where it came from. Every event of a transaction carries the same
+   origin, so the whole transaction goes or none of it.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TypeVar
 
-from crossfeed.wire.debezium import DataEvent, TxnEnd
+from crossfeed.wire.debezium import DataEvent, TxnEnd, is_crossfeed_origin
 
 T = TypeVar("T")
 
@@ -63,6 +68,7 @@ class Emit:
     commit_ts: int
     txn: str | None  # the crossfeed-txn header value (None: a transaction of its own)
     completes: bool = False  # the head transaction is whole with this event
+    echo: bool = False  # written by a crossfeed sink: not to be written again (rule F)
 
 
 @dataclass
@@ -140,10 +146,11 @@ class Joiner:
         head.emitted += 1
         seq = head.emitted if head.renumber else event.total_order
         txn = f"{head.end.txn_id}/{seq}/{head.expected}"
+        echo = is_crossfeed_origin(event.origin)
         if head.emitted < head.expected:
-            return Emit(head.commit_ts, txn)
+            return Emit(head.commit_ts, txn, echo=echo)
         self._complete(head)
-        return Emit(head.commit_ts, txn, completes=True)
+        return Emit(head.commit_ts, txn, completes=True, echo=echo)
 
     def start_streaming(self) -> None:
         """The snapshot is read to its end: streamed transactions may go (rule D)."""

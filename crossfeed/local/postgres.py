@@ -21,11 +21,17 @@ USER = "crossfeed"
 DATABASE = "crossfeed"
 URI = f"postgresql://{USER}@127.0.0.1:{PORT}/{DATABASE}"
 SOURCE_URI = f"postgresql://{USER}@127.0.0.1:{SOURCE_PORT}/{DATABASE}"
-LOGICAL_SETTINGS = {"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10"}
+LOGICAL_SETTINGS = {
+    "wal_level": "logical",
+    "max_replication_slots": "10",
+    "max_wal_senders": "10",
+    # an active-active pair compares a row's last write by its commit time
+    "track_commit_timestamp": "on",
+}
 """A server Debezium reads through a replication slot (pgoutput)."""
-ACTIVE_ACTIVE_SETTINGS = {**LOGICAL_SETTINGS, "track_commit_timestamp": "on"}
+ACTIVE_ACTIVE_SETTINGS = dict(LOGICAL_SETTINGS)
 """Both servers of an active-active pair: captured, and an application write's time is
-``pg_xact_commit_timestamp(xmin)``. Both need a server restart to change."""
+``pg_xact_commit_timestamp(xmin)`` (both need a server restart to change)."""
 
 
 def _bin(name: str) -> str:

@@ -37,6 +37,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 TRANSACTION_SUFFIX: Final = ".transaction"
+# The replication origins crossfeed's sinks write under (crossfeed/pair/sql.py): Debezium
+# reports them as source.origin, and a transaction with one is never sent back.
+ORIGIN_PREFIX: Final = "crossfeed:"
 HEARTBEAT_PREFIX: Final = "__debezium-heartbeat."
 
 _TXN_BLOCK = re.compile(
@@ -44,6 +47,8 @@ _TXN_BLOCK = re.compile(
     rb'"data_collection_order":(\d+)\})'
 )
 _SNAPSHOT = re.compile(rb'"snapshot":(?:null|"([a-z_]+)")')
+# source.origin (Debezium 3.x): the replication origin the transaction was written under
+_ORIGIN = re.compile(rb'"origin":(?:null|"((?:[^"\\]|\\.)*)")')
 
 
 class NotDebezium(ValueError):
@@ -59,6 +64,7 @@ class DataEvent:
     total_order: int = 0
     collection_order: int = 0
     snapshot: str | None = None  # source.snapshot: first, true, last, ... (None: streamed)
+    origin: str | None = None  # source.origin: the replication origin it was written under
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +105,28 @@ def data_event(value: bytes | None) -> DataEvent:
     if at >= 0 and snap_at >= 0 and value.startswith(b'{"schema":'):
         txn = _TXN_BLOCK.match(value, at)
         snap = _SNAPSHOT.match(value, snap_at)
-        if txn is not None and snap is not None:
+        # source comes after before/after and ends before the transaction block: the last
+        # "origin": ahead of the block is the source's (a column of that name is earlier)
+        origin_at = value.rfind(b'"origin":', snap_at, at)
+        found = _ORIGIN.match(value, origin_at) if origin_at >= 0 else None
+        if txn is not None and snap is not None and (origin_at < 0 or found is not None):
             snapshot = _snapshot_phase(snap.group(1))
+            origin = _origin(found.group(1)) if found is not None else None
             if txn.group(1) is None:
-                return DataEvent(None, snapshot=snapshot)
-            return DataEvent(txn.group(1).decode(), int(txn.group(2)), int(txn.group(3)), snapshot)
+                return DataEvent(None, snapshot=snapshot, origin=origin)
+            return DataEvent(
+                txn.group(1).decode(), int(txn.group(2)), int(txn.group(3)), snapshot, origin
+            )
     return _data_event_slow(value)
+
+
+def is_crossfeed_origin(name: object) -> bool:
+    """Was a captured transaction written by a crossfeed sink (its source.origin)?"""
+    return isinstance(name, str) and name.startswith(ORIGIN_PREFIX)
+
+
+def _origin(raw: bytes | None) -> str | None:
+    return None if raw is None else json.loads(b'"' + raw + b'"')
 
 
 def _snapshot_phase(raw: bytes | str | None) -> str | None:
@@ -120,13 +142,15 @@ def _data_event_slow(value: bytes) -> DataEvent:
         raise NotDebezium("the payload has no 'op' and 'source' (not a Debezium change event)")
     source = payload.get("source") or {}
     snapshot = _snapshot_phase(source.get("snapshot"))
+    origin = source.get("origin")
+    origin = origin if isinstance(origin, str) else None
     block = payload.get("transaction")
     if block is None:
-        return DataEvent(None, snapshot=snapshot)
+        return DataEvent(None, snapshot=snapshot, origin=origin)
     try:
         xid = str(block["id"]).split(":", 1)[0]
         return DataEvent(
-            xid, int(block["total_order"]), int(block["data_collection_order"]), snapshot
+            xid, int(block["total_order"]), int(block["data_collection_order"]), snapshot, origin
         )
     except (KeyError, TypeError, ValueError) as err:
         raise NotDebezium(f"malformed transaction block {block!r:.120}: {err}") from None

@@ -69,6 +69,7 @@ class DebeziumReader:
         self.out = topics.debezium_ordered(feed.name)
         self.problem: str | None = None  # the last failure, for /status
         self.emitted = 0
+        self.echoes = 0  # events a crossfeed sink wrote (active-active): read, not sent
         self.resolved_ts = 0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -117,6 +118,7 @@ class DebeziumReader:
         return {
             "topic": self.out,
             "emitted": self.emitted,
+            "echoes_dropped": self.echoes,
             "resolved_ts_us": self.resolved_ts,
             "problem": self.problem,
         }
@@ -368,7 +370,10 @@ class _Loop:
             self.buffered -= len(msg.value() or b"")
             self.dirty = True
             if isinstance(verdict, Emit):
-                self._emit(msg, verdict)
+                if verdict.echo:
+                    self.c.echoes += 1  # a crossfeed sink wrote it: never sent back
+                else:
+                    self._emit(msg, verdict)
         if self.joiner.head_lsn() != head:
             self._resume_paused()  # a partition rewound for the new head reads again
 

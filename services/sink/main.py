@@ -37,6 +37,10 @@ def run(
         from crossfeed.services.sink.postgres.sink import PostgresSink
 
         sink_class = PostgresSink
+        if feed.config.active_active_side is not None:
+            from crossfeed.services.sink.postgres.active_active import ActiveActiveSink
+
+            sink_class = ActiveActiveSink
     else:
         assert feed.sink.cluster is not None
         from crossfeed.services.sink.kafka.sink import KafkaSink

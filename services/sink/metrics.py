@@ -53,6 +53,13 @@ LWW_SKIPPED = Counter(
     "Row changes skipped because the row holds a newer commit_ts (last writer wins)",
     ("feed", "table"),
 )
+CONFLICTS = Counter(
+    "crossfeed_sink_conflicts_total",
+    "Active-active: replicated changes that met a newer write (outcome lost: skipped and "
+    "recorded in crossfeed_conflicts) or overwrote an older write made on the target side "
+    "(outcome won)",
+    ("feed", "outcome"),
+)
 CHECKPOINT_TS = Gauge(
     "crossfeed_sink_feed_checkpoint_timestamp_seconds",
     "Ordered feeds: checkpoint_ts, everything with commit_ts up to it is in the target",

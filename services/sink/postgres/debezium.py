@@ -138,6 +138,17 @@ def column_type(field: dict[str, Any]) -> tuple[str, Convert]:
 
 
 @dataclass(frozen=True, slots=True)
+class Written:
+    """A change as an active-active apply needs it (:meth:`DebeziumMounter.mount_written`)."""
+
+    change: RowChange
+    source_us: int  # the source transaction's commit time, µs (Debezium's source.ts_us)
+    snapshot: bool  # a snapshot row (op r): written only where the row is absent
+    insert: bool  # op c: a counter's old value is 0
+    old: dict[str, Any]  # an update's old values of the columns asked for
+
+
+@dataclass(frozen=True, slots=True)
 class _Shape:
     """What one distinct schema half of a value means, worked out once."""
 
@@ -161,14 +172,56 @@ class DebeziumMounter:
         """The row change of one event (``value`` a whole JSON-converter value, or with
         ``schema_id`` the payload alone); None for one with nothing to apply (a tombstone,
         a logical decoding message); Misfit when it cannot be mapped."""
-        if value is None:
+        return self._mount(key, value, commit_ts, schema_id)[0]
+
+    def mount_written(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        commit_ts: int,
+        schema_id: bytes | None,
+        old_of: frozenset[str],
+    ) -> Written | None:
+        """:meth:`mount`, with when and how the source wrote the change (active-active):
+        its commit time, whether it is a snapshot row, and the old values of the columns
+        ``old_of`` (an update's ``before``; Misfit NoOldValue when it lacks one)."""
+        change, payload, shape = self._mount(key, value, commit_ts, schema_id)
+        if change is None or payload is None or shape is None:
             return None
+        source = payload["source"]
+        source_us = source.get("ts_us")
+        if not isinstance(source_us, int):
+            source_us = int(source.get("ts_ms") or 0) * 1000
+        op = payload["op"]
+        old: dict[str, Any] = {}
+        wanted = old_of & set(change.values) if op == "u" else frozenset()
+        if wanted:
+            before = payload.get("before")
+            missing = sorted(c for c in wanted if not isinstance(before, dict) or c not in before)
+            if missing:
+                raise Misfit(
+                    "NoOldValue",
+                    f"table {change.table}: counter column {', '.join(missing)} needs the old "
+                    "value in each update: set REPLICA IDENTITY FULL on the source table",
+                )
+            assert isinstance(before, dict)
+            for column in wanted:
+                raw = before[column]
+                old[column] = None if raw is None else shape.converters[column](raw)
+        return Written(change, source_us, op == "r", op == "c", old)
+
+    def _mount(
+        self, key: bytes | None, value: bytes | None, commit_ts: int, schema_id: bytes | None
+    ) -> tuple[RowChange | None, dict[str, Any] | None, _Shape | None]:
+        """:meth:`mount`, with the event's payload and shape."""
+        if value is None:
+            return None, None, None
         if schema_id is None:
             schema_raw, payload = _split(value)
         else:
             schema_raw, payload = schema_id, _payload(value)
         if payload is None:
-            return None
+            return None, None, None
         op = payload.get("op")
         source = payload.get("source")
         if not isinstance(source, dict) or not isinstance(op, str):
@@ -179,15 +232,16 @@ class DebeziumMounter:
         if not isinstance(table, str) or not table:
             raise Misfit("MissingTable", "the change event's source names no table")
         if op == "m":
-            return None  # a logical decoding message: no row
+            return None, None, None  # a logical decoding message: no row
         key_raw, key_payload = _split(key) if key else (b"", None)
         shape = self._shape(schema_raw, key_raw, value if schema_id is None else None, key)
         if shape.problem is not None:
             raise shape.problem
         if op == "t":
-            return RowChange(
+            change = RowChange(
                 table, "truncate", (), {}, commit_ts, shape.columns, None, shape.version
             )
+            return change, payload, shape
         key_columns = [c for c in shape.columns if c.primary_key]
         if not key_columns or not isinstance(key_payload, dict):
             raise Misfit(
@@ -201,9 +255,10 @@ class DebeziumMounter:
         except (KeyError, TypeError, ValueError, ArithmeticError) as err:
             raise Misfit("BadKey", f"table {table}: key {key_payload!r:.120} ({err})") from None
         if op == "d":
-            return RowChange(
+            change = RowChange(
                 table, "delete", row_key, {}, commit_ts, shape.columns, None, shape.version
             )
+            return change, payload, shape
         if op not in ("c", "u", "r"):
             raise Misfit("UnknownOp", f"table {table}: op {op!r} (c, u, r, d, t or m expected)")
         after = payload.get("after")
@@ -220,9 +275,10 @@ class DebeziumMounter:
                     f"table {table}: column {column.name!r} ({column.type}) cannot take "
                     f"{raw!r:.60}: {err}",
                 ) from None
-        return RowChange(
+        change = RowChange(
             table, "upsert", row_key, values, commit_ts, shape.columns, None, shape.version
         )
+        return change, payload, shape
 
     def _shape(
         self, schema_raw: bytes, key_raw: bytes, value: bytes | None, key: bytes | None

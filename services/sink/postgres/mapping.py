@@ -246,10 +246,15 @@ class Plan:
 
 
 def plan(
-    schema_name: str, existing: TableSchema | None, change: RowChange, auto_create: bool
+    schema_name: str,
+    existing: TableSchema | None,
+    change: RowChange,
+    auto_create: bool,
+    commit_ts_column: bool = True,
 ) -> Plan:
     """The DDL ``change`` needs on a table that looks like ``existing`` (None: absent);
-    Misfit when it does not fit and may not be made to."""
+    Misfit when it does not fit and may not be made to. ``commit_ts_column``: the table
+    keeps the hidden commit_ts (an active-active pair's tables keep their own instead)."""
     table = change.table
     ddl = change.op == "ddl"
     if existing is None:
@@ -284,7 +289,7 @@ def plan(
             "UnknownColumn",
             f"table {schema_name}.{table} has no column {names} and postgres.auto.create is false",
         )
-    add_commit_ts = COMMIT_TS_COLUMN not in existing.columns
+    add_commit_ts = commit_ts_column and COMMIT_TS_COLUMN not in existing.columns
     statements = [add_column(schema_name, table, c) for c in missing]
     if add_commit_ts:
         statements.append(add_commit_ts_column(schema_name, table))

@@ -194,6 +194,7 @@ class PostgresSink(OrderedSink):
                     conn.commit()
                 except psycopg.errors.UniqueViolation:  # created by someone else just now
                     conn.rollback()
+            self._prepare_session(conn)
             position = mapping.qualified(self.schema, mapping.POSITION_TABLE)
             conn.execute(
                 f"INSERT INTO {position} (feed, commit_ts, txn, checkpoint_ts, sorted_offset) "
@@ -225,6 +226,9 @@ class PostgresSink(OrderedSink):
             self.committed.position.describe(),
             self.committed.checkpoint_ts,
         )
+
+    def _prepare_session(self, conn: psycopg.Connection[Any]) -> None:
+        """What a connection needs once it holds the feed's lock (none here)."""
 
     def _reposition(self) -> None:
         """Forget everything not committed; read the stream again from the position."""
@@ -293,7 +297,7 @@ class PostgresSink(OrderedSink):
                 # schema looked up once per id), not joined to its schema again first.
                 sid = reference(value, hdrs)
                 ts = open_txn.position.commit_ts
-                mounted = self.debezium.mount(msg.key(), value, ts, sid)
+                mounted = self._mount_debezium(self.debezium, msg.key(), value, ts, sid)
                 if mounted is None:  # nothing to apply (a tombstone, a message)
                     if careful:
                         self._execute("RELEASE SAVEPOINT cf_row")
@@ -333,6 +337,16 @@ class PostgresSink(OrderedSink):
         self.open.append(change)
         if len(self.open) >= MAX_ROWS:
             self._spill_open()
+
+    def _mount_debezium(
+        self,
+        mounter: DebeziumMounter,
+        key: bytes | None,
+        value: bytes | None,
+        commit_ts: int,
+        sid: bytes | None,
+    ) -> RowChange | None:
+        return mounter.mount(key, value, commit_ts, sid)
 
     def _schema(self, sid: bytes) -> bytes:
         """A Debezium schema's bytes by id (the feed's schemas topic)."""

@@ -257,6 +257,25 @@ def test_tables_the_feed_does_not_read_are_not_waited_for():
     assert second.completes
 
 
+def test_a_transaction_a_crossfeed_sink_wrote_is_completed_but_never_sent():
+    joiner = Joiner(covers=lambda c: True, streaming=True)
+    joiner.on_end(TxnEnd("1", 10, 2, (("public.a", 2),), 1_000_000))
+    joiner.on_end(TxnEnd("2", 20, 1, (("public.a", 1),), 2_000_000))
+    events = [
+        DataEvent("1", 1, 1, origin="crossfeed:pair-b-to-a"),
+        DataEvent("1", 2, 2, origin="crossfeed:pair-b-to-a"),
+        DataEvent("2", 1, 3, origin="pg_16384"),  # an application's, through a subscription
+    ]
+    waiting = {"a/0": deque((e, e, 0) for e in events)}
+    out = list(drain(joiner, waiting))
+    assert [(v.echo, v.completes) for _, v in out if isinstance(v, Emit)] == [
+        (True, False),
+        (True, True),
+        (False, True),
+    ]
+    assert joiner.held() == [] and joiner.resolved_ts() == out[-1][1].commit_ts
+
+
 def test_a_restart_carries_the_head_on_from_the_committed_state():
     joiner = Joiner(covers=lambda c: True, streaming=True)
     end = TxnEnd("3", 30, 3, (("public.a", 3),), 1_000_000)

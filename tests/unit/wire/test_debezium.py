@@ -17,11 +17,20 @@ pytestmark = pytest.mark.unit
 SCHEMA = {"type": "struct", "fields": [{"type": "string", "field": "transaction"}]}
 
 
-def envelope(after: dict, *, txn: dict | None, snapshot: str = "false", op: str = "u") -> bytes:
+def envelope(
+    after: dict,
+    *,
+    txn: dict | None,
+    snapshot: str = "false",
+    op: str = "u",
+    origin: str | None = None,
+) -> bytes:
+    source = {"version": "3.7.0.Final", "snapshot": snapshot, "table": "t", "txId": 9}
+    source |= {"xmin": None, "origin": origin, "origin_lsn": None}
     payload = {
         "before": None,
         "after": after,
-        "source": {"version": "3.7.0.Final", "snapshot": snapshot, "table": "t", "txId": 9},
+        "source": source,
         "transaction": txn,
         "op": op,
         "ts_ms": 1,
@@ -56,11 +65,27 @@ def test_a_snapshot_row_has_no_transaction():
         }
     ),
     snapshot=st.sampled_from(["false", "true", "first", "last", "incremental"]),
+    origin=st.none() | st.text(),
 )
-def test_the_fast_path_agrees_with_a_full_parse(text, key, txn, snapshot):
+def test_the_fast_path_agrees_with_a_full_parse(text, key, txn, snapshot, origin):
     # A column may be named like an envelope field and hold anything, quotes included.
-    value = envelope({key: text, "id": 1}, txn=txn, snapshot=snapshot)
+    value = envelope({key: text, "id": 1}, txn=txn, snapshot=snapshot, origin=origin)
     assert debezium.data_event(value) == debezium._data_event_slow(value)
+
+
+def test_a_column_named_origin_is_not_the_sources():
+    txn = {"id": "5:1", "total_order": 1, "data_collection_order": 1}
+    value = envelope({"origin": "crossfeed:x", "id": 1}, txn=txn)
+    assert debezium.data_event(value).origin is None
+    value = envelope({"origin": None}, txn=txn, origin='crossfeed:f "1"')
+    event = debezium.data_event(value)
+    assert event.origin == 'crossfeed:f "1"' and debezium.is_crossfeed_origin(event.origin)
+
+
+def test_only_crossfeed_origins_are_crossfeeds():
+    assert debezium.is_crossfeed_origin("crossfeed:bank-a-to-b")
+    assert not debezium.is_crossfeed_origin("pg_16384")  # PostgreSQL's own subscription
+    assert not debezium.is_crossfeed_origin(None)
 
 
 @pytest.mark.parametrize(

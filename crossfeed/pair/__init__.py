@@ -1,0 +1,1 @@
+"""Active-active pairs of PostgreSQL databases (docs/active-active.md)."""
