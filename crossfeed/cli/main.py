@@ -9,7 +9,7 @@ import typer
 
 from crossfeed import __version__
 from crossfeed import log as logsetup
-from crossfeed.cli import admin, cdc, feed_ops, local, services
+from crossfeed.cli import admin, cdc, feed_ops, local, pair, services
 from crossfeed.cli.common import State, clean_errors, fail
 from crossfeed.extras import require
 
@@ -77,6 +77,7 @@ def settings(
 
 app.add_typer(local.app, name="local")
 app.add_typer(cdc.app, name="cdc")
+app.add_typer(pair.app, name="pair")
 
 app.add_typer(admin.changefeed, name="changefeed")  # feed_ops adds update and restart
 app.add_typer(feed_ops.capture, name="capture")
