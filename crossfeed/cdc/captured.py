@@ -60,16 +60,22 @@ def drop(db: CapturedDatabase) -> None:
     """Remove the connector, its replication slot and the database."""
     with contextlib.suppress(ConnectError):
         connector.remove(db.connect_url, db.name)
-    deadline = time.monotonic() + 30
     with psycopg.connect(_admin_uri(), autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            try:
-                conn.execute(
-                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                    "WHERE slot_name = %s",
-                    (db.slot,),
-                )
-                break
-            except psycopg.errors.ObjectInUse:  # the connector's task is still stopping
-                time.sleep(0.5)
+        drop_slots(conn, [db.slot])
         conn.execute(f'DROP DATABASE IF EXISTS "{db.name}" WITH (FORCE)')
+
+
+def drop_slots(conn: psycopg.Connection[Any], slots: list[str], timeout_s: float = 30.0) -> None:
+    """Drop those of ``slots`` that exist, waiting while a removed connector's task still
+    holds one."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            conn.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                "WHERE slot_name = ANY(%s)",
+                (slots,),
+            )
+            return
+        except psycopg.errors.ObjectInUse:  # the connector's task is still stopping
+            time.sleep(0.5)

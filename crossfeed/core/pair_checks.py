@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 BOOKKEEPING_TABLES = frozenset(
     {"crossfeed_position", "crossfeed_syncpoint", "crossfeed_tombstones", "crossfeed_conflicts"}
@@ -59,7 +59,9 @@ class ServerFacts:
 
 @dataclass(frozen=True)
 class KeySequence:
-    """A sequence behind a key column's default (``pg_sequence``)."""
+    """A sequence behind a key column's default (``pg_sequences``). ``start`` is a value of
+    its progression: the last it handed out, else its start; every later value is
+    ``start + k * increment``."""
 
     name: str
     start: int
@@ -252,7 +254,7 @@ def check_pair(
     """One table on both sides: each side's own findings, then what the two disagree on
     (primary key, key sequences that overlap)."""
     counters = tuple(counters)
-    found = check_table(side_a, a, counters) + check_table(side_b, b, counters)
+    found = _merged(check_table(side_a, a, counters), check_table(side_b, b, counters), side_b)
     if not (a.exists and b.exists):
         return found
     if a.primary_key and b.primary_key and a.primary_key != b.primary_key:
@@ -286,6 +288,21 @@ def check_pair(
     return found
 
 
+def _merged(on_a: list[Finding], on_b: list[Finding], side_b: str) -> list[Finding]:
+    """One finding for both sides where they say the same of the same table."""
+    rest = list(on_b)
+    found = []
+    for finding in on_a:
+        twin = next((f for f in rest if (f.reason, f.fix) == (finding.reason, finding.fix)), None)
+        if twin is None:
+            found.append(finding)
+            continue
+        rest.remove(twin)
+        side_a, _, table = finding.where.partition(": ")
+        found.append(replace(finding, where=f"{side_a}, {side_b}: {table}"))
+    return found + rest
+
+
 def disjoint(a: KeySequence, b: KeySequence) -> bool:
     """Can the two sequences never hand out the same value? Their ranges do not overlap,
     or they step by the same amount from starts that differ modulo it."""
@@ -303,9 +320,9 @@ def _generated_key(where: str, facts: TableFacts, column: ColumnFacts, why: str 
         f"key column {column.name} is generated on both sides ({how}){why}: both hand out "
         "the same numbers to different rows",
         "use UUID keys (DEFAULT gen_random_uuid()), or make the sequences disjoint: "
-        f"ALTER SEQUENCE {sequence} INCREMENT BY 2 RESTART WITH 1 on one side and RESTART "
-        "WITH 2 on the other (above the highest key in use), or go on with --allow-unsafe "
-        "if only one side inserts",
+        f"ALTER SEQUENCE {sequence} INCREMENT BY 2 RESTART WITH an odd number above the "
+        "highest key on one side and an even one on the other, or go on with "
+        "--allow-unsafe if only one side inserts",
         overridable=True,
         kind="generated_key",
     )

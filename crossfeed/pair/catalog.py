@@ -120,8 +120,8 @@ def _sequence(conn: Any, schema: str, table: str, column: ColumnFacts) -> KeySeq
     """The sequence a generated column draws from: its owned one (serial, identity), else
     the one its default names (``nextval('s'::regclass)``)."""
     row = conn.execute(
-        "SELECT pg_get_serial_sequence(%s, %s)",
-        (f'"{schema}"."{table}"'.replace('""', '"'), column.name),
+        "SELECT pg_get_serial_sequence(quote_ident(%s) || '.' || quote_ident(%s), %s)",
+        (schema, table, column.name),
     ).fetchone()
     name = row[0] if row else None
     if name is None:
@@ -130,13 +130,16 @@ def _sequence(conn: Any, schema: str, table: str, column: ColumnFacts) -> KeySeq
     if name is None:
         return None
     found = conn.execute(
-        "SELECT seqstart, seqincrement, seqmin, seqmax FROM pg_sequence "
+        "SELECT seqrelid::regclass::text, seqincrement, seqmin, seqmax FROM pg_sequence "
         "WHERE seqrelid = to_regclass(%s)",
         (name,),
     ).fetchone()
     if found is None:
         return None
-    return KeySequence(str(name), int(found[0]), int(found[1]), int(found[2]), int(found[3]))
+    # Its last value (after RESTART WITH n: n, not yet handed out): every later value
+    # differs from it by a multiple of the increment. The name is the catalog's own.
+    last = conn.execute(f"SELECT last_value FROM {found[0]}").fetchone()
+    return KeySequence(str(name), int(last[0]), int(found[1]), int(found[2]), int(found[3]))
 
 
 def table_findings(

@@ -28,7 +28,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from crossfeed.cdc import connector
 from crossfeed.cdc.connect_api import ConnectError
 from crossfeed.core import pair_plan
-from crossfeed.core.pair_checks import Finding, Findings, check_pair, check_server
+from crossfeed.core.pair_checks import (
+    BOOKKEEPING_TABLES,
+    Finding,
+    Findings,
+    check_pair,
+    check_server,
+)
 from crossfeed.core.pair_plan import PairPlan, Side
 from crossfeed.core.secrets import mask_text
 from crossfeed.extras import missing_message
@@ -176,10 +182,20 @@ def create(request: PairRequest, feeds: FeedControl, say: Callable[[str], None])
             )
         done = [f"warning: {f.line()}" for f in findings.warnings]
         for side in (plan.a, plan.b):
-            _install_sql(plan, side, conns[side.letter], say)
-        done.append(
-            f"hidden columns and triggers on {', '.join(plan.qualified_tables)} on both sides"
-        )
+            try:
+                _install_sql(plan, side, conns[side.letter], say)
+                done.append(
+                    f"{side.cluster}: hidden columns and triggers on "
+                    f"{', '.join(plan.qualified_tables)}"
+                )
+            except _psycopg().Error as err:
+                raise PairError(
+                    [
+                        f"{side.cluster}: the pair's SQL failed (nothing of it was kept on this "
+                        f"side): {_first_line(err)}"
+                    ]
+                    + [f"done before: {d}" for d in done]
+                ) from None
     for side in (plan.a, plan.b):
         config = connector.connector_config(
             side.database,
@@ -359,6 +375,8 @@ def _current_findings(plan: PairPlan) -> list[str]:
             return [f.line() for f in _findings(plan, {"a": conn_a, "b": conn_b}).items]
     except PairError as err:
         return err.lines
+    except _psycopg().Error as err:
+        return [f"the findings could not be read: {_first_line(err)}"]
 
 
 def remove(
@@ -444,17 +462,51 @@ def _left_in_database(plan: PairPlan, side: Side, drop_hidden: bool) -> tuple[li
                 else:
                     left.append(
                         f"{where}: hidden columns and triggers of {plan.schema}.{table} "
-                        f"(pair remove --drop-hidden drops them): {'; '.join(statements)}"
+                        f"(--drop-hidden drops them with the pair): {'; '.join(statements)}"
                     )
-            left.append(
-                f"{where}: the pair's tables and functions in schema {plan.schema} (the "
-                "conflict record is kept): DROP TABLE "
-                f"{sql.qualified(plan.schema, sql.TOMBSTONES)}, "
-                f"{sql.qualified(plan.schema, sql.CONFLICTS)}"
-            )
+            counter_tables = sorted({c.split(".")[0] for c in plan.counters})
+            if counter_tables:
+                left.append(
+                    f"{where}: REPLICA IDENTITY FULL on "
+                    f"{', '.join(f'{plan.schema}.{t}' for t in counter_tables)} (the counters' "
+                    "old values): "
+                    + "; ".join(
+                        f"ALTER TABLE {sql.qualified(plan.schema, t)} REPLICA IDENTITY DEFAULT"
+                        for t in counter_tables
+                    )
+                )
+            left.append(_bookkeeping(conn, plan.schema, where))
     except PairError as err:
         left += [f"{where}: {line}" for line in err.lines]
+    except _psycopg().Error as err:
+        left.append(f"{where}: stopped reading what is left: {_first_line(err)}")
     return left, dropped
+
+
+def _bookkeeping(conn: Any, schema: str, where: str) -> str:
+    """The line naming crossfeed's own tables and functions left in ``schema`` (the
+    conflict record among them), with the SQL that drops them."""
+    tables = [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = ANY(%s) ORDER BY c.relname",
+            (schema, sorted(BOOKKEEPING_TABLES)),
+        ).fetchall()
+    ]
+    functions = ("crossfeed_apply", "crossfeed_stamp", "crossfeed_tombstone", "crossfeed_commit_us")
+    statements = []
+    if tables:
+        statements.append("DROP TABLE " + ", ".join(sql.qualified(schema, t) for t in tables))
+    statements.append(
+        "DROP FUNCTION "
+        + ", ".join(sql.qualified(schema, f) for f in functions)
+        + " (once no table of the schema has the triggers)"
+    )
+    return (
+        f"{where}: crossfeed's tables ({', '.join(tables) or 'none'}) and functions in "
+        f"schema {schema}, the conflict record among them: {'; '.join(statements)}"
+    )
 
 
 def _database_of(sink_uri: str) -> str:

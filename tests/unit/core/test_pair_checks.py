@@ -234,3 +234,13 @@ def test_disjoint_sequences_never_share_a_value(
 
     if disjoint(a, b):
         assert not values(a) & values(b)
+
+
+def test_what_both_sides_say_of_a_table_is_one_line_naming_both() -> None:
+    serial = serial_table(seq(1, 1, "public.orders_id_seq"))
+    found = check_pair(serial, serial, "dc-a", "dc-b")
+    assert [f.where for f in found] == ["dc-a, dc-b: public.orders"]
+    assert "ALTER SEQUENCE public.orders_id_seq INCREMENT BY 2" in found[0].line()
+    keyless = replace(ACCOUNTS, primary_key=())
+    found = check_pair(keyless, ACCOUNTS, "dc-a", "dc-b")
+    assert [f.where for f in found] == ["dc-a: public.accounts"]
