@@ -306,6 +306,15 @@ def status(
         if feed.get("commits"):  # mirror feeds, from the leader: how groups are translated
             name = feed["name"] if feed["commits"] == "stream" else f"[yellow]{feed['name']}[/]"
             out.print(f"{name}: commits: {escape(feed['commits'])}")
+    pairs: dict[str, list[str]] = {}
+    for feed in feeds:
+        if feed.get("pair"):
+            pairs.setdefault(feed["pair"], []).append(feed["name"])
+    for pair, directions in sorted(pairs.items()):
+        out.print(
+            f"pair {pair}: {' and '.join(directions)}; connectors and schema findings: "
+            f"crossfeed pair status {pair}"
+        )
     for feed in feeds:
         if feed["last_error"]:
             out.print(f"[red]{feed['name']}[/]: {feed['last_error']}")

@@ -78,6 +78,11 @@ class FeedStatusInfo(BaseModel):
         "~100 ms) or 'poll (reason)' (group offsets listed every translate_interval_s); "
         "null on a standby and for other feeds",
     )
+    pair: str | None = Field(
+        None,
+        description="active-active: the pair this feed is one direction of (its connectors "
+        "and the databases' findings: GET /v1/pairs/{pair})",
+    )
 
 
 class Capture(BaseModel):
@@ -171,6 +176,7 @@ def feed_status(
         syncpoint_ts_us=syncpoint[0],
         syncpoint_at_ms=syncpoint[1],
         commits=commits,
+        pair=spec.config.active_active_pair,
     )
 
 

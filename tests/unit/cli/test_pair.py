@@ -159,3 +159,41 @@ def test_status_and_remove_ask_with_the_connect_urls(coordinator: Recorder) -> N
     assert "left behind:" in result.output and "crossfeed_shop_a" in result.output
     runner.invoke(app, ["pair", "remove", "shop"])
     assert "drop_hidden" not in coordinator.calls[-1][1]
+
+
+def test_crossfeed_status_points_at_pair_status_for_each_pair(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def feed(name: str, pair_name: str | None) -> dict[str, Any]:
+        return {
+            "name": name,
+            "state": "normal",
+            "tasks": [{"task": f"{name}/0", "owner": None}],
+            "resolved_ts_us": 0,
+            "checkpoint_ts_us": 0,
+            "consistency_ts_us": 0,
+            "lag_s": None,
+            "last_error": None,
+            "pair": pair_name,
+        }
+
+    answers = {
+        "/v1/status": [
+            feed("shop-a-to-b", "shop"),
+            feed("shop-b-to-a", "shop"),
+            feed("orders", None),
+        ],
+        "/v1/ha/status": {"leader": "c1", "epoch": 1, "instance_id": "c1"},
+    }
+
+    def request(client: CoordinatorClient, method: str, path: str, body: Any = None) -> Any:
+        return answers[path]
+
+    monkeypatch.setattr(CoordinatorClient, "request", request)
+    result = runner.invoke(app, ["status"], terminal_width=300)
+    assert result.exit_code == 0, result.output
+    pair_lines = [line for line in result.output.splitlines() if line.startswith("pair ")]
+    assert pair_lines == [
+        "pair shop: shop-a-to-b and shop-b-to-a; connectors and schema findings: "
+        "crossfeed pair status shop"
+    ]

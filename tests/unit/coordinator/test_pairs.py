@@ -25,6 +25,18 @@ PAIR = {
 }
 
 
+def shop_plan() -> PairPlan:
+    """The pair PAIR makes once its tables are known (no Connect URLs: not asked)."""
+    return PairPlan(
+        "shop",
+        Side("a", PAIR["a_database"], "dc-a", ""),
+        Side("b", PAIR["b_database"], "dc-b", ""),
+        "public",
+        ("accounts", "orders"),
+        ("accounts.balance",),
+    )
+
+
 @pytest.mark.parametrize(
     ("change", "words"),
     [
@@ -70,14 +82,7 @@ def test_an_unknown_field_is_an_invalid_request() -> None:
 def test_the_pairs_feeds_through_the_coordinator_and_back_into_a_plan() -> None:
     control = FakeControl()
     feeds = CoordinatorFeeds(control)
-    plan = PairPlan(
-        "shop",
-        Side("a", PAIR["a_database"], "dc-a", ""),
-        Side("b", PAIR["b_database"], "dc-b", ""),
-        "public",
-        ("accounts", "orders"),
-        ("accounts.balance",),
-    )
+    plan = shop_plan()
     for side in (plan.a, plan.b):
         assert feeds.put_feed(plan.feed_body(side)) == "created"
         assert feeds.put_feed(plan.feed_body(side)) == "unchanged"  # idempotent
@@ -104,3 +109,20 @@ def test_the_pairs_feeds_through_the_coordinator_and_back_into_a_plan() -> None:
     half = ops.plan_from_feeds("shop", one_left, "", "")
     assert half is not None and half.a.database == PAIR["a_database"] and half.b.database == ""
     assert (half.a.cluster, half.b.cluster) == ("dc-a", "dc-b")
+
+
+def test_status_names_the_pair_of_each_direction() -> None:
+    control = FakeControl()
+    feeds = CoordinatorFeeds(control)
+    plan = shop_plan()
+    feeds.put_feed(plan.feed_body(plan.a))
+    api = client(control)
+    assert api.post(
+        "/v1/changefeeds",
+        json={"name": "orders", "source": "dc-a", "sink-uri": "kafka://dc-b", "topics": ["o"]},
+        headers=auth(),
+    ).is_success
+    assert {f["name"]: f["pair"] for f in api.get("/v1/status").json()} == {
+        "orders": None,
+        "shop-a-to-b": "shop",
+    }
