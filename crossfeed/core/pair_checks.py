@@ -16,7 +16,9 @@ wins (docs/active-active.md). What breaks that, and is refused here:
   hand out the same numbers to different rows; disjoint sequences (same increment of at
   least 2, different starts modulo it; or ranges that do not overlap) are safe;
 * a **counter** column (its changes are added, not set) that is not numeric, is part of
-  the key, or whose table cannot give the old value (``REPLICA IDENTITY FULL``).
+  the key, or whose table cannot give the old value (``REPLICA IDENTITY FULL``);
+* a table the user does not own: the pair's hidden columns and triggers, and Debezium's
+  publication, need its owner (or a superuser).
 
 A finding is one line with the exact reason and what to do. Server, key and counter
 findings always refuse; unique constraints and generated keys refuse unless the user
@@ -213,6 +215,16 @@ def check_table(side: str, facts: TableFacts, counters: Iterable[str] = ()) -> l
             )
         ]
     found = []
+    if not facts.may_alter:
+        found.append(
+            Finding(
+                where,
+                "this user does not own the table, so the pair cannot add its hidden columns "
+                "and triggers, nor Debezium add it to its publication",
+                f"ALTER TABLE {facts.qualified} OWNER TO the pair's user, or use a superuser",
+                kind="owner",
+            )
+        )
     if not facts.primary_key:
         found.append(
             Finding(

@@ -170,12 +170,20 @@ def test_a_primary_key_that_differs_between_the_sides_refuses() -> None:
 # -- counters ---------------------------------------------------------------------------
 
 
+def test_a_table_the_user_does_not_own_refuses() -> None:
+    found = check_table("dc-a", replace(ACCOUNTS, may_alter=False))
+    assert kinds(found) == ["owner"] and not found[0].overridable
+    assert "ALTER TABLE public.accounts OWNER TO" in found[0].line()
+
+
 def test_counter_findings_always_refuse() -> None:
     cannot_alter = replace(ACCOUNTS, may_alter=False)
-    assert kinds(check_table("dc-a", cannot_alter, ["balance"])) == ["counter"]
-    assert "REPLICA IDENTITY FULL" in check_table("dc-a", cannot_alter, ["balance"])[0].line()
-    # Already FULL: the user need not alter it.
-    assert check_table("dc-a", replace(cannot_alter, replica_identity="f"), ["balance"]) == []
+    assert kinds(check_table("dc-a", cannot_alter, ["balance"])) == ["owner", "counter"]
+    assert "REPLICA IDENTITY FULL" in check_table("dc-a", cannot_alter, ["balance"])[1].line()
+    # Already FULL: the counter has its old values.
+    assert kinds(check_table("dc-a", replace(cannot_alter, replica_identity="f"), ["balance"])) == [
+        "owner"
+    ]
     text = check_table("dc-a", ACCOUNTS, ["owner"])
     assert kinds(text) == ["counter"] and "is text, not a number" in text[0].line()
     assert kinds(check_table("dc-a", ACCOUNTS, ["id"])) == ["counter", "counter"]  # uuid, key
