@@ -288,3 +288,56 @@ def test_create_registers_both_connectors_and_both_feeds_and_remove_names_what_i
                 "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'crossfeed_%'"
             ).fetchone()
             assert triggers == (0,)
+
+
+def test_a_user_without_the_rights_is_refused_with_the_grants_to_run(pair: Pair) -> None:
+    pair.create_databases([TABLES[0]])
+    role = f"r_{pair.name}"
+    grant = (
+        "GRANT EXECUTE ON FUNCTION pg_replication_origin_create(text), "
+        "pg_replication_origin_oid(text), pg_replication_origin_session_setup(text), "
+        "pg_replication_origin_session_reset(), "
+        f"pg_replication_origin_xact_setup(pg_lsn, timestamp with time zone) TO {role}"
+    )
+    for server in pair.servers:
+        with psycopg.connect(pair.admin(server), autocommit=True) as conn:
+            conn.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOREPLICATION")
+    try:
+        as_role = [uri.replace("crossfeed@", f"{role}@", 1) for uri in pair.uris]
+        args = ["--a-database", as_role[0], "--b-database", as_role[1]]
+        result = pair.cli(
+            "create", pair.name, *args, "--table", "accounts",
+            "--connect-a", pair.connect_a, "--connect-b", pair.connect_b,
+        )  # fmt: skip
+        assert result.exit_code == 1, result.output
+        lines = error_lines(result)
+        for side in ("dc-a", "dc-b"):
+            assert any(
+                line.startswith(f"error: {side} ({role}): user {role} may not replicate")
+                for line in lines
+            ), result.output
+            assert any(f"{side} ({role}): user {role} may not use replication origins" in x
+                       for x in lines)  # fmt: skip
+        assert any("GRANT EXECUTE ON FUNCTION pg_replication_origin_create(text)" in x
+                   for x in lines)  # fmt: skip
+        assert any("dc-a, dc-b: public.accounts: this user does not own the table" in x
+                   for x in lines)  # fmt: skip
+        # Granted what the line says (in the pair's database: functions are per database),
+        # that refusal is gone and the others stay.
+        for uri in pair.uris:
+            with psycopg.connect(uri, autocommit=True) as conn:
+                conn.execute(grant)
+        again = pair.cli(
+            "create", pair.name, *args, "--table", "accounts",
+            "--connect-a", pair.connect_a, "--connect-b", pair.connect_b,
+        )  # fmt: skip
+        assert again.exit_code == 1
+        assert not any("replication origins" in x for x in error_lines(again)), again.output
+        assert any("may not replicate" in x for x in error_lines(again))
+        assert pair.feeds() == {}
+    finally:
+        for server in pair.servers:
+            with psycopg.connect(pair.admin(server), autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{pair.database}" WITH (FORCE)')
+                conn.execute(f"DROP OWNED BY {role}")
+                conn.execute(f"DROP ROLE {role}")
