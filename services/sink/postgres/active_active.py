@@ -43,6 +43,11 @@ from crossfeed.services.sink.postgres.sink import LOST, Fenced, PostgresSink, Re
 log = logging.getLogger(__name__)
 
 PRUNE_EVERY_S = 60.0
+RACE_RETRIES = 5
+
+
+class _Raced(Exception):
+    """A row was inserted on this side between the batch's read and its write."""
 
 
 class Replicated(RowChange):
@@ -225,12 +230,27 @@ class ActiveActiveSink(PostgresSink):
         try:
             with self.conn.cursor() as cur:
                 for table, changes in tables.items():
-                    self._write_table(cur, table, changes)
+                    self._write_table_surely(cur, table, changes)
         except LOST:
             raise
         except psycopg.Error as err:
             raise Refused(f"the database refused a write: {err}") from err
         batch.clear()
+
+    def _write_table_surely(self, cur: Any, table: str, changes: list[Replicated]) -> None:
+        """:meth:`_write_table`, again from what the keys then hold if an application
+        inserted one of them between the read and the write (under a savepoint)."""
+        for _ in range(RACE_RETRIES):
+            cur.execute("SAVEPOINT cf_table")
+            try:
+                self._write_table(cur, table, changes)
+            except _Raced:
+                cur.execute("ROLLBACK TO SAVEPOINT cf_table")
+                log.info("feed %s: table %s written meanwhile; again", self.feed.name, table)
+                continue
+            cur.execute("RELEASE SAVEPOINT cf_table")
+            return
+        raise Refused(f"table {table}: rows written on this side meanwhile, {RACE_RETRIES} times")
 
     def _write_table(self, cur: Any, table: str, changes: list[Replicated]) -> None:
         kinds = {c.name: c.type for change in changes for c in change.columns}
@@ -288,9 +308,9 @@ class ActiveActiveSink(PostgresSink):
             )
             cur.execute(statement, [*arrays, self.local])
             if cur.rowcount != len(rows):
-                # An application inserted one of these keys after the batch read them:
-                # write the batch again change by change, each reading its key anew.
-                raise Refused(f"table {table}: a row was written on this side meanwhile")
+                # an application inserted one of these keys after the batch read them (and
+                # won): resolve again from what the keys hold now
+                raise _Raced(table)
         if plan.counted:
             counter_types = [mapping.PG_TYPES[kinds[c]] for c in plan.counters]
             arrays = [list(c) for c in zip(*(r[0] for r in plan.counted), strict=True)]
