@@ -191,9 +191,8 @@ def check_server(facts: ServerFacts) -> list[Finding]:
                 f"user {facts.user} may not use replication origins, which mark what the "
                 "sink applies so it is never sent back",
                 "GRANT EXECUTE ON FUNCTION pg_replication_origin_create(text), "
-                "pg_replication_origin_oid(text), pg_replication_origin_session_setup(text), "
-                "pg_replication_origin_session_reset(), pg_replication_origin_xact_setup("
-                f"pg_lsn, timestamp with time zone) TO {_ident(facts.user)} in this database "
+                "pg_replication_origin_session_setup(text) "
+                f"TO {_ident(facts.user)} in this database "
                 "(or use a superuser)",
                 kind="server",
             )

@@ -20,10 +20,7 @@ from crossfeed.core.pair_checks import (
 
 ORIGIN_FUNCTIONS = (
     "pg_replication_origin_create(text)",
-    "pg_replication_origin_oid(text)",
     "pg_replication_origin_session_setup(text)",
-    "pg_replication_origin_session_reset()",
-    "pg_replication_origin_xact_setup(pg_lsn, timestamp with time zone)",
 )
 """What the sink calls to mark its writes (crossfeed/pair/sql.py's origin)."""
 

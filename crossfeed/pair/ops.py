@@ -494,18 +494,27 @@ def _bookkeeping(conn: Any, schema: str, where: str) -> str:
             (schema, sorted(BOOKKEEPING_TABLES)),
         ).fetchall()
     ]
-    functions = ("crossfeed_apply", "crossfeed_stamp", "crossfeed_tombstone", "crossfeed_commit_us")
+    functions = [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT format('%%I.%%I(%%s)', n.nspname, p.proname, "
+            "pg_get_function_identity_arguments(p.oid)) FROM pg_proc p "
+            "JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = %s AND p.proname LIKE 'crossfeed\\_%%' ORDER BY 1",
+            (schema,),
+        ).fetchall()
+    ]
     statements = []
     if tables:
         statements.append("DROP TABLE " + ", ".join(sql.qualified(schema, t) for t in tables))
-    statements.append(
-        "DROP FUNCTION "
-        + ", ".join(sql.qualified(schema, f) for f in functions)
-        + " (once no table of the schema has the triggers)"
-    )
+    if functions:
+        statements.append(
+            "DROP FUNCTION " + ", ".join(functions) + " (once no table of the schema has the "
+            "triggers)"
+        )
     return (
         f"{where}: crossfeed's tables ({', '.join(tables) or 'none'}) and functions in "
-        f"schema {schema}, the conflict record among them: {'; '.join(statements)}"
+        f"schema {schema}, the conflict record among them: {'; '.join(statements) or '-'}"
     )
 
 

@@ -260,6 +260,8 @@ def test_create_registers_both_connectors_and_both_feeds_and_remove_names_what_i
         assert f'DROP PUBLICATION "{slot}"' in left
     assert 'ALTER TABLE "public"."notes" DROP COLUMN IF EXISTS "_crossfeed_ts"' in left
     assert "REPLICA IDENTITY DEFAULT" in left
+    assert "public.crossfeed_stamp()" in left and "DROP FUNCTION" in left
+    assert 'DROP TABLE "public"."crossfeed_conflicts"' in left
     gone = pair.cli("status", pair.name)
     assert gone.exit_code == 1 and "no pair named" in gone.output
     for uri in pair.uris:  # what it said stays, stays
