@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from crossfeed.core.pair_checks import BOOKKEEPING_TABLES, PAIR_NAME_RE, counters_by_table
 
@@ -89,7 +90,7 @@ class PairPlan:
         return {
             "name": self.feed_name(source),
             "source": source.cluster,
-            "sink-uri": f"{target.database}?schema={self.schema}",
+            "sink-uri": f"{target.database}?schema={quote(self.schema, safe='')}",
             "mode": "ordered",
             "input": "debezium",
             "topics": self.topics(source),
@@ -167,22 +168,20 @@ def pair_of_feed(config: dict[str, Any]) -> str | None:
     return str(value) if value else None
 
 
-def tables_of_topics(topics: list[str], prefix: str) -> tuple[str, list[str]]:
-    """The schema and tables of a pair feed's topic patterns (as :meth:`PairPlan.topics`
-    writes them); ValueError for a pattern it did not write."""
-    schema = ""
+def tables_of_topics(topics: list[str], prefix: str, schema: str) -> list[str]:
+    """The tables of a pair feed's topic patterns (as :meth:`PairPlan.topics` writes them
+    for ``schema``, the feed's ``?schema=``); ValueError for a pattern it did not write."""
+    head = f"{re.escape(prefix)}\\.{re.escape(schema)}\\."
     names = []
-    head = re.escape(prefix) + "\\."
     for topic in topics:
-        if not topic.startswith(head):
-            raise ValueError(f"topic pattern {topic!r} is not one of pair prefix {prefix!r}")
-        parts = re.split(r"(?<!\\)\\\.", topic[len(head) :])
-        if len(parts) != 2:
-            raise ValueError(f"topic pattern {topic!r} is not prefix.schema.table")
-        unescaped = [re.sub(r"\\(.)", r"\1", p) for p in parts]
-        schema = unescaped[0]
-        names.append(unescaped[1])
-    return schema, names
+        escaped = topic[len(head) :]
+        table = re.sub(r"\\(.)", r"\1", escaped)
+        if not topic.startswith(head) or re.escape(table) != escaped:
+            raise ValueError(
+                f"topic pattern {topic!r} is not one of pair prefix {prefix!r}, schema {schema!r}"
+            )
+        names.append(table)
+    return names
 
 
 def _masked(uri: str) -> str:

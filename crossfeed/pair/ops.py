@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, Protocol
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -297,7 +297,8 @@ def plan_from_feeds(
     any_feed = (a_to_b or b_to_a or {})["feed"]
     config = any_feed["config"]
     prefix = config.get("debezium.topic.prefix") or f"{name}-{'a' if a_to_b else 'b'}"
-    schema, tables = pair_plan.tables_of_topics(any_feed["topics"], prefix)
+    schema = parse_qs(urlparse(any_feed["sink_uri"]).query).get("schema", ["public"])[0]
+    tables = pair_plan.tables_of_topics(any_feed["topics"], prefix, schema)
     side_a = config["active_active.side"] if a_to_b else config["active_active.target_side"]
     side_b = config["active_active.target_side"] if a_to_b else config["active_active.side"]
     a_db = _database_of(b_to_a["feed"]["sink_uri"]) if b_to_a else ""

@@ -89,7 +89,42 @@ def test_every_valid_pair_name_makes_valid_feed_names_prefixes_and_slots(name: s
         assert FEED_NAME_RE.match(p.feed_name(side))
         assert PREFIX_RE.match(p.prefix(side))
         assert len(p.slot(side)) <= 63
-        assert tables_of_topics(p.topics(side), p.prefix(side)) == ("public", list(p.tables))
+        assert tables_of_topics(p.topics(side), p.prefix(side), "public") == list(p.tables)
+
+
+names = st.text(alphabet="abcXYZ019_-.$ \\\"'", min_size=1, max_size=12)
+
+
+@given(schema=names, tables=st.lists(names, min_size=1, max_size=4, unique=True))
+def test_a_feeds_topics_give_back_its_tables_whatever_their_names(
+    schema: str, tables: list[str]
+) -> None:
+    p = PairPlan(
+        "shop",
+        Side("a", A_DB, "dc-a", ""),
+        Side("b", B_DB, "dc-b", ""),
+        schema,
+        tuple(tables),
+    )
+    topics = p.topics(p.a)
+    assert tables_of_topics(topics, "shop-a", schema) == tables
+    assert parse_feed(p.feed_body(p.a), "t").sink.schema_name == schema
+    # Each pattern selects exactly its own table's topic, never another's.
+    for table, pattern in zip(tables, topics, strict=True):
+        assert re.fullmatch(pattern, f"shop-a.{schema}.{table}")
+        for other in tables:
+            if other != table:
+                assert not re.fullmatch(pattern, f"shop-a.{schema}.{other}")
+
+
+def test_a_topic_pattern_of_another_prefix_or_schema_is_not_a_pairs() -> None:
+    p = plan()
+    with pytest.raises(ValueError, match="not one of pair prefix"):
+        tables_of_topics(p.topics(p.a), "shop-b", "public")
+    with pytest.raises(ValueError, match="not one of pair prefix"):
+        tables_of_topics(p.topics(p.a), "shop-a", "other")
+    with pytest.raises(ValueError, match="not one of pair prefix"):
+        tables_of_topics(["shop-a\\.public\\.acc.*"], "shop-a", "public")
 
 
 @pytest.mark.parametrize("bad", ["", "Shop", "shop_1", "-shop", "x" * 51, "shop.eu"])
