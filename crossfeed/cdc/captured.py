@@ -24,6 +24,7 @@ class CapturedDatabase:
     prefix: str  # topic prefix
     uri: str  # the source database
     connect_url: str
+    admin_uri: str = ""  # its server's maintenance database (default: the source server's)
 
     def register(self, **options: Any) -> None:
         config = connector.connector_config(self.uri, self.prefix, **options)
@@ -47,20 +48,24 @@ def _admin_uri() -> str:
     return postgres.source().uri.rsplit("/", 1)[0] + "/postgres"
 
 
-def create(name: str, connect_url: str) -> CapturedDatabase:
-    """A fresh database ``name`` on the source server (its connector, registered later
-    with ``register()``, is named and prefixed ``name`` too)."""
-    admin_uri = _admin_uri()
+def create(
+    name: str, connect_url: str, server: postgres.Postgres | None = None
+) -> CapturedDatabase:
+    """A fresh database ``name`` on the source server (or ``server``: an active-active
+    pair's other side), its connector, registered later with ``register()`` on the Connect
+    cluster at ``connect_url``, named and prefixed ``name`` too."""
+    admin_uri = _admin_uri() if server is None else server.uri.rsplit("/", 1)[0] + "/postgres"
     with psycopg.connect(admin_uri, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    return CapturedDatabase(name, name, admin_uri.rsplit("/", 1)[0] + f"/{name}", connect_url)
+    uri = admin_uri.rsplit("/", 1)[0] + f"/{name}"
+    return CapturedDatabase(name, name, uri, connect_url, admin_uri)
 
 
 def drop(db: CapturedDatabase) -> None:
     """Remove the connector, its replication slot and the database."""
     with contextlib.suppress(ConnectError):
         connector.remove(db.connect_url, db.name)
-    with psycopg.connect(_admin_uri(), autocommit=True) as conn:
+    with psycopg.connect(db.admin_uri or _admin_uri(), autocommit=True) as conn:
         drop_slots(conn, [db.slot])
         conn.execute(f'DROP DATABASE IF EXISTS "{db.name}" WITH (FORCE)')
 

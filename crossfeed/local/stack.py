@@ -44,7 +44,7 @@ CLUSTERS = (
     KafkaNode("dc-b", 29092 + _OFF, 29093 + _OFF),
 )
 READY_TIMEOUT_S = 60.0
-CONNECT_READY_TIMEOUT_S = 120.0  # a JVM loading Connect and its plugins on 2 cores
+CONNECT_READY_TIMEOUT_S = 240.0  # a JVM loading Connect and its plugins on 2 busy cores
 
 
 def connect_worker() -> ConnectWorker:
