@@ -58,6 +58,7 @@ class Change:
     values: Mapping[str, Any] = field(default_factory=dict)  # upsert: the row as written
     deltas: Mapping[str, Any] | None = None  # counter column -> new - old
     snapshot: bool = False
+    counters_only: bool = False  # it sets nothing but counters (besides the key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +129,9 @@ def resolve(
                 values = {**change.values, **counters}
                 row, counted = change.stamp, False
             else:
-                verdicts.append(Verdict(LOST, row, "row"))
+                # a change of counters alone loses nothing: its differences all count
+                lost = not (change.counters_only and change.deltas)
+                verdicts.append(Verdict(LOST, row, "row") if lost else Verdict(APPLIED))
                 if _add(counters, change.deltas):
                     if values is not None:
                         values.update(counters)

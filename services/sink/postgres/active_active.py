@@ -423,7 +423,11 @@ def _stamp(change: Replicated) -> lww.Stamp:
 
 def _lww_change(change: Replicated) -> lww.Change:
     values = change.values if change.op == "upsert" else {}
-    return lww.Change(change.op, _stamp(change), values, change.deltas, change.snapshot)
+    deltas = change.deltas or {}
+    only = bool(deltas) and all(
+        c in deltas or c in sql.HIDDEN_COLUMNS or c in change.key_columns for c in values
+    )
+    return lww.Change(change.op, _stamp(change), values, change.deltas, change.snapshot, only)
 
 
 def _typed(value: Any, kind: str) -> Any:
