@@ -2,7 +2,8 @@
 
 Both databases take application writes; each direction's sink applies the other side's
 Debezium changes into the application's own tables, last writer wins on source commit
-times (crossfeed/pair/sql.py holds the rule as SQL). Everything else is the ordinary
+times (the rule: crossfeed/core/lww.py; the SQL: crossfeed/pair/sql.py). Everything else
+is the ordinary
 PostgreSQL sink's: whole source transactions, the position row in the same database
 transaction, the advisory lock, reconnects, dead letters.
 
@@ -12,8 +13,10 @@ What differs:
   hidden columns and tombstones to it) and writes under the replication origin
   ``crossfeed:<feed>``, so that the other direction's Debezium reader drops what it writes:
   nothing is sent back;
-* each change goes through the apply function, in commit order and never merged with
-  another (a counter needs every difference, and every lost change is recorded);
+* changes are never merged (a counter needs every difference, and every lost change is
+  recorded): a batch reads what its keys hold, one statement per table with the rows
+  locked, resolves each key's changes in commit order, and writes the outcome with one
+  statement per kind (rows, counters, deletes, tombstones, conflicts);
 * tables are the application's: they are never created here, only given the hidden
   columns and triggers when first seen (``crossfeed pair create`` does it beforehand);
 * conflicts are counted (``crossfeed_sink_conflicts_total``) and the newest
@@ -63,7 +66,7 @@ class Replicated(RowChange):
 
 
 class InOrder(Batch):
-    """Every change, in order, none merged (the apply function needs each one)."""
+    """Every change, in order, none merged (last writer wins resolves each one)."""
 
     def __init__(self) -> None:
         super().__init__()
