@@ -63,11 +63,26 @@ def create(
 
 def drop(db: CapturedDatabase) -> None:
     """Remove the connector, its replication slot and the database."""
-    with contextlib.suppress(ConnectError):
-        connector.remove(db.connect_url, db.name)
+    _remove_connector(db)
     with psycopg.connect(db.admin_uri or _admin_uri(), autocommit=True) as conn:
         drop_slots(conn, [db.slot])
         conn.execute(f'DROP DATABASE IF EXISTS "{db.name}" WITH (FORCE)')
+
+
+def _remove_connector(db: CapturedDatabase, timeout_s: float = 120.0) -> None:
+    """Remove the connector, waiting for a Connect worker that is (re)starting: a connector
+    left behind would retry against a database that is gone, for ever."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            connector.remove(db.connect_url, db.name)
+            return
+        except ConnectError as err:
+            # Connect's own "Connector NAME not found", not the 404 of a worker whose REST
+            # resources are not up yet
+            if "HTTP 404: Connector" in str(err) or time.monotonic() > deadline:
+                return
+            time.sleep(1.0)
 
 
 def drop_slots(conn: psycopg.Connection[Any], slots: list[str], timeout_s: float = 30.0) -> None:
