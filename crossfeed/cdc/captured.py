@@ -4,7 +4,6 @@ connector of its own (its topic prefix, its replication slot): what ``crossfeed 
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
