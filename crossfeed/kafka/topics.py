@@ -9,7 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
 
 from crossfeed.wire import topics as wire_topics
 
@@ -110,6 +115,42 @@ def _wait_visible(admin: AdminClient, names: list[str]) -> None:
                 f"{VISIBLE_TIMEOUT_S} s after creating them"
             )
         time.sleep(0.05)
+
+
+def add_partitions(admin: AdminClient, wanted: dict[str, int]) -> dict[str, KafkaException | None]:
+    """Grow each topic of ``wanted`` (name -> partition count) to that many partitions,
+    in one CreatePartitions request: name -> None once the cluster's metadata lists them
+    (grown now, or by someone else meanwhile), or the KafkaException that refused it (no
+    Alter right, a policy, the topic gone)."""
+    if not wanted:
+        return {}
+    futures = admin.create_partitions(
+        [NewPartitions(name, count) for name, count in sorted(wanted.items())],
+        operation_timeout=30,
+    )
+    outcome: dict[str, KafkaException | None] = {}
+    for name, count in sorted(wanted.items()):
+        try:
+            futures[name].result(timeout=60)
+            outcome[name] = None
+            log.info("topic %s now has %d partitions", name, count)
+        except KafkaException as err:
+            # INVALID_PARTITIONS: it has that many already (another puller grew it).
+            grown = (
+                err.args[0].code() == KafkaError.INVALID_PARTITIONS
+                and (partition_count(admin, name) or 0) >= count
+            )
+            outcome[name] = None if grown else err
+    deadline = time.monotonic() + VISIBLE_TIMEOUT_S
+    for name in [n for n, o in outcome.items() if o is None]:
+        while (partition_count(admin, name) or 0) < wanted[name]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"topic {name}'s {wanted[name]} partitions not in the cluster's metadata "
+                    f"{VISIBLE_TIMEOUT_S} s after adding them"
+                )
+            time.sleep(0.05)
+    return outcome
 
 
 def ensure_internal(admin: AdminClient, name: str, partitions: int = 1) -> bool:

@@ -3,10 +3,11 @@
 Every ``topic_refresh_s`` the puller lists the source cluster's topics, selects the
 feed's ones (names or regexes, minus exclusions, never internal topics), and makes
 sure each has a target topic: created with the source's partition count and
-topic-level configs if missing (all of a round's new topics at once); refused — the feed
-goes into the error state with a message saying what to do — if it has fewer partitions
-than the source, if the target cluster will not create it, or if the rename format gives
-no legal name for it. Such a topic waits (looked at again every round); the others are
+topic-level configs if missing (all of a round's new topics at once), grown to the
+source's partition count when the source gained partitions (a target with more stays as
+it is); refused — the feed goes into the error state with a message saying what to do —
+if the target cluster will not create or grow it, or if the rename format gives no legal
+name for it. Such a topic waits (looked at again every round); the others are
 copied meanwhile. An ordered feed has no per-topic targets (its changes go to
 ``_crossfeed.<feed>.changes``, the sink writes the one target topic): its matching
 source partitions are ready at once.
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from crossfeed.core.partitions import TopicPartition, check_partition_counts
+from crossfeed.core.partitions import TopicPartition, grow_refused, partitions_to_add
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import topics as kafka_topics
 
@@ -60,6 +61,8 @@ class Discovery:
         created = self._create_targets(
             [t for t in targets if targets[t] not in target_counts], targets, source_counts
         )
+        grow: dict[str, tuple[str, int]] = {}  # source topic -> its target, fewer partitions
+        ready: list[str] = []
         for topic, target_topic in targets.items():
             partitions = source_counts[topic]
             outcome = created.get(topic)
@@ -78,12 +81,13 @@ class Discovery:
                     self.waiting.add(topic)  # not readable yet: looked at again soon
                     continue
                 target_partitions = counted
-            problem = check_partition_counts(
-                partitions, target_partitions, topic=topic, target_topic=target_topic
-            )
-            if problem:
-                self._error(topic, problem)
+            if partitions_to_add(partitions, target_partitions):
+                grow[topic] = (target_topic, target_partitions)
                 continue
+            ready.append(topic)
+        ready += self._grow(grow, source_counts)
+        for topic in ready:
+            partitions = source_counts[topic]
             if topic in self.errors:
                 log.info("feed %s: topic %s is fine again", self.feed.name, topic)
                 del self.errors[topic]
@@ -96,7 +100,16 @@ class Discovery:
                     self.feed.name,
                     topic,
                     partitions,
-                    target_topic,
+                    targets[topic],
+                )
+            elif partitions > before:
+                log.info(
+                    "feed %s: %s gained partitions %d-%d at the source; copying them from "
+                    "their first offset",
+                    self.feed.name,
+                    topic,
+                    before,
+                    partitions - 1,
                 )
         return new
 
@@ -111,6 +124,41 @@ class Discovery:
             except ValueError as err:
                 self._error(topic, str(err))
         return names
+
+    def _grow(self, grow: dict[str, tuple[str, int]], source_counts: dict[str, int]) -> list[str]:
+        """Add partitions to target topics that have fewer than their source (one request
+        for all); returns the source topics whose targets have enough now, the others are
+        the feed's errors (the target refused: no Alter right, a policy)."""
+        wanted: dict[str, int] = {}
+        for topic, (target, _) in grow.items():
+            wanted[target] = max(wanted.get(target, 0), source_counts[topic])
+        try:
+            outcome = kafka_topics.add_partitions(self.target, wanted)
+        except RuntimeError as err:  # grown, but not in the metadata yet: next round
+            log.warning("feed %s: %s", self.feed.name, err)
+            return []
+        grown: list[str] = []
+        for topic, (target, had) in grow.items():
+            refused = outcome[target]
+            if refused is None:
+                log.info(
+                    "feed %s: target topic %s grown from %d to %d partitions, as its source %s",
+                    self.feed.name,
+                    target,
+                    had,
+                    source_counts[topic],
+                    topic,
+                )
+                grown.append(topic)
+            else:
+                reason = refused.args[0].str() if refused.args else str(refused)
+                self._error(
+                    topic,
+                    grow_refused(
+                        source_counts[topic], had, reason, topic=topic, target_topic=target
+                    ),
+                )
+        return grown
 
     def _create_targets(
         self, topics: list[str], targets: dict[str, str], source_counts: dict[str, int]

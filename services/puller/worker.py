@@ -477,7 +477,7 @@ class PullerWorker:
             return None
         assert self.targets is not None
         name = self.feed.target_topic(tp.topic)
-        target = self.targets.get(name)
+        target = self.targets.get(name, tp.partition)
         if target is None or tp.partition >= target.partitions:
             raise KafkaException(
                 KafkaError(
