@@ -307,6 +307,8 @@ def status(
             name = feed["name"] if feed["commits"] == "stream" else f"[yellow]{feed['name']}[/]"
             out.print(f"{name}: commits: {escape(feed['commits'])}")
     for feed in feeds:
+        for notice in feed.get("notices", []):
+            out.print(f"[yellow]{feed['name']}[/]: {escape(notice)}")
         if feed["last_error"]:
             out.print(f"[red]{feed['name']}[/]: {feed['last_error']}")
 

@@ -7,10 +7,15 @@ from __future__ import annotations
 import time
 
 import pytest
+import yaml
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewPartitions
 
+from crossfeed import dlq
+from crossfeed.core.provenance import src_of
 from crossfeed.feeds import load_feed_file
 from crossfeed.kafka import clients
+from crossfeed.wire import topics
 from tests.integration.test_failover import (
     committed,
     consume,
@@ -106,3 +111,113 @@ def test_partitions_added_at_the_source_are_copied_exactly_once_and_groups_fail_
         expected = [r.offset for r in source_by[tp] if r.offset >= on_a[tp]]
         assert src_offsets(got[tp]) == expected, tp
         assert expected, tp
+
+
+# -- gaps: records deleted at the source before they were copied ---------------------------
+
+
+def _produce(producer, topic: str, partition: int, count: int) -> None:
+    for n in range(count):
+        producer.produce(topic, key=b"k%d" % n, value=b"v%d" % n, partition=partition)
+    producer.flush(10)
+
+
+def _copied_offsets(config, topic: str, partition: int, expect: int) -> list[int]:
+    """The source offsets the copies in ``topic``/``partition`` of the target name, in order."""
+    found = read_many(config, [topic], expect=expect, timeout_s=60)[topic]
+    return [src_of(r.headers).offset for r in found.get(partition, [])]
+
+
+def _gap_letters(config, feed_name: str) -> list[dict[str, str]]:
+    letters = read_many(config, [topics.DLQ])[topics.DLQ]
+    return [
+        {k: (v or b"").decode() for k, v in r.headers}
+        for r in flatten({topics.DLQ: letters})
+        if r.header(dlq.FEED) == feed_name.encode()
+    ]
+
+
+def _lose_records(clusters, services, policy: str, topic_factory, producer_factory):
+    """A feed copies offsets 0-99 of partition 0, every puller stops, 100 more are written
+    and the first 50 of those deleted (DeleteRecords), 100 more written; then the puller
+    starts again. Returns the feed, the topic and the producer."""
+    name = topic_factory(clusters.a, partitions=2)
+    producer = producer_factory(clusters.a)
+    _produce(producer, name, 0, 100)
+    feed = services.start_feed("gap", clusters, [name], config={"gap.policy": policy})
+    assert _copied_offsets(clusters.b.config, name, 0, 100) == list(range(100))
+    time.sleep(1.5)  # a transaction with the marks after the last copy
+    puller = feed.pullers[0]
+    assert puller.terminate() == 0
+    _produce(producer, name, 0, 100)
+    admin_a = clients.admin(clusters.a.config)  # kept alive until the future resolves
+    admin_a.delete_records([TopicPartition(name, 0, 150)])[TopicPartition(name, 0, 150)].result(30)
+    _produce(producer, name, 0, 100)  # offsets 200-299
+    puller.start().wait_ready()
+    return feed, name, producer
+
+
+def _gap_reported(feed, name: str, waiting: bool) -> dict:
+    puller = feed.pullers[0]
+    status = puller.wait_status(lambda s: bool(s.get("gaps")), 30, "the gap reported")
+    assert status["gaps"] == [
+        {
+            "partition": f"{name}/0",
+            "first": 100,
+            "last": 149,
+            "count": 50,
+            "key": f"{name}/0@100",
+            "waiting": waiting,
+        }
+    ]
+    # Not an error (a feed in error too long is stopped whole): a notice until acknowledged.
+    assert status["state"] == "normal" and status["last_error"] is None
+    (notice,) = status["notices"]
+    assert f"{name}/0: offsets 100-149 (50 records) were deleted at the source" in notice
+    assert f"crossfeed changefeed ack-gap {feed.name} {name}/0@100" in notice
+    labels = {"feed": feed.name, "topic": name, "partition": "0"}
+    assert puller.metric("crossfeed_puller_gap_records_total", labels) == 50
+    assert "offsets 100-149 (50 records) were deleted at the source" in puller.log_text()
+    return status
+
+
+def test_a_gap_is_reported_with_its_range_and_count_and_copying_goes_on_by_default(
+    clusters, services, topic_factory, producer_factory
+):
+    feed, name, _ = _lose_records(clusters, services, "continue", topic_factory, producer_factory)
+    _gap_reported(feed, name, waiting=False)
+    # Copying went on from the log start: every surviving record once, in order.
+    copied = _copied_offsets(clusters.b.config, name, 0, 250)
+    assert copied == [*range(100), *range(150, 300)]
+    letters = _gap_letters(clusters.b.config, feed.name)
+    assert len(letters) == 1, letters
+    assert letters[0][dlq.ERROR_CLASS] == "SourceRecordsDeleted"
+    assert letters[0][dlq.TOPIC] == name and letters[0][dlq.PARTITION] == "0"
+    assert letters[0][dlq.OFFSET] == "100" and letters[0][dlq.GAP_END] == "150"
+
+
+def test_with_gap_policy_stop_the_partition_waits_until_the_gap_is_acknowledged(
+    clusters, services, topic_factory, producer_factory
+):
+    feed, name, producer = _lose_records(
+        clusters, services, "stop", topic_factory, producer_factory
+    )
+    _gap_reported(feed, name, waiting=True)
+    _produce(producer, name, 1, 10)  # the other partition is copied meanwhile
+    assert _copied_offsets(clusters.b.config, name, 1, 110) == list(range(10))
+    time.sleep(2)
+    assert _copied_offsets(clusters.b.config, name, 0, 100) == list(range(100))
+    assert not _gap_letters(clusters.b.config, feed.name)
+
+    # Acknowledged (a feed file: its option, and the pullers started again).
+    spec = yaml.safe_load(feed.feed_file.read_text())
+    spec["config"]["gap.acknowledged"] = f"{name}/0@100"
+    feed.feed_file.write_text(yaml.safe_dump(spec))
+    puller = feed.pullers[0]
+    puller.restart(hard=False).wait_ready()
+    copied = _copied_offsets(clusters.b.config, name, 0, 260)
+    assert copied == [*range(100), *range(150, 300)]
+    status = puller.wait_state("normal", 30)
+    assert status["gaps"] == [] and status["notices"] == []
+    letters = _gap_letters(clusters.b.config, feed.name)
+    assert [(x[dlq.OFFSET], x[dlq.GAP_END]) for x in letters] == [("100", "150")]
