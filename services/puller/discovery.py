@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from crossfeed.core import topic_configs
 from crossfeed.core.partitions import TopicPartition, grow_refused, partitions_to_add
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import topics as kafka_topics
@@ -39,6 +40,12 @@ class Discovery:
     # created, leaders being elected): the puller looks again soon, not a whole
     # topic_refresh_s later (a new topic's first seconds went uncopied).
     waiting: set[str] = field(default_factory=set)
+    # Topic configs a target topic never takes from its source (core/topic_configs.py).
+    excluded: topic_configs.Excluded = field(default_factory=topic_configs.Excluded)
+    # Target topic -> {config: why} the target refused at the last config sync.
+    refused: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Source topics copied before and no longer on the source: their targets are kept.
+    deleted: set[str] = field(default_factory=set)
 
     def refresh(self) -> set[TopicPartition]:
         """Look again; returns source partitions that became ready since the last call."""
@@ -50,6 +57,14 @@ class Discovery:
         selected = self.feed.read_topics(source_counts)
         for gone in set(self.errors) - set(selected):  # deleted or no longer selected
             del self.errors[gone]
+        deleted = {t for t in self.ready if t not in source_counts}
+        for topic in sorted(deleted - self.deleted):
+            log.warning(
+                "feed %s: source topic %s was deleted; its target topic is kept",
+                self.feed.name,
+                topic,
+            )
+        self.deleted = deleted
         changed = [topic for topic in selected if self.ready.get(topic) != source_counts[topic]]
         if ordered:
             for topic in changed:
@@ -166,9 +181,7 @@ class Discovery:
         """Create the target topics of source ``topics`` — configs asked for and topics
         created in one request each, however many (1,000 new topics one at a time took
         ~40 s) — source topic -> created (True), existed (False) or why not."""
-        configs = kafka_topics.overridden_configs_of(
-            self.source, topics, kafka_topics.MIRRORED_CONFIGS
-        )
+        configs = kafka_topics.overridden_configs_of(self.source, topics)
         outcome: dict[str, bool | KafkaException] = {}
         specs: dict[str, kafka_topics.NewTopicSpec] = {}
         sources: dict[str, str] = {}  # target topic -> the source topic it is created for
@@ -180,12 +193,77 @@ class Discovery:
                 outcome[topic] = False  # two source topics, one target: counted after
             else:
                 specs[target_topic] = kafka_topics.NewTopicSpec(
-                    target_topic, source_counts[topic], config
+                    target_topic, source_counts[topic], topic_configs.synced(config, self.excluded)
                 )
                 sources[target_topic] = topic
         made = kafka_topics.ensure_topics(self.target, list(specs.values()))
         outcome.update((sources[name], result) for name, result in made.items())
         return outcome
+
+    def sync_configs(self) -> None:
+        """Target topics take their source topics' configs (core/topic_configs.py): two
+        DescribeConfigs requests and at most one IncrementalAlterConfigs for every topic
+        copied. A config the target refuses is left as it is and reported
+        (:attr:`refused`, the puller's notices), the others are changed all the same."""
+        if self.feed.mode == "ordered":
+            return
+        targets = {
+            t: self.feed.target_topic(t) for t in sorted(self.ready) if t not in self.deleted
+        }
+        if not targets:
+            return
+        sources = kafka_topics.overridden_configs_of(self.source, list(targets))
+        current = kafka_topics.overridden_configs_of(self.target, list(set(targets.values())))
+        wanted: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {}
+        for topic, target in targets.items():
+            source, now = sources.get(topic), current.get(target)
+            if not isinstance(source, dict) or not isinstance(now, dict):
+                continue  # deleted meanwhile, or not described: the next round
+            change = topic_configs.changes(source, now, self.excluded)
+            if change:
+                wanted[target] = (change.set, change.delete)
+        refused = kafka_topics.alter_topic_configs(self.target, wanted)
+        for target, (to_set, to_delete) in sorted(wanted.items()):
+            done = {k: v for k, v in to_set.items() if k not in refused.get(target, {})}
+            gone = [k for k in to_delete if k not in refused.get(target, {})]
+            if done or gone:
+                log.info(
+                    "feed %s: target topic %s follows its source: set %s%s",
+                    self.feed.name,
+                    target,
+                    done or "nothing",
+                    f", removed {gone}" if gone else "",
+                )
+        for target, why in sorted(refused.items()):
+            if self.refused.get(target) != why:
+                log.warning(
+                    "feed %s: target topic %s refuses configs %s; not synced",
+                    self.feed.name,
+                    target,
+                    why,
+                )
+        self.refused = refused
+
+    def notices(self) -> list[str]:
+        """What the status says without the feed being in error: configs a target topic
+        refused, source topics deleted (their targets are kept)."""
+        out = [
+            f"target topic {target} refuses config {key} from its source ({why}); not synced"
+            for target, why in sorted(self.refused.items())
+            for key in sorted(why)
+        ]
+        out += [
+            f"source topic {topic} was deleted; its target topic "
+            f"{self._target_or_same(topic)} is kept (a mirror is also a backup)"
+            for topic in sorted(self.deleted)
+        ]
+        return out
+
+    def _target_or_same(self, topic: str) -> str:
+        try:
+            return self.feed.target_topic(topic)
+        except ValueError:
+            return topic
 
     def _error(self, topic: str, problem: str) -> None:
         if self.errors.get(topic) != problem:
@@ -199,6 +277,7 @@ class Discovery:
         self.feed = feed
         self.ready.clear()
         self.errors.clear()
+        self.deleted.clear()
 
     def partitions(self) -> set[TopicPartition]:
         return {TopicPartition(t, p) for t, n in self.ready.items() for p in range(n)}

@@ -22,7 +22,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed import positions
 from crossfeed.config import Settings
-from crossfeed.core import gaps
+from crossfeed.core import gaps, topic_configs
 from crossfeed.core.partitions import TopicPartition, staging_partition
 from crossfeed.core.resume import resume_offset
 from crossfeed.core.task_txn import Next
@@ -104,6 +104,7 @@ class PullerWorker:
         # Tasks are opened here, side by side (see start_tasks).
         self.opener = ThreadPoolExecutor(max_workers=8, thread_name_prefix="open-task")
         self.last_refresh = 0.0
+        self.last_config_sync = 0.0
         # How long a transaction may stay open (commit_interval_ms; each read sets it).
         self.interval_s = settings.puller.commit_interval_ms / 1000
         self.last_metrics = 0.0
@@ -153,7 +154,12 @@ class PullerWorker:
             kafka_topics.ensure_internal(
                 clients.admin(self.source_conf), topics.debezium_ordered(self.feed.name)
             )
-        self.discovery = Discovery(self.feed, clients.admin(self.source_conf), target_admin)
+        self.discovery = Discovery(
+            self.feed,
+            clients.admin(self.source_conf),
+            target_admin,
+            excluded=topic_configs.Excluded.parse(opts.config_sync_exclude),
+        )
         self.discovery.refresh()
         self.last_refresh = time.monotonic()
         self.reader = clients.consumer(
@@ -220,6 +226,10 @@ class PullerWorker:
         if now - self.last_refresh >= interval:
             self._refresh()
             self.last_refresh = now
+        sync_every = self.settings.puller.config_sync_interval_s
+        if sync_every and now - self.last_config_sync >= sync_every:
+            self._sync_configs()
+            self.last_config_sync = now
         if not self.tasks:
             time.sleep(0.05)
             return
@@ -760,6 +770,13 @@ class PullerWorker:
             self._skip(task, state, gap)
         metrics.WAITING_GAPS.labels(self.feed.name).set(len(self.waiting_gaps))
 
+    def _sync_configs(self) -> None:
+        assert self.discovery is not None
+        try:
+            self.discovery.sync_configs()
+        except KafkaException as err:
+            log.warning("topic config sync failed: %s", err)
+
     def _update_lag(self) -> None:
         now_us = time.time() * 1_000_000
         for (topic, partition), (task, state) in self.route.items():
@@ -799,9 +816,11 @@ class PullerWorker:
     def _notices(self) -> list[str]:
         """What the operator must hear about though the feed is not in error: the gaps
         not acknowledged (a feed in error for coordinator.error_stuck_s is stopped whole,
-        and a gap stops at most its own partition)."""
+        and a gap stops at most its own partition), configs a target topic refuses,
+        source topics deleted."""
         policy = self.feed.config.gap_policy
-        return [g.describe(self.feed.name, policy) for _, g in sorted(list(self.gaps.items()))]
+        gap_lines = [g.describe(self.feed.name, policy) for _, g in sorted(list(self.gaps.items()))]
+        return gap_lines + (self.discovery.notices() if self.discovery is not None else [])
 
     def _problem(self) -> str | None:
         """Why the instance makes no progress now, if it knows (heartbeat's last_error)."""

@@ -18,7 +18,6 @@ from crossfeed.core.partitions import TopicPartition
 from crossfeed.dlq import ERROR_CLASS, FEED, OFFSET, PARTITION, STAGE, TOPIC
 from crossfeed.kafka import clients
 from crossfeed.kafka.topics import (
-    MIRRORED_CONFIGS,
     NewTopicSpec,
     ensure_topic,
     ensure_topics,
@@ -323,7 +322,7 @@ def test_new_matching_topics_are_picked_up_with_their_configs(
     target = read_many(clusters.b.config, [late], expect=3, timeout_s=30)
     assert len(flatten(target)) == 3
     assert len(admin_b.list_topics(timeout=5).topics[late].partitions) == 3
-    assert overridden_configs(admin_b, late, MIRRORED_CONFIGS) == config
+    assert overridden_configs(admin_b, late) == config
     assert skipped not in admin_b.list_topics(timeout=5).topics
 
 
@@ -369,7 +368,7 @@ def test_many_new_topics_at_once_and_refused_targets_stop_only_their_own(
     )
     for name, spec in wanted.items():
         assert len(admin_b.list_topics(name, timeout=5).topics[name].partitions) == spec.partitions
-        assert overridden_configs(admin_b, name, MIRRORED_CONFIGS) == spec.config
+        assert overridden_configs(admin_b, name) == spec.config
     feed.wait_state("error")
     feed.assert_running()
     errors = [s["last_error"] for s in feed.statuses().values() if s and s.get("last_error")]

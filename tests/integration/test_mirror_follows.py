@@ -9,12 +9,18 @@ import time
 import pytest
 import yaml
 from confluent_kafka import TopicPartition
-from confluent_kafka.admin import NewPartitions
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+)
 
 from crossfeed import dlq
 from crossfeed.core.provenance import src_of
 from crossfeed.feeds import load_feed_file
 from crossfeed.kafka import clients
+from crossfeed.kafka.topics import overridden_configs
 from crossfeed.wire import topics
 from tests.integration.test_failover import (
     committed,
@@ -221,3 +227,72 @@ def test_with_gap_policy_stop_the_partition_waits_until_the_gap_is_acknowledged(
     assert status["gaps"] == [] and status["notices"] == []
     letters = _gap_letters(clusters.b.config, feed.name)
     assert [(x[dlq.OFFSET], x[dlq.GAP_END]) for x in letters] == [("100", "150")]
+
+
+# -- topic configs, deleted topics ----------------------------------------------------------
+
+
+def _alter(admin, topic: str, **configs: str | None) -> None:
+    """Set (a value) or remove (None) topic-level configs, like an operator would."""
+    entries = [
+        ConfigEntry(
+            k.replace("_", "."),
+            v,
+            incremental_operation=AlterConfigOpType.DELETE if v is None else AlterConfigOpType.SET,
+        )
+        for k, v in configs.items()
+    ]
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
+    admin.incremental_alter_configs([resource])[resource].result(30)
+
+
+def test_topic_configs_follow_the_source_except_excluded_and_deleted_topics_are_kept(
+    clusters, services, topic_factory, producer_factory
+):
+    name = topic_factory(clusters.a, partitions=1, config={"retention.ms": "86400000"})
+    gone = topic_factory(clusters.a, partitions=1)
+    producer = producer_factory(clusters.a)
+    _produce(producer, gone, 0, 3)
+    sync_s = 2.0
+    feed = services.start_feed(
+        "configs", clusters, [name, gone], settings={"puller": {"config_sync_interval_s": sync_s}}
+    )
+    admin_a, admin_b = clients.admin(clusters.a.config), clients.admin(clusters.b.config)
+    wait_for("the target topic", lambda: name in admin_b.list_topics(timeout=5).topics, 30)
+    assert overridden_configs(admin_b, name) == {"retention.ms": "86400000"}
+
+    # At the source: one synced config changed, one added; an excluded one set.
+    _alter(admin_a, name, retention_ms="3600000", cleanup_policy="compact")
+    _alter(admin_a, name, min_insync_replicas="1", message_timestamp_type="LogAppendTime")
+    # On the target by hand: a synced config (overwritten) and an excluded one (kept).
+    _alter(admin_b, name, segment_ms="600000", unclean_leader_election_enable="true")
+    changed_at = time.monotonic()
+    wanted = {
+        "retention.ms": "3600000",
+        "cleanup.policy": "compact",
+        "unclean.leader.election.enable": "true",
+    }
+    wait_for(
+        "the target topic's configs following the source",
+        lambda: overridden_configs(admin_b, name) == wanted,
+        timeout_s=sync_s + 10,
+    )
+    assert time.monotonic() - changed_at < sync_s + 10
+
+    # A source override removed: removed on the target too.
+    _alter(admin_a, name, cleanup_policy=None)
+    wanted.pop("cleanup.policy")
+    wait_for("the removed override", lambda: overridden_configs(admin_b, name) == wanted, 15)
+
+    # A source topic deleted: its target (and what it holds) is kept, and the status says so.
+    read_many(clusters.b.config, [gone], expect=3, timeout_s=30)
+    admin_a.delete_topics([gone])[gone].result(30)
+    puller = feed.pullers[0]
+    status = puller.wait_status(
+        lambda s: any(gone in n and "deleted" in n for n in s["notices"]), 30, "the deletion"
+    )
+    assert f"source topic {gone} was deleted; its target topic {gone} is kept" in (
+        " ".join(status["notices"])
+    )
+    assert status["state"] == "normal"
+    assert len(flatten(read_many(clusters.b.config, [gone]))) == 3
