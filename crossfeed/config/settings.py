@@ -182,6 +182,13 @@ class PullerSettings(_Section):
         "list plus message.timestamp.before/after.max.ms",
     )
 
+    acl_sync: bool = Field(
+        True,
+        description="mirror feeds, clusters with an authorizer: copy the READ and DESCRIBE "
+        "ACLs of the source topics to their target topics (never WRITE; never removed), "
+        "every config_sync_interval_s, so consumers that fail over keep their rights",
+    )
+
     @field_validator("config_sync_exclude")
     @classmethod
     def _exclude_compiles(cls, value: str) -> str:

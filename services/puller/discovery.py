@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from crossfeed.core import topic_configs
+from crossfeed.core import acls, topic_configs
 from crossfeed.core.partitions import TopicPartition, grow_refused, partitions_to_add
 from crossfeed.feeds import FeedSpec
+from crossfeed.kafka import acls as kafka_acls
 from crossfeed.kafka import topics as kafka_topics
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,9 @@ class Discovery:
     excluded: topic_configs.Excluded = field(default_factory=topic_configs.Excluded)
     # Target topic -> {config: why} the target refused at the last config sync.
     refused: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Topic ACLs the target refused (rule -> why), or why none could be read or made.
+    acls_refused: dict[acls.TopicAcl, str] = field(default_factory=dict)
+    acls_problem: str | None = None
     # Source topics copied before and no longer on the source: their targets are kept.
     deleted: set[str] = field(default_factory=set)
 
@@ -244,6 +248,46 @@ class Discovery:
                 )
         self.refused = refused
 
+    def sync_acls(self) -> None:
+        """The target topics get the READ and DESCRIBE ACLs of their source topics
+        (core/acls.py): two DescribeAcls requests and at most one CreateAcls. Nothing
+        happens where either cluster has no authorizer; what the target refuses is left
+        out and reported (:meth:`notices`), not an error."""
+        if self.feed.mode == "ordered":
+            return
+        targets = {
+            t: self.feed.target_topic(t) for t in sorted(self.ready) if t not in self.deleted
+        }
+        try:
+            source = kafka_acls.topic_acls(self.source)
+            target = kafka_acls.topic_acls(self.target) if source is not None else None
+        except KafkaException as err:
+            problem = f"topic ACLs not copied: cannot read them ({err.args[0].str()})"
+            if problem != self.acls_problem:
+                log.warning("feed %s: %s", self.feed.name, problem)
+            self.acls_problem = problem
+            return
+        self.acls_problem = None
+        if source is None or target is None:
+            return  # no authorizer on one side: no ACLs to copy, or none to make
+        need = acls.missing(acls.for_targets(source, targets), target)
+        refused = kafka_acls.create_topic_acls(self.target, need)
+        for rule in need:
+            if rule not in refused:
+                log.info(
+                    "feed %s: ACL copied to target topic %s: %s %s %s from %s",
+                    self.feed.name,
+                    rule.topic,
+                    rule.permission,
+                    rule.operation,
+                    rule.principal,
+                    rule.host,
+                )
+        for rule, why in sorted(refused.items()):
+            if self.acls_refused.get(rule) != why:
+                log.warning("feed %s: %s", self.feed.name, _acl_refused(rule, why))
+        self.acls_refused = refused
+
     def notices(self) -> list[str]:
         """What the status says without the feed being in error: configs a target topic
         refused, source topics deleted (their targets are kept)."""
@@ -257,6 +301,9 @@ class Discovery:
             f"{self._target_or_same(topic)} is kept (a mirror is also a backup)"
             for topic in sorted(self.deleted)
         ]
+        out += [_acl_refused(rule, why) for rule, why in sorted(self.acls_refused.items())]
+        if self.acls_problem:
+            out.append(self.acls_problem)
         return out
 
     def _target_or_same(self, topic: str) -> str:
@@ -289,3 +336,10 @@ class Discovery:
     @property
     def last_error(self) -> str | None:
         return "; ".join(self.errors[t] for t in sorted(self.errors)) or None
+
+
+def _acl_refused(rule: acls.TopicAcl, why: str) -> str:
+    return (
+        f"target topic {rule.topic} refuses ACL {rule.permission} {rule.operation} for "
+        f"{rule.principal} from {rule.host} ({why}); not copied"
+    )

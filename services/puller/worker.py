@@ -774,8 +774,10 @@ class PullerWorker:
         assert self.discovery is not None
         try:
             self.discovery.sync_configs()
+            if self.settings.puller.acl_sync:
+                self.discovery.sync_acls()
         except KafkaException as err:
-            log.warning("topic config sync failed: %s", err)
+            log.warning("topic config or ACL sync failed: %s", err)
 
     def _update_lag(self) -> None:
         now_us = time.time() * 1_000_000
