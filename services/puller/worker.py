@@ -729,17 +729,20 @@ class PullerWorker:
             self.reader.incremental_unassign([KafkaTP(gap.tp.topic, gap.tp.partition)])
         metrics.WAITING_GAPS.labels(feed).set(len(self.waiting_gaps))
 
-    def _skip(self, task: PullerTask, state: PartitionState, gap: gaps.Gap) -> None:
+    def _skip(
+        self, task: PullerTask, state: PartitionState, gap: gaps.Gap, *, assigned: bool = True
+    ) -> None:
         """Go on after ``gap``: its dead letter and the partition's position past it in
-        the next transaction, the reader at the log start."""
+        the next transaction, the reader at the log start (``assigned``: the reader still
+        has the partition, in librdkafka's error state)."""
         task.gap_letter(state, gap)
-        self._reassign(gap.tp, gap.end)
+        self._reassign(gap.tp, gap.end, assigned=assigned)
 
-    def _reassign(self, tp: TopicPartition, offset: int) -> None:
+    def _reassign(self, tp: TopicPartition, offset: int, *, assigned: bool = True) -> None:
         """Read ``tp`` from ``offset`` (a partition in librdkafka's error state takes no
         seek: it is assigned afresh)."""
-        kp = KafkaTP(tp.topic, tp.partition)
-        self.reader.incremental_unassign([kp])
+        if assigned:
+            self.reader.incremental_unassign([KafkaTP(tp.topic, tp.partition)])
         self.reader.incremental_assign([KafkaTP(tp.topic, tp.partition, offset)])
 
     def _apply_acks(self) -> None:
@@ -767,7 +770,7 @@ class PullerWorker:
             if low > gap.end:
                 metrics.GAP_RECORDS.labels(*state.labels).inc(low - gap.end)
                 gap = gaps.Gap(tp, gap.first, low)
-            self._skip(task, state, gap)
+            self._skip(task, state, gap, assigned=False)  # unassigned while it waited
         metrics.WAITING_GAPS.labels(self.feed.name).set(len(self.waiting_gaps))
 
     def _sync_configs(self) -> None:

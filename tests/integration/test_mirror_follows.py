@@ -4,7 +4,9 @@ the source before a puller copied them (docs/operating.md, "What follows the sou
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 
 import pytest
 import yaml
@@ -15,13 +17,18 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewPartitions,
 )
+from typer.testing import CliRunner
 
 from crossfeed import dlq
+from crossfeed.cli.main import app as cli
+from crossfeed.client.rest import CoordinatorClient
 from crossfeed.core.provenance import src_of
 from crossfeed.feeds import load_feed_file
 from crossfeed.kafka import clients
 from crossfeed.kafka.topics import overridden_configs
 from crossfeed.wire import topics
+from tests.integration.test_coordinator_mirror import start_coordinated
+from tests.integration.test_coordinator_process import TOKEN, Coordinators
 from tests.integration.test_failover import (
     committed,
     consume,
@@ -296,3 +303,67 @@ def test_topic_configs_follow_the_source_except_excluded_and_deleted_topics_are_
     )
     assert status["state"] == "normal"
     assert len(flatten(read_many(clusters.b.config, [gone]))) == 3
+
+
+def test_a_gap_in_crossfeed_status_and_ack_gap_through_the_coordinator(
+    clusters, topic_factory, producer_factory, tmp_path
+):
+    name = topic_factory(clusters.a, partitions=2)
+    producer = producer_factory(clusters.a)
+    _produce(producer, name, 0, 100)
+    feed = f"ack-{uuid.uuid4().hex[:6]}"
+    coordinators = Coordinators(clusters, tmp_path)
+    procs: list = []
+    env = {"CROSSFEED_API_TOKEN": TOKEN}
+    try:
+        coordinators.start(1)
+        url = coordinators.settle(60).url
+        with CoordinatorClient(url, TOKEN) as api:
+            api.create_feed(
+                {
+                    "name": feed,
+                    "source": "dc-a",
+                    "sink-uri": "kafka://dc-b",
+                    "topics": [name],
+                    "config": {"staging.partitions": "2", "gap.policy": "stop"},
+                }
+            )
+        puller = start_coordinated("puller", feed, 0, coordinators.config_file, tmp_path, procs)
+        assert _copied_offsets(clusters.b.config, name, 0, 100) == list(range(100))
+        time.sleep(1.5)  # a transaction with the marks after the last copy
+        puller.terminate()
+        _produce(producer, name, 0, 100)
+        admin_a = clients.admin(clusters.a.config)
+        admin_a.delete_records([TopicPartition(name, 0, 150)])[TopicPartition(name, 0, 150)].result(
+            30
+        )
+        _produce(producer, name, 0, 100)
+        puller.start()
+
+        def status() -> dict:
+            out = CliRunner().invoke(cli, ["status", "--json", "--server", url], env=env)
+            assert out.exit_code == 0, out.output
+            return next(f for f in json.loads(out.stdout)["feeds"] if f["name"] == feed)
+
+        shown = wait_for("the gap in crossfeed status", lambda: status()["notices"], 30)
+        (notice,) = shown
+        assert f"{name}/0: offsets 100-149 (50 records) were deleted at the source" in notice
+        assert "waits (gap.policy=stop)" in notice
+        assert f"crossfeed changefeed ack-gap {feed} {name}/0@100" in notice
+        assert status()["state"] == "normal"
+        time.sleep(2)
+        assert _copied_offsets(clusters.b.config, name, 0, 100) == list(range(100))
+
+        acked = CliRunner().invoke(
+            cli, ["changefeed", "ack-gap", feed, f"{name}/0@100", "--server", url], env=env
+        )
+        assert acked.exit_code == 0, acked.output
+        copied = _copied_offsets(clusters.b.config, name, 0, 250)
+        assert copied == [*range(100), *range(150, 300)]
+        wait_for("the acknowledged gap gone from status", lambda: not status()["notices"], 30)
+        letters = _gap_letters(clusters.b.config, feed)
+        assert [(x[dlq.OFFSET], x[dlq.GAP_END]) for x in letters] == [("100", "150")]
+    finally:
+        for proc in procs:
+            proc.kill()
+        coordinators.stop()
