@@ -553,12 +553,16 @@ class PullerWorker:
         owned = [key for key, (t, _) in self.route.items() if t is task]
         for key in owned:
             del self.route[key]
-        for tp in task.partitions:  # the next owner finds them again where they stand
+        # Partitions waiting on a gap, or past the source's end, were unassigned then (and
+        # the next owner finds them again where they stand).
+        unread = set(task.partitions) & (self.waiting_gaps | set(self.beyond_end))
+        for tp in task.partitions:
             self.waiting_gaps.discard(tp)
             self.beyond_end.pop(tp, None)
         metrics.WAITING_GAPS.labels(self.feed.name).set(len(self.waiting_gaps))
-        if owned and self.reader is not None:
-            self.reader.incremental_unassign([KafkaTP(topic, p) for topic, p in owned])
+        assigned = [KafkaTP(t, p) for t, p in owned if TopicPartition(t, p) not in unread]
+        if assigned and self.reader is not None:
+            self.reader.incremental_unassign(assigned)
         task.close()
         metrics.TASKS.labels(self.feed.name).set(len(self.tasks))
         log.info("task %d of feed %s released by %s", s, self.feed.name, self.instance_id)
