@@ -324,7 +324,7 @@ class Discovery:
         self.feed = feed
         self.ready.clear()
         self.errors.clear()
-        self.deleted.clear()
+        self.deleted = set()  # replaced, not cleared: the heartbeat thread reads notices()
 
     def partitions(self) -> set[TopicPartition]:
         return {TopicPartition(t, p) for t, n in self.ready.items() for p in range(n)}
