@@ -316,6 +316,8 @@ def status(
             f"crossfeed pair status {pair}"
         )
     for feed in feeds:
+        for notice in feed.get("notices", []):
+            out.print(f"[yellow]{feed['name']}[/]: {escape(notice)}")
         if feed["last_error"]:
             out.print(f"[red]{feed['name']}[/]: {feed['last_error']}")
 
