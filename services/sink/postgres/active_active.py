@@ -35,7 +35,7 @@ from typing import Any
 import psycopg
 
 from crossfeed.core import lww
-from crossfeed.pair import sql
+from crossfeed.pair import catalog, sql
 from crossfeed.services.sink import metrics
 from crossfeed.services.sink.postgres import mapping
 from crossfeed.services.sink.postgres.batch import Batch
@@ -98,6 +98,7 @@ class ActiveActiveSink(PostgresSink):
         self.local = config.active_active_target_side
         self.counters = config.counters()
         self.ready: set[str] = set()  # tables seen with hidden columns and triggers
+        self.unsafe: dict[str, str] = {}  # tables the pair's checks refuse: why
         self.local_name = self.local.encode()
         self.conflicts = {lww.WON: 0, lww.LOST: 0}
         self.last_prune = 0.0
@@ -164,6 +165,8 @@ class ActiveActiveSink(PostgresSink):
     def _fit(self, change: RowChange) -> None:
         """An application's table: never created here; given the hidden columns and
         triggers when first seen; new columns added as the ordinary sink does."""
+        if change.table in self.unsafe:
+            raise Misfit("UnsafeTable", self.unsafe[change.table])
         if change.table not in self.ready:
             existing = self._table(change.table)
             if existing is None:
@@ -173,6 +176,7 @@ class ActiveActiveSink(PostgresSink):
                     "pair applies into tables that exist on both sides (create it there too)",
                 )
             assert self.conn is not None
+            self._check_table(change.table)
             name = mapping.qualified(self.schema, change.table)
             found = self.conn.execute(sql.table_ready_query(), {"t": name}).fetchone()
             if found is None or tuple(found) != (2, 2):
@@ -196,9 +200,25 @@ class ActiveActiveSink(PostgresSink):
             self._execute(statement)
         self._forget_tables()
 
+    def _check_table(self, table: str) -> None:
+        """What pair create checks, for a table first seen here (the schema may have
+        changed since): a refusal makes its changes dead letters, a warning is logged."""
+        assert self.conn is not None
+        counters = self.counters.get(table, frozenset())
+        findings = catalog.table_findings(self.conn, self.local, self.schema, table, counters)
+        for finding in findings:
+            if finding.overridable:
+                log.warning("feed %s: table %s: %s", self.feed.name, table, finding.line())
+        refused = [f.line() for f in findings if not f.overridable]
+        if refused:
+            self.unsafe[table] = "; ".join(refused)
+            log.error("feed %s: table %s refused: %s", self.feed.name, table, self.unsafe[table])
+            raise Misfit("UnsafeTable", self.unsafe[table])
+
     def _forget_tables(self) -> None:
         super()._forget_tables()
         self.ready.clear()
+        self.unsafe.clear()
 
     def _truncate(self, change: RowChange) -> None:
         """A TRUNCATE on the other side: the rows older than it (no tombstones)."""
