@@ -239,7 +239,9 @@ def get(
     ]
     if status.get("syncpoint_ts_us"):
         rows.append(("syncpoint", _syncpoint(status)))
-    if status.get("held_back_by"):
+    if status.get("idle_since_us"):
+        rows.append(("source", _idle(status)))
+    elif status.get("held_back_by"):
         rows.append(("held back by", _held_back(status)))
     for key, value in rows:
         out.print(f"{key + ':':<16}{value}")
@@ -301,7 +303,9 @@ def status(
     for feed in feeds:
         if feed.get("syncpoint_ts_us"):
             out.print(f"{feed['name']}: syncpoint {_syncpoint(feed)}")
-        if feed.get("held_back_by"):
+        if feed.get("idle_since_us"):
+            out.print(f"{feed['name']}: source {_idle(feed)}")
+        elif feed.get("held_back_by"):
             out.print(f"[yellow]{feed['name']}[/]: resolved_ts held back by {_held_back(feed)}")
         if feed.get("commits"):  # mirror feeds, from the leader: how groups are translated
             name = feed["name"] if feed["commits"] == "stream" else f"[yellow]{feed['name']}[/]"
@@ -378,6 +382,11 @@ def _held_back(status: dict[str, Any]) -> str:
         f"{h['partition']} (no resolved mark since {_ms(h['since_ms'])})"
         for h in status["held_back_by"]
     )
+
+
+def _idle(status: dict[str, Any]) -> str:
+    """Ordered feeds whose source went quiet: nothing waits, the target holds it all."""
+    return f"idle since {_ts(status['idle_since_us'])} (no change waits)"
 
 
 def _lag(lag_s: float | None) -> str:

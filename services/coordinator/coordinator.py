@@ -199,7 +199,7 @@ class Coordinator:
                 self.translators.sync(self._translated_feeds())
             else:
                 self.translators.sync([])
-            metrics.publish(self.store.snapshot(), self.members.ages_ms(now), now)
+            metrics.publish(self.store.snapshot(), self.members.ages_ms(now), now, members)
 
     def _lead(self, now: int, members: MembersView) -> None:
         view = self.store.snapshot()

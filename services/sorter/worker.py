@@ -84,6 +84,7 @@ class SorterWorker:
         self._lock = threading.Lock()
         self.partitions = PartitionsSource()
         self._labels = (feed.name,)
+        self.idle = rules.IdleWatch(self.opts.laggard_after_s, self.started_s)
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -220,6 +221,8 @@ class SorterWorker:
     def _on_batch(self, report: BatchReport, state: DriverState) -> None:
         with self._lock:
             self.snapshot = state
+            changes = report.rows - report.marks
+            self.idle.note(changes, state.pending_rows, state.resolved_ts, time.time())
             self.last_batch = {
                 "batch_id": report.batch_id,
                 "rows": report.rows,
@@ -313,6 +316,7 @@ class SorterWorker:
             resolved=dict(state.resolved),
             laggards=laggards,
             last_error=self.last_error,
+            idle_since_us=self.idle.idle_since(time.time()),
         )
 
     def status(self) -> dict[str, Any]:
@@ -349,6 +353,7 @@ class SorterWorker:
                 for lag in laggards
             ],
             "pending_events": state.pending_rows,
+            "idle_since_us": self.idle.idle_since(now) or None,
             "pending_segments": len(state.segments),
             "last_batch": last,
             "current_batch": self.job.current if self.job is not None else None,
