@@ -147,6 +147,11 @@ def create(
     start: Optional[str] = typer.Option(None, "--start", help="earliest (default) or latest"),  # noqa: UP045
     config: list[str] = ConfigOpt,
     feed_file: Optional[str] = FeedFileOpt,  # noqa: UP045
+    shared_target: bool = typer.Option(
+        False,
+        "--shared-target",
+        help="let this feed write a target another feed writes (target.shared=true)",
+    ),
     server: Optional[str] = ServerOpt,  # noqa: UP045
 ) -> None:
     """Create a changefeed: --source dc-a --sink-uri kafka://dc-b --topics 'orders.*'."""
@@ -168,6 +173,8 @@ def create(
         body = {"name": name, "topics": [], "exclude": []} | fields_given(given)
         if config:
             body["config"] = parse_options(config)
+    if shared_target:
+        body["config"] = {**body.get("config", {}), "target.shared": "true"}
     with client(server) as api:
         feed = api.create_feed(body)
     console().print(
