@@ -232,6 +232,7 @@ def demo_processes(prefix: str, say: Callable[[str], None]) -> Iterator[Processe
         say("interrupted: stopping everything")
         raise
     finally:
+        procs.remove_feeds(say)
         procs.stop_all()
         say(f"logs of the demo's services: {workdir}")
 
@@ -247,6 +248,7 @@ def start_ordered_feed(procs: Processes, spec: dict[str, Any], pullers: int) -> 
     wait_until(lambda: api.ha_status().get("role") == "leader", 90, "the coordinator to lead")
     api.create_feed(spec)
     feed = str(spec["name"])
+    procs.created(api, feed)
     for n in range(1, pullers + 1):
         procs.start(f"puller-{n}", "puller", "run", "--feed", feed)
     procs.start("sorter", "sorter", "run", "--feed", feed)
