@@ -120,6 +120,11 @@ def failback(
     reverse_start: str = typer.Option(
         "frontier", "--reverse-start", help="frontier (default) or earliest"
     ),
+    keep_reverse: bool = typer.Option(
+        False,
+        "--keep-reverse",
+        help="keep the reverse feed once failback is complete (default: removed)",
+    ),
     wait: float = typer.Option(
         0.0,
         "--wait",
@@ -139,6 +144,7 @@ def failback(
         reverse_feed=reverse_feed,
         reverse_feed_file=reverse_feed_file,
         reverse_start=reverse_start,
+        keep_reverse=keep_reverse,
         wait_s=wait,
         as_json=as_json,
         server=server,

@@ -25,7 +25,7 @@ from crossfeed.feeds import FeedOptions, FeedSpec, describe_target, target_of
 from crossfeed.services.coordinator import errors
 from crossfeed.services.coordinator.fold import StateView
 
-Action = Literal["pause", "resume", "remove", "fail_over"]
+Action = Literal["pause", "resume", "remove", "fail_over", "fail_back"]
 
 TRANSITIONS: dict[str, dict[str, str]] = {
     "pause": {"normal": "paused", "error": "paused", "failed": "paused", "paused": "paused"},
@@ -36,6 +36,8 @@ TRANSITIONS: dict[str, dict[str, str]] = {
     "fail_over": {
         state: "failed_over" for state in ("normal", "error", "failed", "paused", "failed_over")
     },
+    # A completed failback: the forward feed replicates from the old primary again.
+    "fail_back": {"failed_over": "normal", "normal": "normal"},
 }
 
 
