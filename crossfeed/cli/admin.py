@@ -32,6 +32,7 @@ from crossfeed.feeds import load_feed_file
 F = TypeVar("F", bound=Callable[..., Any])
 
 changefeed = typer.Typer(
+    rich_markup_mode=None,
     help="Create and manage changefeeds (through the coordinator's REST API).",
     no_args_is_help=True,
 )

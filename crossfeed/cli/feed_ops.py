@@ -21,7 +21,9 @@ from crossfeed.cli import admin
 from crossfeed.cli.common import fail
 from crossfeed.client.rest import ApiError, CoordinatorClient
 
-capture = typer.Typer(help="Live crossfeed instances (TiCDC calls them captures).")
+capture = typer.Typer(
+    rich_markup_mode=None, help="Live crossfeed instances (TiCDC calls them captures)."
+)
 
 FEED_FIELDS = ("source", "mode", "topics", "exclude", "start")
 """Fields a feed's GET answer and its request body name alike (sink_uri,

@@ -13,7 +13,10 @@ from crossfeed.local.postgres import PORT as POSTGRES_PORT
 from crossfeed.local.postgres import SOURCE_PORT
 from crossfeed.local.secure import USER, SecureStack
 
-app = typer.Typer(help="Run two local Kafka clusters (dc-a, dc-b) and PostgreSQL on loopback.")
+app = typer.Typer(
+    rich_markup_mode=None,
+    help="Run two local Kafka clusters (dc-a, dc-b) and PostgreSQL on loopback.",
+)
 
 
 @app.command()

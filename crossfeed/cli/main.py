@@ -14,6 +14,7 @@ from crossfeed.cli.common import State, clean_errors, fail
 from crossfeed.extras import require
 
 app = typer.Typer(
+    rich_markup_mode=None,
     help="crossfeed: exactly-once Kafka replication across data centers, consumer "
     "failover and failback, ordered change feeds.",
     no_args_is_help=True,
@@ -151,7 +152,7 @@ def failback(
     )
 
 
-groups = typer.Typer(help="Consumer group offsets across clusters.")
+groups = typer.Typer(rich_markup_mode=None, help="Consumer group offsets across clusters.")
 app.add_typer(groups, name="groups")
 
 
@@ -180,7 +181,7 @@ for _service, _what in (
     ("sorter", "Put change events of ordered feeds into commit order (Spark)."),
     ("coordinator", "Run feeds, assign tasks, translate offsets, serve the REST API."),
 ):
-    _sub = typer.Typer(help=_what)
+    _sub = typer.Typer(rich_markup_mode=None, help=_what)
     app.add_typer(_sub, name=_service)
     if _service == "puller":
         _sub.command("run")(services.puller_run)
@@ -192,7 +193,7 @@ for _service, _what in (
         _sub.command("run")(admin.coordinator_run)
 
 
-workload = typer.Typer(help="Generate test workloads.")
+workload = typer.Typer(rich_markup_mode=None, help="Generate test workloads.")
 app.add_typer(workload, name="workload")
 
 

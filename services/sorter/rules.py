@@ -94,6 +94,17 @@ def holding_back(resolved: Mapping[str, int], expected: Iterable[str]) -> list[s
     return sorted(k for k in keys if resolved[k] == low)
 
 
+BEHIND_INTERVALS: Final = 10
+"""A micro-batch longer than this many trigger intervals (and than a second) falls behind."""
+
+
+def falls_behind(seconds: float, trigger_interval_ms: int) -> bool:
+    """A micro-batch that really falls behind its trigger: longer than BEHIND_INTERVALS
+    intervals and than a second. (Spark's own warning fires for any batch longer than one
+    interval: at 100 ms, nearly every batch with work in it.)"""
+    return seconds > max(BEHIND_INTERVALS * trigger_interval_ms / 1000, 1.0)
+
+
 @dataclass
 class IdleWatch:
     """Whether the feed's source has gone quiet with nothing waiting (lag means changes

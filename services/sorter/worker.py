@@ -85,6 +85,7 @@ class SorterWorker:
         self.partitions = PartitionsSource()
         self._labels = (feed.name,)
         self.idle = rules.IdleWatch(self.opts.laggard_after_s, self.started_s)
+        self._behind_warned_s = 0.0
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -241,6 +242,20 @@ class SorterWorker:
         metrics.TRANSACTIONS.labels(*self._labels).inc(report.released_txns)
         metrics.DLQ.labels(*self._labels).inc(report.dead_letters)
         metrics.BATCH_SECONDS.labels(*self._labels).observe(report.seconds)
+        now = time.time()
+        if rules.falls_behind(report.seconds, self.opts.trigger_interval_ms) and (
+            now - self._behind_warned_s >= 60
+        ):
+            self._behind_warned_s = now
+            log.warning(
+                "batch %d took %.1fs for %d records, more than %d trigger intervals of %d ms: "
+                "the sorter falls behind its source (said at most once a minute)",
+                report.batch_id,
+                report.seconds,
+                report.rows,
+                rules.BEHIND_INTERVALS,
+                self.opts.trigger_interval_ms,
+            )
         if report.dead_letters:
             log.warning(
                 "batch %d: %d changes to %s", report.batch_id, report.dead_letters, topics.DLQ

@@ -210,3 +210,11 @@ def test_a_source_is_idle_once_quiet_with_nothing_pending_since_the_last_release
     fresh = rules.IdleWatch(after_s=1.0, last_change_s=0.0)
     fresh.note(changes=0, pending=0, resolved_ts=-1, now_s=5.0)  # nothing released yet
     assert fresh.idle_since(5.0) == 0
+
+
+def test_a_batch_falls_behind_only_past_ten_trigger_intervals_and_a_second() -> None:
+    assert not rules.falls_behind(0.3, 100)  # Spark would warn: three intervals
+    assert not rules.falls_behind(0.9, 100)
+    assert rules.falls_behind(1.2, 100)
+    assert not rules.falls_behind(4.0, 500) and rules.falls_behind(5.1, 500)
+    assert rules.falls_behind(1.1, 0)  # trigger 0: a second still is long
