@@ -232,8 +232,10 @@ def demo_processes(prefix: str, say: Callable[[str], None]) -> Iterator[Processe
         say("interrupted: stopping everything")
         raise
     finally:
-        procs.remove_feeds(say)
-        procs.stop_all()
+        try:
+            procs.remove_feeds(say)
+        finally:
+            procs.stop_all()
         say(f"logs of the demo's services: {workdir}")
 
 

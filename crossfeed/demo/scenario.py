@@ -231,11 +231,13 @@ class Demo:
             self.say("interrupted: stopping everything")
             raise
         finally:
+            try:  # the feed's state lives on the control cluster, dc-b: dc-a may be down
+                procs.remove_feeds(self.say)
+            finally:
+                procs.stop_all()
             if stack.node("dc-a").pid() is None:
                 self.say("bringing dc-a back (same cluster id, data kept) ...")
                 stack.start("dc-a")
-            procs.remove_feeds(self.say)
-            procs.stop_all()
             self.say(f"logs of the demo's services: {workdir}")
 
     def _run(self, a: dict[str, Any], b: dict[str, Any], procs: Processes) -> Summary:
