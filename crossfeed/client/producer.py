@@ -263,13 +263,17 @@ class ChangeProducer:
             raise ValueError("a transaction needs at least one change")
         txn = check_txn_id(txn_id) if txn_id is not None else uuid.uuid4().hex
         announce = self.resolved_interval_s is not None
-        with self._lock:
+        with self._lock, self._kafka_transaction():
+            if announce:  # a new topic's first watermarks, before its first change ...
+                for topic in dict.fromkeys(change.topic for change in changes):
+                    if topic not in self._announced:
+                        self._marks(topic, self._resolved_us)
+            # ... and the commit_ts taken after them: a slow metadata answer must not age
+            # the change, or a puller that follows the clock for the still-empty new
+            # partitions (lateness.ms) would find it late.
             ts = self._next_ts(commit_ts_us)
-            with self._kafka_transaction():
-                for record in iter_stamped(changes, txn, ts):
-                    if announce and record.topic not in self._announced:
-                        self._marks(record.topic, self._resolved_us)  # before its first change
-                    self._write(record)
+            for record in iter_stamped(changes, txn, ts):
+                self._write(record)
         return txn, ts
 
     # -- watermarks ----------------------------------------------------------------------

@@ -131,6 +131,27 @@ def _marks(fake: RecordingProducer) -> list[tuple[str, int, int]]:
     ]
 
 
+def test_a_new_topic_is_announced_before_its_first_change_is_stamped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from crossfeed.client import producer as module
+
+    producer, fake = _producer()
+    producer.resolved_interval_s = 60.0
+    clock = [1_000_000]
+    monkeypatch.setattr(module, "_now_us", lambda: clock[0])
+    listed = fake.list_topics
+
+    def slow_metadata(topic: str, timeout: float) -> Any:
+        clock[0] += 5_000_000  # the broker took 5 s to answer
+        return listed(topic, timeout)
+
+    fake.list_topics = slow_metadata  # type: ignore[method-assign]
+    _, ts = producer.transaction([Change("t", b"1")])
+    assert ts == 6_000_000  # stamped after the announcement, not 5 s before it landed
+    assert [r["partition"] for r in fake.records] == [0, 1, None]  # marks, then the change
+
+
 def test_closing_resolves_every_partition_past_the_last_transaction() -> None:
     producer, fake = _producer()
     producer.resolved_interval_s = 60.0  # no round falls due while the test runs
