@@ -264,13 +264,17 @@ class ChangeProducer:
         txn = check_txn_id(txn_id) if txn_id is not None else uuid.uuid4().hex
         announce = self.resolved_interval_s is not None
         with self._lock, self._kafka_transaction():
-            if announce:  # a new topic's first watermarks, before its first change ...
-                for topic in dict.fromkeys(change.topic for change in changes):
-                    if topic not in self._announced:
-                        self._marks(topic, self._resolved_us)
-            # ... and the commit_ts taken after them: a slow metadata answer must not age
-            # the change, or a puller that follows the clock for the still-empty new
-            # partitions (lateness.ms) would find it late.
+            if announce:  # a new topic's first watermarks, delivered before its first change
+                topics = dict.fromkeys(change.topic for change in changes)
+                new = [topic for topic in topics if topic not in self._announced]
+                for topic in new:
+                    self._marks(topic, self._resolved_us)
+                if new:
+                    clients.flush(self._producer, 30)
+            # ... and the commit_ts taken after them: a slow metadata answer or a producer
+            # id still being fetched (seconds on a loaded broker) must not age the change,
+            # or a puller that follows the clock for the still-empty new partitions
+            # (lateness.ms) would find it late.
             ts = self._next_ts(commit_ts_us)
             for record in iter_stamped(changes, txn, ts):
                 self._write(record)
