@@ -283,9 +283,10 @@ def _names(groups: list[str]) -> str:
     return ", ".join(groups) if groups else "none"
 
 
-def failover_outcome(report: Mapping[str, Any]) -> str:
-    """The last line: what was moved where, and what to do next."""
-    target, moved, active = report["target"], report["moved"], report["active"]
+def _arrived(report: Mapping[str, Any]) -> list[str]:
+    """Groups now on the other side: moved by this call, or already at their offsets
+    there (every partition exact, as their verdicts say)."""
+    moved, active = report["moved"], report["active"]
     here = [
         g["group"]
         for g in report["groups"]
@@ -295,7 +296,13 @@ def failover_outcome(report: Mapping[str, Any]) -> str:
         and g["partitions"]
         and all(r["exact"] for r in g["partitions"])
     ]
-    on_target = sorted([*moved, *here])
+    return sorted({*moved, *here})
+
+
+def failover_outcome(report: Mapping[str, Any]) -> str:
+    """The last line: what was moved where, and what to do next."""
+    target, active = report["target"], report["active"]
+    on_target = _arrived(report)
     line = (
         f"failover of {report['feed']} done: {report['source']} -> {target} stopped; "
         f"group(s) {_names(on_target)} resume on {target}"
@@ -309,10 +316,10 @@ def failback_outcome(report: Mapping[str, Any]) -> str:
     """The last line: what was moved back where, the feeds' states, what to start."""
     primary, standby, feed = report["old_primary"], report["standby"], report["feed"]
     reverse = report["reverse"]
-    moved = sorted(report["moved"])
+    moved = _arrived(report)
     if report.get("complete"):
         line = (
-            f"failback of {feed} done: group(s) {_names(moved)} moved back to {primary}; "
+            f"failback of {feed} done: group(s) {_names(moved)} back on {primary}; "
             f"{feed} replicates {primary} -> {standby} again ({report['forward_state']})"
         )
         if reverse.get("removed"):
@@ -324,7 +331,7 @@ def failback_outcome(report: Mapping[str, Any]) -> str:
     todo.append(f"crossfeed failback --feed {feed}")
     waiting = [*report.get("waiting", []), *report["active"]]
     return (
-        f"failback of {feed} not finished: group(s) {_names(moved)} moved back to {primary}, "
+        f"failback of {feed} not finished: group(s) {_names(moved)} back on {primary}, "
         f"{_names(sorted(set(waiting)))} still on {standby}"
         + ("" if reverse["caught_up"] else f", reverse feed {reverse['name']} catching up")
         + f"; {feed} stays failed_over; next: "

@@ -223,14 +223,16 @@ def mirror(reader: Reader, page: list[Step]) -> None:
     assert len(said) == 1, failover
     assert said[0].startswith(("group billing: moved to dc-b", "group billing: already at")), said
     assert "nothing exact to move" not in failover
-    assert "failover of orders done" in re.sub(r"\s+", " ", failover), failover
+    flat = re.sub(r"\s+", " ", failover)
+    assert "failover of orders done: dc-a -> dc-b stopped; group(s) billing resume" in flat
     reader.run(Step("sh", "crossfeed local start dc-a"))
     back = reader.run(Step("sh", "crossfeed failback --feed orders --wait 90"), timeout=300)
     print(back)
     said = verdicts(back, "billing")
     assert len(said) == 1 and "dc-a" in said[0], back
     flat = re.sub(r"\s+", " ", back)
-    assert "failback of orders done" in flat and "orders replicates dc-a -> dc-b" in flat, back
+    assert "failback of orders done: group(s) billing back on dc-a" in flat, back
+    assert "orders replicates dc-a -> dc-b again" in flat, back
 
     def settled() -> bool:
         forward = reader.feed("orders")

@@ -319,14 +319,20 @@ def test_the_failback_outcome_says_what_moved_where_and_the_feeds_states() -> No
             "unassigned_tasks": 0,
         },
         "moved": {"billing": 4},
+        "groups": [],
         "active": [],
         "waiting": [],
         "complete": True,
         "forward_state": "normal",
     }
     assert failback_outcome(report) == (
-        "failback of orders done: group(s) billing moved back to dc-a; orders replicates "
+        "failback of orders done: group(s) billing back on dc-a; orders replicates "
         "dc-a -> dc-b again (normal); reverse feed orders-reverse removed, its copy done"
     )
     kept = {**report, "reverse": {**report["reverse"], "removed": False}}
     assert failback_outcome(kept).endswith("orders-reverse keeps copying dc-b -> dc-a")
+    # Moved as it committed (not by this call): back all the same, as its verdict says.
+    there = {**report, "moved": {}, "groups": [_group(_row(True, True))]}
+    assert failback_outcome(there).startswith(
+        "failback of orders done: group(s) billing back on dc-a;"
+    )
