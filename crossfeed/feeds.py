@@ -63,6 +63,13 @@ class FeedOptions(BaseModel):
         "that goes to the DLQ (LateChange), so allow for the producers' delivery time",
     )
 
+    target_shared: bool = Field(
+        False,
+        alias="target.shared",
+        description="true: this feed may write the same target as another live feed (the "
+        "same database and schema, the same Kafka topic, or the same mirror of the same "
+        "source); by default creating such a feed is refused, naming the other",
+    )
     postgres_auto_create: bool = Field(
         True,
         alias="postgres.auto.create",
@@ -424,3 +431,43 @@ def load_feed_file(path: str | Path) -> FeedSpec:
     if isinstance(data.get("config"), dict):
         data["config"] = {str(k): v for k, v in data["config"].items()}
     return parse_feed(data, f"feed file {path}")
+
+
+def target_of(spec: FeedSpec) -> tuple[str, ...]:
+    """What a feed writes, as a comparable key: a database's (host, port, database,
+    schema), a Kafka topic's (cluster, topic) for an ordered feed, and for a mirror feed
+    its target cluster with everything that decides the target topics' names (source,
+    topics, exclusions, rename format). Two live feeds with one key write the same
+    tables or topics; feeds into different databases or clusters never share one (an
+    active-active pair writes each side's own)."""
+    sink = spec.sink
+    if sink.scheme == "postgresql":
+        parsed = urlparse(sink.dsn or "")
+        return (
+            "postgresql",
+            (parsed.hostname or "localhost").lower(),
+            str(parsed.port or 5432),
+            parsed.path.lstrip("/"),
+            sink.schema_name or "public",
+        )
+    if sink.topic:
+        return ("kafka", sink.cluster or "", sink.topic)
+    return (
+        "kafka-mirror",
+        sink.cluster or "",
+        spec.source,
+        "\n".join(sorted(spec.topics)),
+        "\n".join(sorted(spec.exclude)),
+        spec.rename_format,
+    )
+
+
+def describe_target(spec: FeedSpec) -> str:
+    """The shared target in words, for the refusal."""
+    sink = spec.sink
+    if sink.scheme == "postgresql":
+        key = target_of(spec)
+        return f"schema {key[4]} of database {key[3]} on {key[1]}:{key[2]}"
+    if sink.topic:
+        return f"topic {sink.topic} on {sink.cluster}"
+    return f"the same topics of {spec.source} on {sink.cluster}"

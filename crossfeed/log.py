@@ -66,6 +66,40 @@ class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self._pinned = value
 
 
+FENCED_WORDS = ("fenced", "old epoch", "invalid_producer_epoch")
+
+
+def is_fencing(message: str) -> bool:
+    """A librdkafka line saying a newer producer with the same transactional.id took
+    over this one (``PRODUCER_FENCED``, an old epoch)."""
+    text = message.lower()
+    return any(word in text for word in FENCED_WORDS)
+
+
+class ExpectedFencing(logging.Filter):
+    """librdkafka logs a producer fenced by a newer one as FATAL (CRITICAL here). It is
+    expected: a failover takes every puller task's transactional.id over on the target,
+    a task that moves is fenced by its new owner, a new coordinator leader fences the old
+    one's writer. Each service handles it (the task stops, or its producer is made again),
+    so the line becomes a WARNING that says so."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (
+            record.levelno >= logging.CRITICAL
+            and record.name.startswith("crossfeed.kafka")
+            and is_fencing(record.getMessage())
+        ):
+            message = record.getMessage()
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg = (
+                "fenced: another producer took this transactional.id over (a failover, a "
+                "task moved to another instance, or a new leader); this one stops using it "
+                "(librdkafka: %s)"
+            )
+            record.args = (message,)
+        return True
+
+
 def setup(
     level: str = "INFO",
     fmt: str = "text",
@@ -81,6 +115,7 @@ def setup(
         handler.setFormatter(
             MaskingFormatter("%(asctime)s %(levelname)-5s %(name)s: %(message)s", "%H:%M:%S")
         )
+    handler.addFilter(ExpectedFencing())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

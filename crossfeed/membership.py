@@ -50,6 +50,7 @@ class HeartbeatContent:
     checkpoint_ts_us: int = 0  # sinks of ordered feeds: the feed's checkpoint_ts
     syncpoint_ts_us: int = 0  # database sinks: the newest syncpoint
     syncpoint_at_ms: int = 0
+    idle_since_us: int = 0  # sorters: quiet source, nothing pending (services/sorter/rules.py)
 
 
 class HeartbeatSender:
@@ -107,6 +108,7 @@ class HeartbeatSender:
                 "checkpoint_ts_us": content.checkpoint_ts_us,
                 "syncpoint_ts_us": content.syncpoint_ts_us,
                 "syncpoint_at_ms": content.syncpoint_at_ms,
+                "idle_since_us": content.idle_since_us,
             },
         )
 

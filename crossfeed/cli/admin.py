@@ -32,6 +32,7 @@ from crossfeed.feeds import load_feed_file
 F = TypeVar("F", bound=Callable[..., Any])
 
 changefeed = typer.Typer(
+    rich_markup_mode=None,
     help="Create and manage changefeeds (through the coordinator's REST API).",
     no_args_is_help=True,
 )
@@ -147,6 +148,11 @@ def create(
     start: Optional[str] = typer.Option(None, "--start", help="earliest (default) or latest"),  # noqa: UP045
     config: list[str] = ConfigOpt,
     feed_file: Optional[str] = FeedFileOpt,  # noqa: UP045
+    shared_target: bool = typer.Option(
+        False,
+        "--shared-target",
+        help="let this feed write a target another feed writes (target.shared=true)",
+    ),
     server: Optional[str] = ServerOpt,  # noqa: UP045
 ) -> None:
     """Create a changefeed: --source dc-a --sink-uri kafka://dc-b --topics 'orders.*'."""
@@ -168,6 +174,8 @@ def create(
         body = {"name": name, "topics": [], "exclude": []} | fields_given(given)
         if config:
             body["config"] = parse_options(config)
+    if shared_target:
+        body["config"] = {**body.get("config", {}), "target.shared": "true"}
     with client(server) as api:
         feed = api.create_feed(body)
     console().print(
@@ -239,7 +247,9 @@ def get(
     ]
     if status.get("syncpoint_ts_us"):
         rows.append(("syncpoint", _syncpoint(status)))
-    if status.get("held_back_by"):
+    if status.get("idle_since_us"):
+        rows.append(("source", _idle(status)))
+    elif status.get("held_back_by"):
         rows.append(("held back by", _held_back(status)))
     for key, value in rows:
         out.print(f"{key + ':':<16}{value}")
@@ -301,7 +311,9 @@ def status(
     for feed in feeds:
         if feed.get("syncpoint_ts_us"):
             out.print(f"{feed['name']}: syncpoint {_syncpoint(feed)}")
-        if feed.get("held_back_by"):
+        if feed.get("idle_since_us"):
+            out.print(f"{feed['name']}: source {_idle(feed)}")
+        elif feed.get("held_back_by"):
             out.print(f"[yellow]{feed['name']}[/]: resolved_ts held back by {_held_back(feed)}")
         if feed.get("commits"):  # mirror feeds, from the leader: how groups are translated
             name = feed["name"] if feed["commits"] == "stream" else f"[yellow]{feed['name']}[/]"
@@ -389,6 +401,11 @@ def _held_back(status: dict[str, Any]) -> str:
         f"{h['partition']} (no resolved mark since {_ms(h['since_ms'])})"
         for h in status["held_back_by"]
     )
+
+
+def _idle(status: dict[str, Any]) -> str:
+    """Ordered feeds whose source went quiet: nothing waits, the target holds it all."""
+    return f"idle since {_ts(status['idle_since_us'])} (no change waits)"
 
 
 def _lag(lag_s: float | None) -> str:

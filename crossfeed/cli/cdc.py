@@ -4,6 +4,7 @@ Connect, configured as ``--input debezium`` feeds need it (crossfeed/cdc/connect
 from __future__ import annotations
 
 import json
+import re
 from typing import Optional
 
 import typer
@@ -14,7 +15,9 @@ from crossfeed.cli.common import clean_errors, fail, out_console
 from crossfeed.local.connect import REST_PORT
 from crossfeed.local.postgres import SOURCE_URI
 
-app = typer.Typer(help="Capture a PostgreSQL database with Debezium on Kafka Connect.")
+app = typer.Typer(
+    rich_markup_mode=None, help="Capture a PostgreSQL database with Debezium on Kafka Connect."
+)
 
 DEFAULT_CONNECT = f"http://127.0.0.1:{REST_PORT}"
 ConnectOpt = typer.Option(
@@ -68,13 +71,22 @@ def add(
         connector.register(connect, name, config)
     except ConnectError as err:
         fail(str(err))
+    topics_opts = " ".join(f"--topics '{t}'" for t in feed_topics(prefix, tables))
     out_console.print(
         f"connector {name} registered on {connect}: topics {prefix}.<schema>.<table>, "
         f"transactions in {prefix}.transaction. Feed it with: crossfeed changefeed create "
-        f"NAME --mode ordered --input debezium --topics '{prefix}\\..*' --sink-uri ...",
+        f"NAME --mode ordered --input debezium --source dc-a {topics_opts} --sink-uri ...",
         highlight=False,
         soft_wrap=True,
     )
+
+
+def feed_topics(prefix: str, tables: list[str]) -> list[str]:
+    """The ``--topics`` patterns of a feed of this connector's tables (docs/cdc.md): one
+    per schema of ``--table schema.table``, else schema public's."""
+    schemas = sorted({t.split(".", 1)[0] for t in tables if "." in t}) or ["public"]
+    escaped = re.escape(prefix)
+    return [f"{escaped}\\.{re.escape(schema)}\\..*" for schema in schemas]
 
 
 @app.command("config")

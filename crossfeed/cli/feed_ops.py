@@ -25,7 +25,9 @@ from crossfeed.cli.common import fail
 from crossfeed.client.rest import ApiError, CoordinatorClient
 from crossfeed.core import gaps
 
-capture = typer.Typer(help="Live crossfeed instances (TiCDC calls them captures).")
+capture = typer.Typer(
+    rich_markup_mode=None, help="Live crossfeed instances (TiCDC calls them captures)."
+)
 
 FEED_FIELDS = ("source", "mode", "topics", "exclude", "start")
 """Fields a feed's GET answer and its request body name alike (sink_uri,

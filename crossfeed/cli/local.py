@@ -14,8 +14,9 @@ from crossfeed.local.postgres import SOURCE_PORT
 from crossfeed.local.secure import USER, SecureStack
 
 app = typer.Typer(
+    rich_markup_mode=None,
     help="Run two local Kafka clusters (dc-a, dc-b) and PostgreSQL on loopback; with "
-    "--cdc or --active-active, Debezium on Kafka Connect capturing PostgreSQL too."
+    "--cdc or --active-active, Debezium on Kafka Connect capturing PostgreSQL too.",
 )
 
 

@@ -14,6 +14,7 @@ from crossfeed.cli.common import State, clean_errors, fail
 from crossfeed.extras import require
 
 app = typer.Typer(
+    rich_markup_mode=None,
     help="crossfeed: exactly-once Kafka replication across data centers, consumer "
     "failover and failback, ordered change feeds.",
     no_args_is_help=True,
@@ -121,6 +122,11 @@ def failback(
     reverse_start: str = typer.Option(
         "frontier", "--reverse-start", help="frontier (default) or earliest"
     ),
+    keep_reverse: bool = typer.Option(
+        False,
+        "--keep-reverse",
+        help="keep the reverse feed once failback is complete (default: removed)",
+    ),
     wait: float = typer.Option(
         0.0,
         "--wait",
@@ -140,13 +146,14 @@ def failback(
         reverse_feed=reverse_feed,
         reverse_feed_file=reverse_feed_file,
         reverse_start=reverse_start,
+        keep_reverse=keep_reverse,
         wait_s=wait,
         as_json=as_json,
         server=server,
     )
 
 
-groups = typer.Typer(help="Consumer group offsets across clusters.")
+groups = typer.Typer(rich_markup_mode=None, help="Consumer group offsets across clusters.")
 app.add_typer(groups, name="groups")
 
 
@@ -175,7 +182,7 @@ for _service, _what in (
     ("sorter", "Put change events of ordered feeds into commit order (Spark)."),
     ("coordinator", "Run feeds, assign tasks, translate offsets, serve the REST API."),
 ):
-    _sub = typer.Typer(help=_what)
+    _sub = typer.Typer(rich_markup_mode=None, help=_what)
     app.add_typer(_sub, name=_service)
     if _service == "puller":
         _sub.command("run")(services.puller_run)
@@ -187,7 +194,7 @@ for _service, _what in (
         _sub.command("run")(admin.coordinator_run)
 
 
-workload = typer.Typer(help="Generate test workloads.")
+workload = typer.Typer(rich_markup_mode=None, help="Generate test workloads.")
 app.add_typer(workload, name="workload")
 
 

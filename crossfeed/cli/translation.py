@@ -87,6 +87,7 @@ def failback(
     reverse_feed: str | None,
     reverse_feed_file: str | None,
     reverse_start: str,
+    keep_reverse: bool = False,
     wait_s: float,
     as_json: bool,
     server: str | None,
@@ -98,6 +99,7 @@ def failback(
         "replay_extra": replay_extra,
         "reverse_feed": reverse_feed,
         "reverse_start": reverse_start,
+        "keep_reverse": keep_reverse,
         "wait_s": wait_s,
     }
     report = call(server, "POST", "/v1/failback", body)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -127,16 +128,13 @@ def failover_report(report: Mapping[str, Any]) -> Iterator[RenderableType]:
         f"RPO: {total} record(s)" + ("" if seconds is None else f", {seconds:.1f}s of data"),
         style="red" if total else "green",
     )
-    stale, bound = report["positions_stale"], report["reread_max_records"]
-    yield Text(
-        f"positions: {report['positions_at_last_commit']} group partition(s) at their last "
-        f"commit, {stale} possibly older"
-        + (f"; at most {bound} record(s) may be read again" if bound else "; nothing re-read"),
-        style="yellow" if bound else "green",
+    yield _positions_line(report["groups"], report["source"])
+    yield from _groups(
+        report["groups"], report["moved"], report["active"], report["target"], report["source"]
     )
-    yield from _groups(report["groups"], report["moved"], report["active"])
     for note in report["notes"]:
         yield Text(f"note: {note}", style="dim")
+    yield Text(failover_outcome(report), style="bold")
 
 
 def failback_report(report: Mapping[str, Any]) -> Iterator[RenderableType]:
@@ -169,20 +167,173 @@ def failback_report(report: Mapping[str, Any]) -> Iterator[RenderableType]:
         f"reverse feed {reverse['name']}: {action[reverse['action']]}, {state}"
         + (", start positions written" if reverse["positions_seeded"] else "")
     )
-    yield from _groups(report["groups"], report["moved"], report["active"])
+    where = report["old_primary"]
+    yield from _groups(
+        report["groups"], report["moved"], report["active"], where, report["standby"]
+    )
     for note in report["notes"]:
         yield Text(f"note: {note}", style="dim")
+    yield Text(failback_outcome(report), style="bold")
 
 
 def _groups(
-    groups: list[Mapping[str, Any]], moved: Mapping[str, int], active: list[str]
+    groups: list[Mapping[str, Any]],
+    moved: Mapping[str, int],
+    active: list[str],
+    where: str,
+    source: str,
 ) -> Iterator[RenderableType]:
     for group in groups:
         yield group_table(group)
-        name = group["group"]
-        if name in moved:
-            yield Text(f"group {name}: moved ({moved[name]} partition(s))", style="green")
-        elif name in active:
-            yield Text(f"group {name}: active on the target, left alone", style="yellow")
-        else:
-            yield Text(f"group {name}: already there or nothing exact to move")
+        text, style = group_verdict(group, moved, active, where, source)
+        yield Text(text, style=style)
+
+
+def _stale(group: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The positions of a group that may be older than its last commit."""
+    return [
+        p["position"]
+        for p in group["partitions"]
+        if p.get("position") is not None and not p["position"]["last_commit"]
+    ]
+
+
+def _clock(ms: int) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ms / 1000)) + f".{ms % 1000:03d}"
+
+
+def _reread_clause(group: Mapping[str, Any], source: str) -> str:
+    """What a group may read again, where it applies: only partitions whose last commit
+    is not known to be the last (commits made after the last one seen were lost with the
+    source), and then only if the group did commit after it."""
+    stale = _stale(group)
+    if not stale:
+        return (
+            "resumes at its last commit"
+            if any(p.get("position") for p in group["partitions"])
+            else ""
+        )
+    bounds = [p["reread_max"] for p in stale]
+    bound = "?" if any(b < 0 for b in bounds) else str(sum(bounds))
+    until = min(p["known_until_ms"] for p in stale)
+    if bound == "0":
+        return "resumes at its last known commit, with nothing after it to read again"
+    return (
+        f"its commits are known until {_clock(until)}: if it committed after that on "
+        f"{source}, it reads at most {bound} record(s) again"
+    )
+
+
+def group_verdict(
+    group: Mapping[str, Any],
+    moved: Mapping[str, int],
+    active: list[str],
+    where: str,
+    source: str | None = None,
+) -> tuple[str, str]:
+    """One line per group saying what happened to it, consistent with its rows: moved,
+    already at the offsets its rows give, left alone (members, filters), or not moved
+    because some rows are not exact. (text, style)"""
+    name, rows = group["group"], group["partitions"]
+    inexact = sum(1 for r in rows if not r["exact"])
+    if name in active:
+        return f"group {name}: members active on {where}: left alone", "yellow"
+    if not group["translated"]:
+        return f"group {name}: excluded by the feed's translate.* filters: not moved", "dim"
+    if not rows:
+        return f"group {name}: no committed offsets on the feed's topics: nothing to move", ""
+    if name in moved:
+        text = f"group {name}: moved to {where}, {moved[name]} partition(s) at the offsets above"
+        style = "green"
+    elif inexact:
+        text = (
+            f"group {name}: not moved: {inexact} partition(s) without an exact offset on "
+            f"{where} (EXACT above)"
+        )
+        return text, "yellow"
+    else:
+        text = f"group {name}: already at the offsets above on {where} (moved as it committed)"
+        style = "green"
+    clause = _reread_clause(group, source or "the source")
+    return (f"{text}; {clause}" if clause else text), style
+
+
+def _positions_line(groups: list[Mapping[str, Any]], source: str) -> Text:
+    """The failover's re-read summary: a bound only for the positions it applies to."""
+    positions = [p["position"] for g in groups for p in g["partitions"] if p.get("position")]
+    at_last = sum(1 for p in positions if p["last_commit"])
+    stale = [p for g in groups for p in _stale(g)]
+    if not stale:
+        return Text(
+            f"positions: {at_last} group partition(s), each at its last commit: nothing is "
+            "read again",
+            style="green",
+        )
+    bounds = [p["reread_max"] for p in stale]
+    bound = "?" if any(b < 0 for b in bounds) else str(sum(bounds))
+    return Text(
+        f"positions: {at_last} group partition(s) at their last commit; {len(stale)} at the "
+        f"last commit seen before {source} was lost (a group that committed after it reads "
+        f"again at most {bound} record(s) in all: per group below)",
+        style="yellow",
+    )
+
+
+def _names(groups: list[str]) -> str:
+    return ", ".join(groups) if groups else "none"
+
+
+def _arrived(report: Mapping[str, Any]) -> list[str]:
+    """Groups now on the other side: moved by this call, or already at their offsets
+    there (every partition exact, as their verdicts say)."""
+    moved, active = report["moved"], report["active"]
+    here = [
+        g["group"]
+        for g in report["groups"]
+        if g["group"] not in moved
+        and g["group"] not in active
+        and g["translated"]
+        and g["partitions"]
+        and all(r["exact"] for r in g["partitions"])
+    ]
+    return sorted({*moved, *here})
+
+
+def failover_outcome(report: Mapping[str, Any]) -> str:
+    """The last line: what was moved where, and what to do next."""
+    target, active = report["target"], report["active"]
+    on_target = _arrived(report)
+    line = (
+        f"failover of {report['feed']} done: {report['source']} -> {target} stopped; "
+        f"group(s) {_names(on_target)} resume on {target}"
+    )
+    if active:
+        line += f"; {_names(sorted(active))} left alone (members on {target})"
+    return line + f": start their consumers against {target}"
+
+
+def failback_outcome(report: Mapping[str, Any]) -> str:
+    """The last line: what was moved back where, the feeds' states, what to start."""
+    primary, standby, feed = report["old_primary"], report["standby"], report["feed"]
+    reverse = report["reverse"]
+    moved = _arrived(report)
+    if report.get("complete"):
+        line = (
+            f"failback of {feed} done: group(s) {_names(moved)} back on {primary}; "
+            f"{feed} replicates {primary} -> {standby} again ({report['forward_state']})"
+        )
+        if reverse.get("removed"):
+            return line + f"; reverse feed {reverse['name']} removed, its copy done"
+        return line + f"; reverse feed {reverse['name']} keeps copying {standby} -> {primary}"
+    todo = []
+    if reverse["action"] == "start-it" or reverse.get("unassigned_tasks"):
+        todo.append(f"crossfeed puller run --feed {reverse['name']}")
+    todo.append(f"crossfeed failback --feed {feed}")
+    waiting = [*report.get("waiting", []), *report["active"]]
+    return (
+        f"failback of {feed} not finished: group(s) {_names(moved)} back on {primary}, "
+        f"{_names(sorted(set(waiting)))} still on {standby}"
+        + ("" if reverse["caught_up"] else f", reverse feed {reverse['name']} catching up")
+        + f"; {feed} stays failed_over; next: "
+        + " then ".join(f"'{t}'" for t in todo)
+    )

@@ -35,6 +35,20 @@ first change to a topic the producer writes a watermark to every partition of it
 last resolved ts), so the puller knows from the start that the partitions follow
 watermarks, not record timestamps (docs/ordered-feeds.md §2).
 
+**A producer that stops leaves nothing pending.** :meth:`ChangeProducer.close` (the end of
+``with ChangeProducer(...)``, or the interpreter's clean exit for a producer still open)
+of a producer that writes watermarks ends with a last round of them, marked
+``crossfeed-watermark: final``: every partition of every topic it wrote or watched is
+resolved up to its newest commit_ts (or the clock, as for a round), so the sorter
+releases the last transactions at once instead of waiting for a watermark that will never
+come; from then on the puller moves those partitions with its clock (as for partitions
+without watermarks), so a topic whose producer is gone holds no other topic of the feed
+back. A partition's watermarks speak for one producer:
+producers that follow each other on a topic (a batch job run every night) are fine, each
+one's changes above the last one's final watermark (the clock moves on between them);
+producers writing one topic at the same time are not — give each its own topic (a feed
+reads several) (docs/ordered-feeds.md §1).
+
 With a transactional config (``transactional.id``) every :meth:`ChangeProducer.transaction`
 is also a Kafka transaction, so a source transaction is never half visible on the source
 either; without one (idempotent only: per-partition order, no duplicates) transactions
@@ -44,11 +58,14 @@ are much cheaper and the feed still applies them whole (the sorter waits for all
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
+import sys
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -60,6 +77,7 @@ from crossfeed.wire import headers, records
 from crossfeed.wire.changes import ChangeEvent, check_txn_id, encode_change, txn_header
 
 Header = tuple[str, bytes | None]
+FINAL_HEADER: Header = (headers.WATERMARK, headers.WATERMARK_FINAL.encode())
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +160,10 @@ def stamp_transaction(changes: Sequence[Change], txn: str, ts_us: int) -> list[O
     return list(iter_stamped(changes, txn, ts_us))
 
 
+def _now_us() -> int:
+    return int(time.time() * 1_000_000)
+
+
 class ChangeProducer:
     """Produces changes with commit timestamps and writes resolved watermarks."""
 
@@ -179,6 +201,8 @@ class ChangeProducer:
         self._ticker: threading.Thread | None = None
         self._stop = threading.Event()
         self.ticker_error: BaseException | None = None
+        self._closed = False
+        _OPEN.add(self)
 
     # -- timestamps ----------------------------------------------------------------------
 
@@ -204,7 +228,7 @@ class ChangeProducer:
             self._explicit_ts = True
             ts = requested
         else:
-            ts = max(int(time.time() * 1_000_000), self._last_ts_us + 1, self._resolved_us + 1)
+            ts = max(_now_us(), self._last_ts_us + 1, self._resolved_us + 1)
         self._last_ts_us = max(self._last_ts_us, ts)
         return ts
 
@@ -239,13 +263,21 @@ class ChangeProducer:
             raise ValueError("a transaction needs at least one change")
         txn = check_txn_id(txn_id) if txn_id is not None else uuid.uuid4().hex
         announce = self.resolved_interval_s is not None
-        with self._lock:
+        with self._lock, self._kafka_transaction():
+            if announce:  # a new topic's first watermarks, delivered before its first change
+                topics = dict.fromkeys(change.topic for change in changes)
+                new = [topic for topic in topics if topic not in self._announced]
+                for topic in new:
+                    self._marks(topic, self._resolved_us)
+                if new:
+                    clients.flush(self._producer, 30)
+            # ... and the commit_ts taken after them: a slow metadata answer or a producer
+            # id still being fetched (seconds on a loaded broker) must not age the change,
+            # or a puller that follows the clock for the still-empty new partitions
+            # (lateness.ms) would find it late.
             ts = self._next_ts(commit_ts_us)
-            with self._kafka_transaction():
-                for record in iter_stamped(changes, txn, ts):
-                    if announce and record.topic not in self._announced:
-                        self._marks(record.topic, self._resolved_us)  # before its first change
-                    self._write(record)
+            for record in iter_stamped(changes, txn, ts):
+                self._write(record)
         return txn, ts
 
     # -- watermarks ----------------------------------------------------------------------
@@ -255,12 +287,16 @@ class ChangeProducer:
         with self._lock:
             self._watched.update(topics)
 
-    def resolved(self, topics: Iterable[str] | None = None, ts_us: int | None = None) -> int:
+    def resolved(
+        self, topics: Iterable[str] | None = None, ts_us: int | None = None, *, final: bool = False
+    ) -> int:
         """Write a watermark to every partition of ``topics`` (default: every topic this
         producer wrote or watches); returns the resolved ts (µs), by default the newest
         commit_ts.
 
-        After it, this producer refuses changes with a commit_ts at or below it.
+        After it, this producer refuses changes with a commit_ts at or below it. ``final``:
+        the producer is done with these topics (``crossfeed-watermark: final``; see
+        :meth:`final_marks`).
         """
         with self._lock:
             ts = self._last_ts_us if ts_us is None else ts_us
@@ -273,7 +309,7 @@ class ChangeProducer:
                     f"resolved ts {ts_us} is below commit_ts {self._last_ts_us} already written"
                 )
             names = sorted(set(topics) if topics is not None else self._written | self._watched)
-            self._write_marks(names, ts)
+            self._write_marks(names, ts, final)
             self._resolved_us = ts
             return ts
 
@@ -289,7 +325,7 @@ class ChangeProducer:
             self._last_tick = now
             ts = self._last_ts_us
             if not self._explicit_ts:
-                ts = max(ts, int(time.time() * 1_000_000))
+                ts = max(ts, _now_us())
             names = self._written | self._watched
             if not names or (ts <= self._resolved_us and names <= self._announced):
                 return None
@@ -316,23 +352,27 @@ class ChangeProducer:
                 self.ticker_error = err
                 return
 
-    def _write_marks(self, names: Sequence[str], ts: int) -> None:
+    def _write_marks(self, names: Sequence[str], ts: int, final: bool = False) -> None:
         """One watermark at ``ts`` per partition of each topic in ``names`` (lock held)."""
         if not names:
             return
         with self._kafka_transaction():
             for topic in names:
-                self._marks(topic, ts)
+                self._marks(topic, ts, final)
 
-    def _marks(self, topic: str, ts: int) -> None:
+    def _marks(self, topic: str, ts: int, final: bool = False) -> None:
         """One watermark at ``ts`` per partition of ``topic`` (lock held, in a Kafka
-        transaction if the producer is transactional)."""
+        transaction if the producer is transactional); ``final`` ones say the producer
+        closed."""
         meta = self._producer.list_topics(topic, timeout=10).topics[topic]
         if getattr(meta, "error", None) is not None:
             raise ProduceError(f"topic {topic}: {meta.error}")
         for partition in sorted(meta.partitions):
             value = watermark_value(topic, partition, ts)
-            self._write(Outgoing(topic, partition, None, value, records.resolved_mark_headers(ts)))
+            hdrs: list[Header] = records.resolved_mark_headers(ts)
+            if final:
+                hdrs.append(FINAL_HEADER)
+            self._write(Outgoing(topic, partition, None, value, hdrs))
         self._announced.add(topic)
 
     @contextlib.contextmanager
@@ -384,12 +424,36 @@ class ChangeProducer:
             )
         return left
 
+    def final_marks(self) -> int | None:
+        """The last round of watermarks a producer that stops writes (module doc): every
+        partition of every topic it wrote or watched, resolved up to its newest commit_ts
+        (or the clock, unless a caller handed out commit_ts itself), each marked
+        ``crossfeed-watermark: final`` so that the puller follows the clock from then on
+        (an idle partition then holds no other partition back). Only for a producer
+        that writes watermarks (an interval, or :meth:`resolved` called): one that never
+        did leaves its partitions to the puller's record timestamps. Returns the resolved
+        ts written, None if there was nothing to write."""
+        with self._lock:
+            if self.resolved_interval_s is None and not self._announced:
+                return None
+            names = self._written | self._watched
+            ts = self._last_ts_us if self._explicit_ts else max(self._last_ts_us, _now_us())
+            if not names:
+                return None
+            return self.resolved(names, max(ts, self._resolved_us), final=True)
+
     def close(self) -> None:
-        """Stop the ticker and wait for delivery (raises what the ticker met)."""
+        """Stop the ticker, write the final watermarks (:meth:`final_marks`) and wait for
+        delivery (raises what the ticker met). Closing twice does nothing more."""
         self._stop.set()
         if self._ticker is not None:
             self._ticker.join()
             self._ticker = None
+        if not self._closed:
+            self._closed = True
+            _OPEN.discard(self)
+            if self.ticker_error is None:
+                self.final_marks()
         self.flush()
         if self.ticker_error is not None:
             raise ProduceError(f"watermark ticker failed: {self.ticker_error}")
@@ -399,3 +463,16 @@ class ChangeProducer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_OPEN: weakref.WeakSet[ChangeProducer] = weakref.WeakSet()
+"""Producers not closed yet: a clean interpreter exit closes them (module doc)."""
+
+
+@atexit.register
+def _close_open_producers() -> None:
+    for producer in list(_OPEN):
+        try:
+            producer.close()
+        except Exception as err:  # exiting: say it, never raise from atexit
+            print(f"crossfeed: closing a ChangeProducer at exit failed: {err}", file=sys.stderr)

@@ -232,7 +232,10 @@ def demo_processes(prefix: str, say: Callable[[str], None]) -> Iterator[Processe
         say("interrupted: stopping everything")
         raise
     finally:
-        procs.stop_all()
+        try:
+            procs.remove_feeds(say)
+        finally:
+            procs.stop_all()
         say(f"logs of the demo's services: {workdir}")
 
 
@@ -253,6 +256,7 @@ def start_ordered_feed(procs: Processes, spec: dict[str, Any], pullers: int) -> 
     api = start_coordinator(procs)
     api.create_feed(spec)
     feed = str(spec["name"])
+    procs.created(api, feed)
     for n in range(1, pullers + 1):
         procs.start(f"puller-{n}", "puller", "run", "--feed", feed)
     procs.start("sorter", "sorter", "run", "--feed", feed)

@@ -93,6 +93,31 @@ class Processes:
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.feeds: list[tuple[CoordinatorClient, str]] = []  # removed on the way out
+
+    def created(self, api: CoordinatorClient, feed: str) -> None:
+        """``feed`` was created through ``api``: :meth:`remove_feeds` removes it."""
+        self.feeds.append((api, feed))
+
+    def remove_feeds(self, say: Callable[[str], None], timeout_s: float = 60.0) -> None:
+        """Remove the feeds the demo created (while its coordinator runs), so that
+        ``crossfeed status`` shows none of them afterwards; the data they wrote stays."""
+        for api, feed in self.feeds:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    api.remove_feed(feed)
+                    say(f"removed feed {feed} (the data it wrote stays)")
+                    break
+                except Exception as err:  # a coordinator still electing itself: retry
+                    if time.monotonic() > deadline:
+                        say(
+                            f"could not remove feed {feed} ({err}): crossfeed changefeed "
+                            f"remove {feed}"
+                        )
+                        break
+                    time.sleep(1)
+        self.feeds.clear()
 
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
@@ -206,7 +231,10 @@ class Demo:
             self.say("interrupted: stopping everything")
             raise
         finally:
-            procs.stop_all()
+            try:  # the feed's state lives on the control cluster, dc-b: dc-a may be down
+                procs.remove_feeds(self.say)
+            finally:
+                procs.stop_all()
             if stack.node("dc-a").pid() is None:
                 self.say("bringing dc-a back (same cluster id, data kept) ...")
                 stack.start("dc-a")
@@ -227,6 +255,7 @@ class Demo:
                 "mode": "mirror",
             }
         )
+        procs.created(api, self.names.feed)
         self.say(f"created mirror feed {self.names.feed}: dc-a/{self.names.topic} -> dc-b")
         for n in (1, 2):
             procs.start(f"puller-{n}", "puller", "run", "--feed", self.names.feed)

@@ -41,7 +41,14 @@ RESOLVED_FROM: Final = "crossfeed-resolved-from"
 """On a puller's resolved mark of an ordered feed: ``watermarks`` when the partition's
 resolved_ts follows the change producer's watermarks (a new task owner keeps doing so)."""
 
+WATERMARK: Final = "crossfeed-watermark"
+"""On a change producer's watermark: ``final`` when the producer closed. The partition has
+no producer from then on: the puller follows the clock again (resolved_ts = now −
+``lateness.ms`` once caught up, never below the final watermark) until a producer's
+watermark leads it again (docs/ordered-feeds.md §1)."""
+
 TYPE_RESOLVED: Final = "resolved"
+WATERMARK_FINAL: Final = "final"
 RESOLVED_FROM_WATERMARKS: Final = "watermarks"
 TYPE_BEGIN: Final = "begin"
 TYPE_COMMIT: Final = "commit"

@@ -75,6 +75,13 @@ class SkewedChangeProducer(ChangeProducer):
                 self._produce(record)
             return len(self.line)
 
+    def close(self) -> None:
+        """The held records first (as they fall due), then the final watermarks straight
+        out: held back, a skewed partition's would never be written."""
+        self.drain()
+        self.holding = False
+        super().close()
+
     def drain(self, stop: Callable[[], bool] = lambda: False) -> None:
         """Wait until every held record has been written (as each falls due); no more
         watermarks meanwhile (a skewed partition's would be held again, for ever)."""

@@ -62,7 +62,13 @@ LOST_SYNC_TIMEOUT_S = 0.5
 """How long a REST read waits for the state topic once it is known not to answer."""
 CONTROL_LOST_S = 3.0
 """The control cluster away this long: every running feed is shown in error."""
-PAST = {"pause": "paused", "resume": "resumed", "remove": "removed", "fail_over": "failed over"}
+PAST = {
+    "pause": "paused",
+    "resume": "resumed",
+    "remove": "removed",
+    "fail_over": "failed over",
+    "fail_back": "failed back",
+}
 PutResult = str
 """What ``put`` did: ``created``, ``updated`` or ``unchanged``."""
 
@@ -99,7 +105,10 @@ class Coordinator:
                     settings,
                     find_feed=self.find_feed,
                     mark_failed_over=self.mark_failed_over,
+                    mark_failed_back=lambda name: self.act(name, "fail_back"),
+                    remove_feed=lambda name: self.act(name, "remove"),
                     create_feed=self.create,
+                    unassigned_tasks=self.unassigned_tasks,
                     translator=self.translators.translator,
                     take_translator=self.translators.take,
                     leader_only=leader_only(self),
@@ -199,7 +208,7 @@ class Coordinator:
                 self.translators.sync(self._translated_feeds())
             else:
                 self.translators.sync([])
-            metrics.publish(self.store.snapshot(), self.members.ages_ms(now), now)
+            metrics.publish(self.store.snapshot(), self.members.ages_ms(now), now, members)
 
     def _lead(self, now: int, members: MembersView) -> None:
         view = self.store.snapshot()
@@ -432,6 +441,15 @@ class Coordinator:
         view = self.store.snapshot()
         stored = view.feeds.get(name)
         return stored.spec if stored and view.state(name) != "removed" else None
+
+    def unassigned_tasks(self, name: str) -> int:
+        """Tasks of a stored feed that no puller holds in the latest assignment."""
+        view = self.store.snapshot()
+        stored = view.feeds.get(name)
+        if stored is None:
+            return 0
+        owned = {s for a in view.assignments.get(name, {}).values() for s in a.tasks}
+        return max(stored.spec.config.staging_partitions - len(owned), 0)
 
     def mark_failed_over(self, name: str) -> None:
         """Set a feed failed_over: its tasks stop (leader only, like ``act``)."""

@@ -26,6 +26,7 @@ CODES: Final[dict[str, str]] = {
     "not_found": "no such path",
     "method_not_allowed": "the path exists, the method does not",
     "feed_exists": "POST of a feed whose name is taken",
+    "target_taken": "another live feed writes the same target (target.shared=true allows it)",
     "invalid_state": "the feed's state does not allow the action",
     "immutable_field": "an update changes a field that is fixed once the feed exists",
     "body_too_large": "the request body is over the limit",
@@ -76,7 +77,7 @@ def responses(*status_codes: int) -> dict[int | str, dict[str, Any]]:
         "name_mismatch, pair_refused)",
         401: "token_required or token_rejected",
         404: "feed_not_found, task_not_found, pair_not_found",
-        409: "feed_exists, invalid_state or immutable_field",
+        409: "feed_exists, target_taken, invalid_state or immutable_field",
         413: "body_too_large",
         503: "no_leader, leader_moved or unavailable: retry",
     }

@@ -21,11 +21,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from crossfeed.config import ConfigError, Settings
-from crossfeed.feeds import FeedOptions, FeedSpec
+from crossfeed.feeds import FeedOptions, FeedSpec, describe_target, target_of
 from crossfeed.services.coordinator import errors
 from crossfeed.services.coordinator.fold import StateView
 
-Action = Literal["pause", "resume", "remove", "fail_over"]
+Action = Literal["pause", "resume", "remove", "fail_over", "fail_back"]
 
 TRANSITIONS: dict[str, dict[str, str]] = {
     "pause": {"normal": "paused", "error": "paused", "failed": "paused", "paused": "paused"},
@@ -36,6 +36,8 @@ TRANSITIONS: dict[str, dict[str, str]] = {
     "fail_over": {
         state: "failed_over" for state in ("normal", "error", "failed", "paused", "failed_over")
     },
+    # A completed failback: the forward feed replicates from the old primary again.
+    "fail_back": {"failed_over": "normal", "normal": "normal"},
 }
 
 
@@ -104,6 +106,18 @@ Reachable = Callable[[str], str | None]
 """Cluster alias -> None if it answers, else why not."""
 
 
+def sharing_target(spec: FeedSpec, view: StateView) -> str | None:
+    """The first live feed (by name) writing what ``spec`` would (crossfeed.feeds.target_of),
+    unless ``spec`` says it may share (``target.shared``)."""
+    if spec.config.target_shared:
+        return None
+    key = target_of(spec)
+    for name, stored in sorted(view.feeds.items()):
+        if name != spec.name and view.state(name) != "removed" and target_of(stored.spec) == key:
+            return name
+    return None
+
+
 def check_new_feed(spec: FeedSpec, view: StateView, settings: Settings, probe: Reachable) -> None:
     """Refuse a feed whose name is taken or whose clusters are unknown or unreachable."""
     state = view.state(spec.name)
@@ -114,6 +128,16 @@ def check_new_feed(spec: FeedSpec, view: StateView, settings: Settings, probe: R
             f"pick another name, remove it first ('crossfeed changefeed remove {spec.name}') "
             f"or change it with 'crossfeed changefeed update {spec.name}'",
             "feed_exists",
+        )
+    other = sharing_target(spec, view)
+    if other is not None:
+        raise LifecycleError(
+            409,
+            f"changefeed {other!r} already writes {describe_target(spec)}: two feeds "
+            f"writing the same tables or topics overwrite each other's rows and positions; "
+            f"give {spec.name!r} another target, remove {other!r} first, or pass "
+            f"--shared-target (option target.shared=true) if both are meant to write it",
+            "target_taken",
         )
     aliases = [("source", spec.source)]
     if spec.sink.scheme == "kafka" and spec.sink.cluster:

@@ -46,6 +46,7 @@ class Member:
     syncpoint_ts_us: int = 0  # database sinks: the newest syncpoint's consistency_ts
     syncpoint_at_ms: int = 0  # and its commit time in the target
     notices: tuple[str, ...] = ()  # pullers: gaps not acknowledged (not errors)
+    idle_since_us: int = 0  # sorters: the source went quiet, nothing waits (its resolved_ts)
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Member:
@@ -67,6 +68,7 @@ class Member:
             syncpoint_ts_us=record.get("syncpoint_ts_us", 0),
             syncpoint_at_ms=record.get("syncpoint_at_ms", 0),
             notices=tuple(record.get("notices", ())),
+            idle_since_us=record.get("idle_since_us", 0),
         )
 
 

@@ -10,7 +10,9 @@ from collections.abc import Mapping
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from crossfeed.services.coordinator import views
 from crossfeed.services.coordinator.fold import StateView
+from crossfeed.services.coordinator.members import MembersView
 
 ROLE = Gauge("crossfeed_coordinator_role", "HA role of this coordinator: 1 leader, 0 standby")
 LEASE_EPOCH = Gauge(
@@ -91,8 +93,15 @@ _seen_tasks: set[tuple[str, ...]] = set()
 _seen_feeds: set[tuple[str, ...]] = set()
 
 
-def publish(view: StateView, ages_ms: Mapping[str, tuple[str, int]], now_ms: int) -> None:
-    """Set every gauge from one snapshot; series of vanished instances and feeds go away."""
+def publish(
+    view: StateView,
+    ages_ms: Mapping[str, tuple[str, int]],
+    now_ms: int,
+    members: MembersView | None = None,
+) -> None:
+    """Set every gauge from one snapshot; series of vanished instances and feeds go away.
+    The consistency lag of an ordered feed whose source is idle (views.idle_since) is 0:
+    lag means changes waiting."""
     keep: set[tuple[str, ...]] = set()
     for instance, (role, age) in ages_ms.items():
         HEARTBEAT_AGE.labels(instance, role).set(age / 1000)
@@ -122,7 +131,10 @@ def publish(view: StateView, ages_ms: Mapping[str, tuple[str, int]], now_ms: int
         CHECKPOINT_TS.labels(name).set(status.checkpoint_ts_us / 1e6)
         CONSISTENCY_TS.labels(name).set(status.consistency_ts_us / 1e6)
         if status.consistency_ts_us:
-            CONSISTENCY_LAG.labels(name).set(max(now_ms / 1000 - status.consistency_ts_us / 1e6, 0))
+            sorters = members.of_role("sorter", name).values() if members else ()
+            idle = views.idle_since(sorters, status.checkpoint_ts_us)
+            lag = 0.0 if idle else now_ms / 1000 - status.consistency_ts_us / 1e6
+            CONSISTENCY_LAG.labels(name).set(max(lag, 0))
         feeds.add((name,))
     for gauge in (GENERATION, RESOLVED_TS, CHECKPOINT_TS, CONSISTENCY_TS, CONSISTENCY_LAG):
         _clear_stale(gauge, feeds, set(_seen_feeds))

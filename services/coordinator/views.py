@@ -63,7 +63,15 @@ class FeedStatusInfo(BaseModel):
     resolved_ts_us: int = Field(description="global resolved_ts, µs; 0 if unknown")
     checkpoint_ts_us: int = Field(description="checkpoint_ts, µs; 0 if unknown")
     consistency_ts_us: int = Field(description="consistency_ts (safe point), µs; never goes back")
-    lag_s: float | None = Field(description="now - consistency_ts, seconds; null if unknown")
+    lag_s: float | None = Field(
+        description="now - consistency_ts, seconds (0 while the source is idle: no change "
+        "waits); null if unknown"
+    )
+    idle_since_us: int = Field(
+        0,
+        description="ordered feeds: the source has sent nothing new and nothing waits; its "
+        "last resolved point then (source time, µs), which the target holds; 0 otherwise",
+    )
     updated_at_ms: int
     syncpoint_ts_us: int = Field(
         0, description="database sinks: consistency_ts of the newest syncpoint row, µs; 0 if none"
@@ -160,6 +168,9 @@ def feed_status(
         default=(0, 0),
     )
     sorters = members.of_role("sorter", name)
+    checkpoint = status.checkpoint_ts_us if status else 0
+    idle = idle_since(sorters.values(), checkpoint)
+    lag = round(max(now_ms / 1000 - consistency / 1e6, 0.0), 3) if consistency else None
     return FeedStatusInfo(
         name=name,
         state=status.state if status else "normal",
@@ -175,9 +186,10 @@ def feed_status(
         sorters=sorted(sorters),
         held_back_by=held_back(sorters.values()),
         resolved_ts_us=status.resolved_ts_us if status else 0,
-        checkpoint_ts_us=status.checkpoint_ts_us if status else 0,
+        checkpoint_ts_us=checkpoint,
         consistency_ts_us=consistency,
-        lag_s=round(max(now_ms / 1000 - consistency / 1e6, 0.0), 3) if consistency else None,
+        lag_s=0.0 if idle else lag,
+        idle_since_us=idle,
         updated_at_ms=status.updated_at_ms if status else 0,
         syncpoint_ts_us=syncpoint[0],
         syncpoint_at_ms=syncpoint[1],
@@ -189,6 +201,17 @@ def feed_status(
             for notice in member.notices
         ),
     )
+
+
+def idle_since(sorters: Iterable[Member], checkpoint_ts_us: int) -> int:
+    """Ordered feeds: the source's last resolved point when every live sorter says the
+    source went quiet with nothing waiting (services/sorter/rules.py, IdleWatch) and the
+    sinks have applied everything up to it; 0 otherwise (changes wait: lag is real)."""
+    points = [m.idle_since_us for m in sorters]
+    if not points or not all(points):
+        return 0
+    point = max(points)
+    return point if checkpoint_ts_us >= point else 0
 
 
 def held_back(sorters: Iterable[Member]) -> list[HeldBack]:

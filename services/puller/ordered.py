@@ -6,6 +6,9 @@ Producer watermarks (``crossfeed-type: resolved`` records on the source) are con
 never copied: once a partition has shown one, only its watermarks advance its resolved_ts
 (``crossfeed-resolved-from: watermarks`` on its marks carries that over to a new task
 owner); without them, the newest commit_ts (or now, when caught up) minus ``lateness.ms``.
+A producer's *final* watermark (``crossfeed-watermark: final``: it closed) hands the
+partition back to that clock, never below the final watermark, until another producer's
+watermark leads it again: a topic whose producer is gone holds the feed back no more.
 The marks carry ``crossfeed-commit-ts: <resolved_ts>``, and resolved_ts never goes
 backwards (a new owner starts from the newest mark's). A data record at or below the
 partition's resolved_ts — emitted, or promised by a watermark already read — would break
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 
 RESOLVED = headers.TYPE_RESOLVED.encode()
 FROM_WATERMARKS = (headers.RESOLVED_FROM, headers.RESOLVED_FROM_WATERMARKS.encode())
+FINAL = headers.WATERMARK_FINAL.encode()
 # Bytes a record costs in a batch of its own beyond key, value and header bytes (v2 batch
 # header 61 + record framing), and per header (varints): what the size check adds.
 RECORD_OVERHEAD = 128
@@ -99,12 +103,20 @@ def next_resolved(
 ) -> int:
     """An ordered feed's resolved_ts of a source partition at the end of a transaction:
     the producer's watermark when the partition follows them, else the newest commit_ts
-    (or now, when caught up) minus the lateness; never below ``previous`` or 0."""
+    (or now, when caught up) minus the lateness, and not below a final watermark read
+    (``watermark_us`` of a partition whose producer closed); never below ``previous`` or
+    0."""
     if watermarked:
         candidate = watermark_us
     else:
         candidate = (now_us if caught_up else newest_commit_ts_us) - lateness_us
+        candidate = max(candidate, watermark_us)
     return max(candidate, previous, 0)
+
+
+def is_final(hdrs: list[Any]) -> bool:
+    """A producer watermark saying its producer closed (``crossfeed-watermark: final``)."""
+    return any(name == headers.WATERMARK and value == FINAL for name, value in hdrs)
 
 
 def watermark_ts(hdrs: list[Any], value: bytes | None) -> int:
@@ -153,7 +165,7 @@ def add(ctx: FeedContext, state: PartitionState, msg: Message, offset: int) -> R
             ts = watermark_ts(hdrs, msg.value())
         except ValueError as err:
             return "BadWatermark", str(err)
-        state.watermarked = True
+        state.watermarked = not is_final(hdrs)  # final: the clock leads it from here
         state.watermark_us = max(state.watermark_us, ts)
         return None
     if ctx.filtering:

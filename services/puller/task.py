@@ -163,8 +163,9 @@ class PartitionState:
     def floor_us(self) -> int:
         """Ordered feeds: a change at or below this commit_ts is late (its partition's
         resolved_ts, emitted or promised by a watermark already read)."""
-        floor = max(self.resolved_ts_us, self.pending_resolved_us)
-        return max(floor, self.watermark_us) if self.watermarked else floor
+        # watermark_us: the newest watermark read (0 until one is, and for a new owner of
+        # a partition that follows the clock): a final one binds too.
+        return max(self.resolved_ts_us, self.pending_resolved_us, self.watermark_us)
 
     def is_loop(self, hdrs: list[Any], target_cluster_id: str) -> bool:
         """True (and counted) when the target cluster is already in the hop list."""

@@ -183,12 +183,17 @@ class PullerWorker:
         self.heartbeats = HeartbeatSender(
             self.control_conf, self.instance_id, "puller", self._heartbeat
         ).start()
+        # What this puller writes: the target topics, or an ordered feed's staging topic
+        # (on the control cluster for a feed into a database, which has no target cluster).
+        writes = self.target_alias
+        if self.feed.mode == "ordered":
+            writes = f"{topics.changes(self.feed.name)} on {self.target_alias}"
         log.info(
             "puller %s started for feed %s (%s -> %s)",
             self.instance_id,
             self.feed.name,
             self.feed.source,
-            self.feed.sink.cluster,
+            writes,
         )
 
     def _staging_limit(self, admin: Any, default: int) -> int:
@@ -842,7 +847,7 @@ class PullerWorker:
             and time.monotonic() - task.pending_since >= STUCK_COMMIT_S
         ]
         target = (
-            f"target cluster {self.feed.sink.cluster} ({self.target_conf.get('bootstrap.servers')})"
+            f"target cluster {self.target_alias} ({self.target_conf.get('bootstrap.servers')})"
             f" not answering: commit of task(s) {stuck} under way for {STUCK_COMMIT_S:.0f}s+"
             if stuck
             else None

@@ -260,4 +260,22 @@ def build_session(conf: dict[str, str], local: bool) -> SparkSession:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    quiet_trigger_warnings(spark)
     return spark
+
+
+TRIGGER_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor"
+"""Spark's logger of "Current batch is falling behind. The trigger interval is ..."."""
+
+
+def quiet_trigger_warnings(spark: SparkSession) -> None:
+    """Spark warns whenever a micro-batch takes longer than its trigger interval, which at
+    the sorter's 100 ms is nearly every batch with work in it: its logger keeps errors
+    only, and the worker warns itself when a batch really falls behind
+    (``rules.falls_behind``)."""
+    try:
+        jvm: Any = spark.sparkContext._jvm
+        log4j = jvm.org.apache.logging.log4j
+        log4j.core.config.Configurator.setLevel(TRIGGER_LOGGER, log4j.Level.ERROR)
+    except Exception as err:  # another logging backend: Spark's warnings stay
+        logging.getLogger(__name__).debug("Spark's trigger warnings stay: %s", err)

@@ -94,6 +94,48 @@ def holding_back(resolved: Mapping[str, int], expected: Iterable[str]) -> list[s
     return sorted(k for k in keys if resolved[k] == low)
 
 
+BEHIND_INTERVALS: Final = 10
+"""A micro-batch longer than this many trigger intervals (and than a second) falls behind."""
+
+
+def falls_behind(seconds: float, trigger_interval_ms: int) -> bool:
+    """A micro-batch that really falls behind its trigger: longer than BEHIND_INTERVALS
+    intervals and than a second. (Spark's own warning fires for any batch longer than one
+    interval: at 100 ms, nearly every batch with work in it.)"""
+    return seconds > max(BEHIND_INTERVALS * trigger_interval_ms / 1000, 1.0)
+
+
+@dataclass
+class IdleWatch:
+    """Whether the feed's source has gone quiet with nothing waiting (lag means changes
+    waiting, not time since the last one): ``note`` after each batch, ``idle_since`` for
+    the heartbeat.
+
+    Quiet: no change read for ``after_s`` and nothing pending. ``since_us`` is then R as it
+    stood when the last changes were all released — every change read is at or below it —
+    so once a sink's checkpoint_ts reaches it the target holds everything the source sent.
+    """
+
+    after_s: float
+    last_change_s: float
+    since_us: int | None = None
+
+    def note(self, changes: int, pending: int, resolved_ts: int, now_s: float) -> None:
+        if changes:
+            self.last_change_s = now_s
+            self.since_us = None
+        if pending:
+            self.since_us = None
+        elif self.since_us is None and resolved_ts >= 0:
+            self.since_us = resolved_ts
+
+    def idle_since(self, now_s: float) -> int:
+        """``since_us`` once quiet for ``after_s``, else 0 (changes wait, or arrived lately)."""
+        if self.since_us is None or now_s - self.last_change_s < self.after_s:
+            return 0
+        return self.since_us
+
+
 @dataclass(frozen=True)
 class Laggard:
     partition: str  # "topic/partition"

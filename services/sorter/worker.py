@@ -84,6 +84,8 @@ class SorterWorker:
         self._lock = threading.Lock()
         self.partitions = PartitionsSource()
         self._labels = (feed.name,)
+        self.idle = rules.IdleWatch(self.opts.laggard_after_s, self.started_s)
+        self._behind_warned_s = 0.0
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -220,6 +222,8 @@ class SorterWorker:
     def _on_batch(self, report: BatchReport, state: DriverState) -> None:
         with self._lock:
             self.snapshot = state
+            changes = report.rows - report.marks
+            self.idle.note(changes, state.pending_rows, state.resolved_ts, time.time())
             self.last_batch = {
                 "batch_id": report.batch_id,
                 "rows": report.rows,
@@ -238,6 +242,20 @@ class SorterWorker:
         metrics.TRANSACTIONS.labels(*self._labels).inc(report.released_txns)
         metrics.DLQ.labels(*self._labels).inc(report.dead_letters)
         metrics.BATCH_SECONDS.labels(*self._labels).observe(report.seconds)
+        now = time.time()
+        if rules.falls_behind(report.seconds, self.opts.trigger_interval_ms) and (
+            now - self._behind_warned_s >= 60
+        ):
+            self._behind_warned_s = now
+            log.warning(
+                "batch %d took %.1fs for %d records, more than %d trigger intervals of %d ms: "
+                "the sorter falls behind its source (said at most once a minute)",
+                report.batch_id,
+                report.seconds,
+                report.rows,
+                rules.BEHIND_INTERVALS,
+                self.opts.trigger_interval_ms,
+            )
         if report.dead_letters:
             log.warning(
                 "batch %d: %d changes to %s", report.batch_id, report.dead_letters, topics.DLQ
@@ -313,6 +331,7 @@ class SorterWorker:
             resolved=dict(state.resolved),
             laggards=laggards,
             last_error=self.last_error,
+            idle_since_us=self.idle.idle_since(time.time()),
         )
 
     def status(self) -> dict[str, Any]:
@@ -349,6 +368,7 @@ class SorterWorker:
                 for lag in laggards
             ],
             "pending_events": state.pending_rows,
+            "idle_since_us": self.idle.idle_since(now) or None,
             "pending_segments": len(state.segments),
             "last_batch": last,
             "current_batch": self.job.current if self.job is not None else None,

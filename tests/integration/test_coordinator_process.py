@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,6 +34,7 @@ from crossfeed.client.rest import ApiError, CoordinatorClient
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, TopicTail
 from crossfeed.wire import codec, topics
 from tests.support.clusters import Clusters
+from tests.support.polling import wait_for
 from tests.support.services import ServiceProcess, free_port
 
 pytestmark = pytest.mark.integration
@@ -42,18 +42,6 @@ pytestmark = pytest.mark.integration
 FAILOVER_S = 6.0
 TOKEN = "test-token"
 UNREACHABLE = "127.0.0.1:9"  # a configured cluster alias where nothing answers
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float = 0.1) -> Any:
-    """Poll ``check()`` until it returns something truthy; returns it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} after {timeout}s")
-        time.sleep(every)
 
 
 def write_config(clusters: Clusters, path: Path, token: str | None = TOKEN) -> Path:

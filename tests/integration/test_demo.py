@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from typing import Any
@@ -11,8 +12,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from crossfeed.config import load_settings
 from crossfeed.kafka import clients
 from crossfeed.local import postgres
+from crossfeed.membership import TopicTail
+from crossfeed.wire import codec, topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
@@ -31,7 +35,31 @@ def _demo(*args: str, shows: str = "feed state: normal") -> dict[str, Any]:
     # By default: the live view shows the feed as the coordinator has it (it said
     # "starting" for ever).
     assert shows in run.stdout, run.stdout[-3000:]
+    _assert_feeds_removed(run.stdout)
     return dict(json.loads(run.stdout.strip().splitlines()[-1]))
+
+
+def _assert_feeds_removed(output: str) -> None:
+    """Every feed the demo says it created is removed in _crossfeed.state afterwards, so
+    ``crossfeed status`` does not list it."""
+    created = re.findall(r"created (?:mirror |ordered )?feed ([a-z0-9_-]+)", output)
+    assert created, output[-3000:]
+    states: dict[str, str] = {}
+
+    def on_record(key: str, value: bytes | None) -> None:
+        name = key.removeprefix("status/")
+        if key.startswith("status/") and name in created and value:
+            states[name] = codec.decode("FeedStatus", value)["state"]
+
+    control = load_settings()
+    tail = TopicTail(
+        control.cluster(control.control_alias()).client_config(), topics.STATE, on_record
+    ).start()
+    try:
+        assert tail.caught_up.wait(30)
+    finally:
+        tail.stop()
+    assert states == dict.fromkeys(created, "removed"), (states, output[-3000:])
 
 
 def test_demo_twice_in_a_row_loses_nothing_and_rereads_nothing(clusters):

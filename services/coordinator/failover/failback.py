@@ -18,6 +18,12 @@
    copies' provenance (``crossfeed-prov``), which names the original. Only exact translations move a
    group (with no members on the old primary); the others are listed as waiting: run
    failback again once the reverse feed has caught up (it is idempotent).
+6. Complete — the reverse feed caught up and every group back on the old primary: the
+   forward feed replicates again (``failed_over`` → ``normal``: its pullers take their
+   tasks back), and the reverse feed failback created is removed, its work done (kept
+   with ``keep_reverse``, or when the request named its own). Not complete: the forward
+   feed stays ``failed_over``, and the report says what to start (the reverse feed's
+   pullers when it has tasks no puller runs) before running failback again.
 """
 
 from __future__ import annotations
@@ -143,6 +149,22 @@ def run_failback(hooks: FailoverHooks, request: FailbackRequest) -> FailbackRepo
             "until their session times out (session.timeout.ms, 45 s by default in Kafka's "
             "Java client, 60 s in faust): run failback again then, or give --wait"
         )
+    complete = _caught_up(lag) and not waiting and not tick.active
+    forward_state, removed = "failed_over", False
+    if complete and managed and hooks.mark_failed_back is not None:
+        hooks.mark_failed_back(feed.name)
+        forward_state = "normal"
+        ours = request.reverse_feed is None and action != "start-it"
+        if ours and not request.keep_reverse and hooks.remove_feed is not None:
+            hooks.remove_feed(name)
+            removed = True
+    unassigned = 0 if removed or action == "start-it" else hooks.unassigned_tasks(name)
+    if unassigned:
+        notes.append(
+            f"{unassigned} task(s) of the reverse feed {name} have no puller: start them with "
+            f"'crossfeed puller run --feed {name}'"
+            + ("" if complete else ", then run failback again")
+        )
     report = FailbackReport(
         feed=feed.name,
         old_primary=primary,
@@ -157,11 +179,15 @@ def run_failback(hooks: FailoverHooks, request: FailbackRequest) -> FailbackRepo
             positions_seeded=seeded,
             lag=[RpoOut.of(r) for r in lag],
             caught_up=_caught_up(lag),
+            removed=removed,
+            unassigned_tasks=unassigned,
         ),
         groups=grouped(reverse.name, results, tick.source_reachable),
         moved=tick.committed,
         active=tick.active,
         waiting=waiting,
+        complete=complete,
+        forward_state=forward_state,
         notes=notes,
     )
     log.info(

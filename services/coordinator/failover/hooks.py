@@ -31,6 +31,12 @@ class FailoverHooks:
     """Set a stored feed's status to failed_over (its tasks stop)."""
     create_feed: Callable[[FeedSpec], None] | None = None
     """Store and start a new feed (failback's reverse feed)."""
+    mark_failed_back: Callable[[str], None] | None = None
+    """Set a failed-over feed back to normal (a completed failback: its tasks start)."""
+    remove_feed: Callable[[str], None] | None = None
+    """Remove a stored feed (a completed failback's reverse feed, its work done)."""
+    unassigned_tasks: Callable[[str], int] = lambda _name: 0
+    """How many tasks of a stored feed no live puller runs (the reverse feed's)."""
     translator: Callable[[str], Translator | None] = _nothing
     """The leader's running translator of a feed, shared (translate requests)."""
     take_translator: Callable[[str], Translator | None] = _nothing

@@ -173,6 +173,11 @@ class FailbackRequest(FeedRef):
         description="frontier: the reverse feed starts where the forward feed's copies end "
         "on the standby; earliest: it reads all of it (provenance drops the copies)",
     )
+    keep_reverse: bool = Field(
+        False,
+        description="keep the reverse feed once the failback is complete (active-active); "
+        "by default it is removed then, its work done",
+    )
     wait_s: float = Field(
         0.0,
         ge=0,
@@ -201,6 +206,16 @@ class ReverseOut(BaseModel):
     positions_seeded: bool
     lag: list[RpoOut]
     caught_up: bool
+    removed: bool = Field(
+        False,
+        description="the failback is complete and the reverse feed was removed (its copy "
+        "of what the standby got is done)",
+    )
+    unassigned_tasks: int = Field(
+        0,
+        description="tasks of the reverse feed no puller runs: start 'crossfeed puller run "
+        "--feed <name>'",
+    )
 
 
 class FailbackReport(BaseModel):
@@ -215,4 +230,12 @@ class FailbackReport(BaseModel):
     moved: dict[str, int]
     active: list[str]
     waiting: list[str] = Field(description="groups with partitions not yet exactly translatable")
+    complete: bool = Field(
+        False,
+        description="the reverse feed caught up and every group is back: the forward feed "
+        "replicates from the old primary again",
+    )
+    forward_state: str = Field(
+        "failed_over", description="the forward feed's state after the failback"
+    )
     notes: list[str]

@@ -93,3 +93,40 @@ def test_ack_gap_refuses_a_key_not_as_the_status_prints_it_before_asking_anyone(
     )
     assert result.exit_code == 1
     assert "topic>/<partition>@<offset>" in result.output
+
+
+def _command_paths() -> list[list[str]]:
+    """Every command and subcommand of the CLI, as argument lists."""
+    import typer.main
+
+    paths: list[list[str]] = []
+
+    def walk(command: object, path: list[str]) -> None:
+        paths.append(path)
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return paths
+
+
+def test_every_help_fits_80_columns_and_shows_flags_without_a_type() -> None:
+    paths = _command_paths()
+    assert len(paths) > 30  # the walk found the subcommands
+    for path in paths:
+        result = runner.invoke(app, [*path, "--help"], terminal_width=80)
+        assert result.exit_code == 0, (path, result.output)
+        lines = result.output.splitlines()
+        too_wide = [line for line in lines if len(line) > 80]
+        assert not too_wide, (path, too_wide)
+        assert "<bool>" not in result.output, (path, result.output)
+
+
+def test_the_cdc_add_hint_names_the_topics_the_docs_use() -> None:
+    from crossfeed.cli.cdc import feed_topics
+
+    assert feed_topics("pg1", []) == ["pg1\\.public\\..*"]  # as README and docs/cdc.md
+    assert feed_topics("pg1", ["app.accounts", "app.ledger", "audit.log"]) == [
+        "pg1\\.app\\..*",
+        "pg1\\.audit\\..*",
+    ]

@@ -122,6 +122,89 @@ def test_watermarks_cover_every_partition_and_fence_later_changes() -> None:
         producer.transaction([])
 
 
+def _marks(fake: RecordingProducer) -> list[tuple[str, int, int]]:
+    """(topic, partition, resolved_ts) of every watermark written, in order."""
+    return [
+        (r["topic"], r["partition"], codec.decode("ResolvedMark", r["value"])["resolved_ts_us"])
+        for r in fake.records
+        if dict(r["headers"]).get(headers.TYPE) == headers.TYPE_RESOLVED.encode()
+    ]
+
+
+def test_a_new_topic_is_announced_before_its_first_change_is_stamped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from crossfeed.client import producer as module
+
+    producer, fake = _producer()
+    producer.resolved_interval_s = 60.0
+    clock = [1_000_000]
+    monkeypatch.setattr(module, "_now_us", lambda: clock[0])
+    listed = fake.list_topics
+
+    def slow_metadata(topic: str, timeout: float) -> Any:
+        clock[0] += 5_000_000  # the broker took 5 s to answer
+        return listed(topic, timeout)
+
+    def slow_delivery(timeout: float) -> int:
+        clock[0] += 2_000_000  # and 2 s to give the producer its id and take the marks
+        return 0
+
+    fake.list_topics = slow_metadata  # type: ignore[method-assign]
+    fake.flush = slow_delivery  # type: ignore[method-assign]
+    _, ts = producer.transaction([Change("t", b"1")])
+    assert ts == 8_000_000  # stamped once the announcement landed, not 7 s before
+    assert [r["partition"] for r in fake.records] == [0, 1, None]  # marks, then the change
+
+
+def test_closing_resolves_every_partition_past_the_last_transaction() -> None:
+    producer, fake = _producer()
+    producer.resolved_interval_s = 60.0  # no round falls due while the test runs
+    producer.watch(["quiet"])
+    _, ts = producer.transaction([Change("t", b"1", partition=1)])
+    before = len(_marks(fake))
+    producer.close()
+    final = _marks(fake)[before:]
+    assert sorted((topic, partition) for topic, partition, _ in final) == [
+        ("quiet", 0),
+        ("quiet", 1),
+        ("t", 0),
+        ("t", 1),
+    ]
+    assert all(mark >= ts for _, _, mark in final)  # the last transaction is released
+    finals = [r for r in fake.records if dict(r["headers"]).get(headers.WATERMARK) == b"final"]
+    assert len(finals) == 4  # only the closing round says the producer is gone
+    producer.close()
+    assert len(_marks(fake)) == before + 4  # a second close writes nothing more
+
+
+def test_closing_a_producer_with_its_own_timestamps_resolves_no_further_than_them() -> None:
+    producer, fake = _producer()
+    producer.resolved_interval_s = 60.0
+    producer.send("t", b"1", commit_ts_us=1_000)
+    producer.close()
+    assert {mark for _, _, mark in _marks(fake)[-2:]} == {1_000}  # not the clock
+
+
+def test_closing_a_producer_without_watermarks_writes_none() -> None:
+    producer, fake = _producer()  # no interval, resolved() never called
+    producer.send("t", b"1")
+    producer.close()
+    assert _marks(fake) == []  # its partitions stay on record timestamps
+
+
+def test_a_producer_left_open_is_closed_at_a_clean_exit() -> None:
+    from crossfeed.client import producer as module
+
+    producer, fake = _producer()
+    producer.resolved_interval_s = 60.0
+    producer.send("t", b"1")
+    assert producer in module._OPEN
+    module._close_open_producers()  # what atexit runs
+    assert producer not in module._OPEN
+    assert [p for _, p, _ in _marks(fake)[-2:]] == [0, 1]
+
+
 def test_the_destination_opt_in_is_off_without_its_keys() -> None:
     rest, destination = split_destination({"bootstrap.servers": "a:9092", "group.id": "g"})
     assert destination is None and rest == {"bootstrap.servers": "a:9092", "group.id": "g"}

@@ -103,6 +103,63 @@ class TestCreateChecks:
         removed = StateView(feeds=view.feeds, statuses={"orders": FeedStatus("orders", "removed")})
         check_new_feed(spec(), removed, SETTINGS, lambda _a: None)
 
+    def test_a_second_feed_into_the_same_target_is_refused_naming_the_first(self) -> None:
+        pg = "postgresql://crossfeed@127.0.0.1:25432/crossfeed?schema=replica"
+        first = spec(name="replica", mode="ordered", **{"sink-uri": pg})
+        view = StateView(
+            feeds={"replica": StoredFeed(first, 0)},
+            statuses={"replica": FeedStatus("replica", "normal")},
+        )
+        # Another user, host spelled in capitals, the same schema: the same tables.
+        same = spec(
+            name="bank",
+            mode="ordered",
+            **{"sink-uri": "postgresql://other@127.0.0.1:25432/crossfeed?schema=replica"},
+        )
+        with pytest.raises(LifecycleError) as err:
+            check_new_feed(same, view, SETTINGS, lambda _a: None)
+        assert err.value.status_code == 409 and err.value.code == "target_taken"
+        assert "'replica' already writes schema replica of database crossfeed" in (
+            err.value.message
+        )
+        assert "--shared-target" in err.value.message
+        # Said on purpose; another schema, database or server; a removed feed: accepted.
+        check_new_feed(
+            spec(name="bank", mode="ordered", config={"target.shared": "true"}, **{"sink-uri": pg}),
+            view,
+            SETTINGS,
+            lambda _a: None,
+        )
+        for uri in (
+            pg.replace("replica", "ledger"),
+            pg.replace("/crossfeed?", "/other?"),
+            pg.replace("25432", "15432"),  # an active-active pair: each side's own database
+        ):
+            check_new_feed(
+                spec(name="bank", mode="ordered", **{"sink-uri": uri}),
+                view,
+                SETTINGS,
+                lambda _a: None,
+            )
+        gone = StateView(feeds=view.feeds, statuses={"replica": FeedStatus("replica", "removed")})
+        check_new_feed(same, gone, SETTINGS, lambda _a: None)
+
+    def test_feeds_into_one_kafka_topic_or_mirroring_the_same_topics_clash(self) -> None:
+        ordered = spec(name="a", mode="ordered", **{"sink-uri": "kafka://dc-b/ledger"})
+        mirror = spec(name="m")
+        view = StateView(feeds={"a": StoredFeed(ordered, 0), "m": StoredFeed(mirror, 0)})
+        with pytest.raises(LifecycleError, match="'a' already writes topic ledger on dc-b"):
+            check_new_feed(
+                ordered.model_copy(update={"name": "b"}), view, SETTINGS, lambda _a: None
+            )
+        with pytest.raises(LifecycleError, match="'m' already writes the same topics"):
+            check_new_feed(spec(name="m2"), view, SETTINGS, lambda _a: None)
+        # The way back of an active-active pair, another topic: accepted.
+        back = spec(name="back", source="dc-b", **{"sink-uri": "kafka://dc-a"})
+        check_new_feed(back, view, SETTINGS, lambda _a: None)
+        other = spec(name="c", mode="ordered", **{"sink-uri": "kafka://dc-b/other"})
+        check_new_feed(other, view, SETTINGS, lambda _a: None)
+
     def test_unknown_alias_names_the_known_ones(self) -> None:
         with pytest.raises(LifecycleError) as err:
             check_new_feed(spec(source="dc-x"), StateView(), SETTINGS, lambda _a: None)

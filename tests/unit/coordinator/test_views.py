@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from crossfeed.services.coordinator.members import Member
-from crossfeed.services.coordinator.views import held_back
+from crossfeed.services.coordinator.views import held_back, idle_since
 
 pytestmark = pytest.mark.unit
 
@@ -38,6 +40,15 @@ def test_partitions_holding_the_feed_back_come_from_the_sorters_heartbeats() -> 
     two = _sorter("s2", {"bank/3": 6_000_000})
     got = held_back([one, two])
     assert [(h.partition, h.since_ms) for h in got] == [("bank/3", 6_000), ("bank/1", 9_000)]
+
+
+def test_a_quiet_source_is_idle_once_the_sinks_hold_its_last_resolved_point() -> None:
+    quiet = replace(_sorter("s1", {"bank/3": 6_000_000}), idle_since_us=5_000)
+    assert idle_since([quiet], checkpoint_ts_us=4_999) == 0  # the sink has not caught up
+    assert idle_since([quiet], checkpoint_ts_us=5_000) == 5_000
+    busy = _sorter("s2", {})  # an overlapping instance says changes wait
+    assert idle_since([quiet, busy], checkpoint_ts_us=9_000) == 0
+    assert idle_since([], checkpoint_ts_us=9_000) == 0  # no sorter: nothing is known
 
 
 def test_no_laggard_no_entry() -> None:

@@ -81,3 +81,28 @@ def test_a_cli_command_keeps_librdkafkas_lines_out_of_the_terminal() -> None:
         assert kafka.level == logging.CRITICAL
     finally:
         kafka.setLevel(before)
+
+
+def test_an_expected_fencing_is_a_warning_that_says_why_not_a_critical_line() -> None:
+    from crossfeed.log import ExpectedFencing
+
+    def record(name: str, level: int, text: str) -> logging.LogRecord:
+        return logging.LogRecord(
+            name, level, __file__, 1, "%s [%s] %s", ("FATAL", "p#1", text), None
+        )
+
+    fenced = record(
+        "crossfeed.kafka.producer",
+        logging.CRITICAL,
+        "Fatal error: Broker: Producer attempted an operation with an old epoch: "
+        "Producer fenced by newer instance",
+    )
+    assert ExpectedFencing().filter(fenced)
+    assert fenced.levelname == "WARNING" and fenced.levelno == logging.WARNING
+    assert fenced.getMessage().startswith("fenced: another producer took this")
+    assert "old epoch" in fenced.getMessage()  # librdkafka's words are kept
+    other = record("crossfeed.kafka.producer", logging.CRITICAL, "Fatal error: out of memory")
+    mine = record("my.app", logging.CRITICAL, "I was fenced")
+    for kept in (other, mine):
+        ExpectedFencing().filter(kept)
+        assert kept.levelno == logging.CRITICAL  # anything else stays what it was

@@ -157,6 +157,26 @@ def test_changes_are_staged_one_by_one_and_watermarks_drive_resolved_ts() -> Non
     assert resolved == 160
 
 
+def test_a_final_watermark_hands_the_partition_back_to_the_clock() -> None:
+    task = _task(lateness_ms=1)
+    state = task.partitions[TP]
+    task.add(_Msg(0, watermark_headers(100)), state)
+    task.add(_change(1, 150), state)
+    final = [*watermark_headers(200), (headers.WATERMARK, b"final")]
+    task.add(_Msg(2, final), state)  # the producer closed
+    resolved, hdrs = _mark(_commit(task)[-1])
+    assert resolved == 200  # its last transaction is released at once
+    assert headers.RESOLVED_FROM not in hdrs  # a new owner follows the clock too
+    task.add(_change(3, 200), state)  # at the final watermark: late all the same
+    assert _commit(task)[0]["topic"] == "_crossfeed.dlq"
+    resolved, _ = _mark(_commit(task, caught_up=True)[-1])
+    assert resolved > 1_000_000_000_000_000  # idle and caught up: now minus lateness
+    task.add(_Msg(4, watermark_headers(0)), state)  # a new producer announces itself
+    task.add(_change(5, resolved + 10_000_000), state)
+    sent = _commit(task, caught_up=True)
+    assert _mark(sent[-1])[0] == resolved  # its watermarks lead again: not the clock
+
+
 def test_a_change_whose_provenance_is_not_utf8_is_a_dead_letter() -> None:
     task = _task()
     state = task.partitions[TP]

@@ -195,3 +195,26 @@ def test_release_simulation_orders_and_completes(partitions, txns, rnd: random.R
     assert released == sorted(released)
     assert len(released) == len(set(released)) == txns
     assert not pending
+
+
+def test_a_source_is_idle_once_quiet_with_nothing_pending_since_the_last_release() -> None:
+    watch = rules.IdleWatch(after_s=10.0, last_change_s=0.0)
+    watch.note(changes=5, pending=5, resolved_ts=100, now_s=1.0)  # read, not released yet
+    assert watch.idle_since(100.0) == 0  # changes wait: never idle
+    watch.note(changes=0, pending=0, resolved_ts=300, now_s=2.0)  # released at R 300
+    watch.note(changes=0, pending=0, resolved_ts=400, now_s=3.0)  # R moves on (the clock)
+    assert watch.idle_since(5.0) == 0  # quiet for 4 s only
+    assert watch.idle_since(11.0) == 300  # everything read is at or below 300
+    watch.note(changes=1, pending=0, resolved_ts=500, now_s=12.0)  # a change, released at once
+    assert watch.idle_since(21.0) == 0 and watch.idle_since(22.0) == 500
+    fresh = rules.IdleWatch(after_s=1.0, last_change_s=0.0)
+    fresh.note(changes=0, pending=0, resolved_ts=-1, now_s=5.0)  # nothing released yet
+    assert fresh.idle_since(5.0) == 0
+
+
+def test_a_batch_falls_behind_only_past_ten_trigger_intervals_and_a_second() -> None:
+    assert not rules.falls_behind(0.3, 100)  # Spark would warn: three intervals
+    assert not rules.falls_behind(0.9, 100)
+    assert rules.falls_behind(1.2, 100)
+    assert not rules.falls_behind(4.0, 500) and rules.falls_behind(5.1, 500)
+    assert rules.falls_behind(1.1, 0)  # trigger 0: a second still is long

@@ -175,6 +175,9 @@ def test_skewed_producer_holds_one_partitions_changes_and_watermarks_in_order() 
     stamps = [int(dict(r["headers"])[headers.COMMIT_TS]) for r in late]
     assert stamps == sorted(stamps)
     assert parse_txn(dict(late[1]["headers"])[headers.TXN]).count == 6
+    producer.close()  # the final watermarks go out at once, the skewed partition's too
+    finals = [r for r in fake.records if dict(r["headers"]).get(headers.WATERMARK) == b"final"]
+    assert [r["partition"] for r in finals] == [0, 1, 2] and not producer.line
     with pytest.raises(ValueError, match="non-transactional"):
         SkewedChangeProducer({"transactional.id": "x"}, {1: 0.5})
 

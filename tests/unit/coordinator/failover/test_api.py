@@ -11,7 +11,13 @@ from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 from rich.console import Console
 
-from crossfeed.cli.translation_render import failback_report, failover_report, group_table
+from crossfeed.cli.translation_render import (
+    failback_outcome,
+    failback_report,
+    failover_report,
+    group_table,
+    group_verdict,
+)
 from crossfeed.config import Settings
 from crossfeed.feeds import FeedSpec
 from crossfeed.services.coordinator.error_handlers import install_error_handlers
@@ -199,9 +205,17 @@ def test_rendering() -> None:
         "notes": ["dc-a does not answer"],
     }
     text = _text(failover_report(report))
-    assert "RPO: 17 record(s), 2.5s" in text and "group billing: moved" in text
-    assert "0 group partition(s) at their last commit, 1 possibly older" in text
-    assert "at most 12 record(s) may be read again" in text
+    assert "RPO: 17 record(s), 2.5s" in text
+    assert "group billing: moved to dc-b, 1 partition(s) at the offsets above" in text
+    assert "if it committed after that on dc-a, it reads at most 12 record(s) again" in text
+    assert "1 at the last commit seen before dc-a was lost" in text
+    assert (
+        text.rstrip()
+        .splitlines()[-1]
+        .startswith(
+            "failover of orders done: dc-a -> dc-b stopped; group(s) billing resume on dc-b"
+        )
+    )
     back = {
         "feed": "orders",
         "old_primary": "dc-a",
@@ -235,3 +249,90 @@ def test_rendering() -> None:
     }
     text = _text(failback_report(back))
     assert "17 extra record(s), 17 replayed" in text and "to be started" in text
+    last = " ".join(text[text.index("failback of orders not finished") :].split())
+    assert "failback of orders not finished" in last and "billing still on dc-b" in last
+    assert "next: 'crossfeed puller run --feed orders-reverse' then 'crossfeed failback" in last
+
+
+def _row(exact: bool, last_commit: bool, reread: int = 0) -> dict[str, Any]:
+    return {
+        "topic": "orders.eu",
+        "partition": 0,
+        "source_offset": 50,
+        "target_topic": "orders.eu",
+        "target_partition": 0,
+        "target_offset": 50 if exact else None,
+        "exact": exact,
+        "method": "offset-sync" if exact else "none",
+        "gap": 0,
+        "consumer_timestamp_ms": -1,
+        "position": {
+            "last_commit": last_commit,
+            "known_from": "commit-log",
+            "known_until_ms": 1000,
+            "commit_age_s": 30.0,
+            "reread_max": reread,
+        },
+    }
+
+
+def _group(*rows: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "feed": "orders",
+        "group": "billing",
+        "source_reachable": False,
+        "translated": True,
+        "active_members": 0,
+        "partitions": list(rows),
+    }
+
+
+def test_each_group_gets_one_verdict_that_matches_its_rows() -> None:
+    exact = _group(_row(True, True), _row(True, True))
+    # Kept on the target as it committed: not in this call's moves, all rows exact.
+    text, _ = group_verdict(exact, {}, [], "dc-b", "dc-a")
+    assert text == (
+        "group billing: already at the offsets above on dc-b (moved as it committed); "
+        "resumes at its last commit"
+    )
+    text, _ = group_verdict(exact, {"billing": 2}, [], "dc-b", "dc-a")
+    assert text.startswith("group billing: moved to dc-b, 2 partition(s)")
+    unknown = _group(_row(True, True), _row(False, False, -1))
+    text, _ = group_verdict(unknown, {}, [], "dc-b", "dc-a")
+    assert text.startswith("group billing: not moved: 1 partition(s) without an exact offset")
+    assert group_verdict(exact, {}, ["billing"], "dc-b")[0].endswith("left alone")
+    # A stale position with nothing after it: no bound to speak of.
+    quiet = _group(_row(True, False, 0))
+    assert "nothing after it to read again" in group_verdict(quiet, {}, [], "dc-b", "dc-a")[0]
+
+
+def test_the_failback_outcome_says_what_moved_where_and_the_feeds_states() -> None:
+    report = {
+        "feed": "orders",
+        "old_primary": "dc-a",
+        "standby": "dc-b",
+        "reverse": {
+            "name": "orders-reverse",
+            "action": "created",
+            "caught_up": True,
+            "removed": True,
+            "unassigned_tasks": 0,
+        },
+        "moved": {"billing": 4},
+        "groups": [],
+        "active": [],
+        "waiting": [],
+        "complete": True,
+        "forward_state": "normal",
+    }
+    assert failback_outcome(report) == (
+        "failback of orders done: group(s) billing back on dc-a; orders replicates "
+        "dc-a -> dc-b again (normal); reverse feed orders-reverse removed, its copy done"
+    )
+    kept = {**report, "reverse": {**report["reverse"], "removed": False}}
+    assert failback_outcome(kept).endswith("orders-reverse keeps copying dc-b -> dc-a")
+    # Moved as it committed (not by this call): back all the same, as its verdict says.
+    there = {**report, "moved": {}, "groups": [_group(_row(True, True))]}
+    assert failback_outcome(there).startswith(
+        "failback of orders done: group(s) billing back on dc-a;"
+    )
