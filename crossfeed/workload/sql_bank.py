@@ -49,6 +49,18 @@ def create(uri: str, accounts: int, schema: str = "public") -> int:
     return OPENING_BALANCE * accounts
 
 
+def disjoint_ids(uri: str, odd: bool, schema: str = "public") -> None:
+    """The ledger's id sequence steps by 2 from 1 (``odd``) or 2: two databases that both
+    write transfers (an active-active pair) never hand out the same id, and each row's id
+    says which side wrote it. Before the first transfer."""
+    with psycopg.connect(uri, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT pg_get_serial_sequence(%s, 'id')", (f'"{schema}".transfers',)
+        ).fetchone()
+        assert row is not None and row[0], "transfers.id has no sequence"
+        conn.execute(f"ALTER SEQUENCE {row[0]} INCREMENT BY 2 RESTART WITH {1 if odd else 2}")
+
+
 @dataclass
 class Transfers:
     """Transfers in ``sessions`` concurrent connections until stopped or ``total`` done
