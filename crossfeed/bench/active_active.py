@@ -205,7 +205,7 @@ class Bench:
             [rf"{re.escape(prefix)}\.public\.({'|'.join(TABLES)})"],
             f"{self.uri['b']}?schema=public",
             roles=ROLES,
-            options={"input": "debezium"},
+            options={"input": "debezium", "debezium.topic.prefix": prefix},
             feed=f"{self.pair}-ref",
         )
         self.pipelines["a-to-b"] = pipeline
