@@ -1,7 +1,8 @@
 """``crossfeed bench --only active_active``: an active-active PostgreSQL pair
-(docs/active-active.md) beside today's one-direction CDC feed, on the same two databases
-of the ``local up --active-active`` stack (postgres-a captured by Connect-A into dc-a,
-postgres captured by Connect-B into dc-b). One run, three phases:
+(docs/active-active.md) beside today's one-direction CDC feed, on the same two PostgreSQL
+servers of the ``local up --active-active`` stack (postgres-a captured by Connect-A into
+dc-a, postgres captured by Connect-B into dc-b), each phase on a database of its own made
+the same way on both. One run, three phases:
 
 1. **Debezium's publishing rate**: a backlog of SQL bank transfers written on side A with
    its connector registered, until Debezium's transaction topic holds it all
@@ -360,6 +361,7 @@ def lag_phase(
             "transfers": writers[direction].done,
             "offered_transfers_per_s": round(writers[direction].done / max(wrote, 1e-3), 1),
             "all_arrived": arrived[direction],
+            "deadlocks_retried": writers[direction].retried,
         }
     if bench.metrics:
         out["conflicts_per_s"] = {

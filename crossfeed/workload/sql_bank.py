@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 
 OPENING_BALANCE = 1_000
+RETRIES = 5
 ACCOUNT_COLUMNS = ("id", "balance", "owner", "opened", "credit_limit")
 TRANSFER_COLUMNS = ("id", "src", "dst", "amount", "at", "memo", "ref")
 TABLES = {"accounts": ACCOUNT_COLUMNS, "transfers": TRANSFER_COLUMNS}
@@ -64,7 +65,9 @@ def disjoint_ids(uri: str, odd: bool, schema: str = "public") -> None:
 @dataclass
 class Transfers:
     """Transfers in ``sessions`` concurrent connections until stopped or ``total`` done
-    (``rate``: transactions/s over all sessions, 0 as fast as they go)."""
+    (``rate``: transactions/s over all sessions, 0 as fast as they go). A transfer that
+    deadlocks (with another writer of the database: the sink of an active-active pair) is
+    run again, as an application would, up to ``RETRIES`` times (counted in ``retried``)."""
 
     uri: str
     accounts: int
@@ -73,6 +76,7 @@ class Transfers:
     rate: float = 0.0
     schema: str = "public"
     done: int = 0
+    retried: int = 0  # transactions run again after a deadlock
     errors: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -110,17 +114,26 @@ class Transfers:
                     amount = rng.randint(1, 50)
                     # Rows locked in id order, so concurrent sessions never deadlock.
                     moves = sorted([(src, -amount), (dst, amount)])
-                    with conn.transaction():
-                        for account, delta in moves:
-                            conn.execute(
-                                f"UPDATE {accounts} SET balance = balance + %s WHERE id = %s",
-                                (delta, account),
-                            )
-                        conn.execute(
-                            f"INSERT INTO {transfers} (src, dst, amount, memo, ref) "
-                            "VALUES (%s, %s, %s, %s, gen_random_uuid())",
-                            (src, dst, amount, f'{{"session": {n}}}'),
-                        )
+                    for attempt in range(RETRIES + 1):
+                        try:
+                            with conn.transaction():
+                                for account, delta in moves:
+                                    conn.execute(
+                                        f"UPDATE {accounts} SET balance = balance + %s "
+                                        "WHERE id = %s",
+                                        (delta, account),
+                                    )
+                                conn.execute(
+                                    f"INSERT INTO {transfers} (src, dst, amount, memo, ref) "
+                                    "VALUES (%s, %s, %s, %s, gen_random_uuid())",
+                                    (src, dst, amount, f'{{"session": {n}}}'),
+                                )
+                            break
+                        except psycopg.errors.DeadlockDetected:
+                            if attempt == RETRIES:
+                                raise
+                            with self._lock:
+                                self.retried += 1
                     if interval:
                         next_at += interval
                         time.sleep(max(0.0, next_at - time.monotonic()))
