@@ -16,6 +16,7 @@ from typing import Any
 DIRECTIONS = ("a-to-b", "b-to-a")
 GOAL_RATIO = 1.2  # active-active at most 20% more lag or CPU per change, each direction
 BESIDE = "connect"
+OUTCOMES = ("lost", "won")  # crossfeed_sink_conflicts_total's
 
 
 def direction_of(label: str) -> str | None:
@@ -74,13 +75,15 @@ def conflicts_of(metrics: str, feed: str) -> dict[str, float]:
 def conflict_rates(
     before: Mapping[str, float], after: Mapping[str, float], seconds: float
 ) -> dict[str, float]:
-    """Conflicts per second in a phase, by outcome and in all (``handled``)."""
+    """Conflicts per second in a phase, by key (the sink's outcomes ``lost`` and ``won``,
+    and whatever else was counted, e.g. the ``recorded`` rows of ``crossfeed_conflicts``),
+    and the sink's outcomes together (``handled``)."""
     seconds = max(seconds, 1e-3)
     out = {
-        outcome: round((after.get(outcome, 0.0) - before.get(outcome, 0.0)) / seconds, 2)
-        for outcome in sorted(set(before) | set(after))
+        key: round((after.get(key, 0.0) - before.get(key, 0.0)) / seconds, 2)
+        for key in sorted(set(before) | set(after))
     }
-    out["handled"] = round(sum(out.values()), 2)
+    out["handled"] = round(sum(v for k, v in out.items() if k in OUTCOMES), 2)
     return out
 
 

@@ -31,7 +31,8 @@ def _direction(name: str, phase: Mapping[str, Any]) -> list[str]:
     return [
         f"    {name}: lag p50 {_num(lag_ms.get('p50'))} ms, p99 {_num(lag_ms.get('p99'))} ms "
         f"({_num(lag.get('offered_transfers_per_s'), 1)} transfers/s written, "
-        f"{_num(lag.get('rows'))} ledger rows, all arrived: {lag.get('all_arrived')}; median "
+        f"{_num(lag.get('rows'))} ledger rows, all arrived: {lag.get('all_arrived')}, "
+        f"{_num(lag.get('deadlocks_retried'))} retried after a deadlock; median "
         f"of the first quarter {_num(lag.get('p50_first_quarter_ms'))} ms, of the last "
         f"{_num(lag.get('p50_last_quarter_ms'))} ms); CPU per change {_num(cpu.get('total'))} "
         f"µs ({_num(cpu.get('with_connect'))} with Debezium's workers){conflicts}"

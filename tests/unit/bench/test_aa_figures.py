@@ -73,9 +73,12 @@ def test_conflicts_are_read_for_the_feed_by_outcome_whatever_the_label_order():
     assert conflicts_of(METRICS, "nothing") == {}
 
 
-def test_conflict_rates_are_the_phase_increase_per_second_and_their_sum():
-    rates = conflict_rates({"lost": 10.0}, {"lost": 30.0, "won": 5.0}, seconds=10.0)
-    assert rates == {"lost": 2.0, "won": 0.5, "handled": 2.5}
+def test_conflict_rates_are_the_phase_increase_per_second_and_the_sinks_sum():
+    rates = conflict_rates(
+        {"lost": 10.0, "recorded": 10.0}, {"lost": 30.0, "won": 5.0, "recorded": 30.0}, 10.0
+    )
+    # The recorded rows are the lost ones again: not added to what the sink handled.
+    assert rates == {"lost": 2.0, "won": 0.5, "recorded": 2.0, "handled": 2.5}
 
 
 def _phase(lags: dict[str, tuple[float, float]], cpu: dict[str, float]) -> dict:
