@@ -64,7 +64,8 @@ def lines(section: Mapping[str, Any]) -> list[str]:
         f"active-active PostgreSQL pair, SQL bank ({_num(section.get('accounts'))} accounts, "
         f"{section.get('sessions_per_side')} sessions per side): Debezium published "
         f"{_num(capture)} rows/s; each direction at "
-        f"{_num(section.get('rate_transfers_per_s'), 1)} transfers/s for "
+        f"{_num(section.get('rate_transfers_per_s'), 1)} transfers/s "
+        f"({section.get('rate_asked', 'asked')}) for "
         f"{_num(section.get('lag_seconds'))} s"
     ]
     if "error" in section:

@@ -76,6 +76,7 @@ class Plan:
     active_active: bool = True
     aa_transfers: int = 20_000  # the backlog that measures Debezium's publishing rate
     aa_lag_seconds: float = 30.0  # each lag phase of the active-active part
+    aa_rate: float = 0.0  # transfers/s per direction; 0: half of Debezium's publishing rate
     quick: bool = False
     warmup_records: int = 200_000  # per side, copied once before any figure is taken
 
@@ -462,6 +463,7 @@ def _active_active(
         transfers=plan.aa_transfers,
         lag_seconds=plan.aa_lag_seconds,
         say=say,
+        rate=plan.aa_rate,
     )
 
 

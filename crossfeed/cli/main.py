@@ -376,6 +376,12 @@ def bench(
     lag_seconds: Optional[float] = typer.Option(  # noqa: UP045
         None, "--lag-seconds", help="each lag phase's length (at least 20 s for cdc)"
     ),
+    aa_rate: Optional[float] = typer.Option(  # noqa: UP045
+        None,
+        "--aa-rate",
+        min=1,
+        help="active_active: transfers/s per direction (default: half of Debezium's rate)",
+    ),
 ) -> None:
     """Benchmarks vs MirrorMaker 2 and dc-b's produce ceiling: throughput, cost, lag, failover."""
     import dataclasses
@@ -393,6 +399,8 @@ def bench(
     parts = ("throughput", "failover", "ordered", "scale", "cdc", "active_active")
     if only not in (None, *parts):
         raise typer.BadParameter(f"--only takes {', '.join(parts[:-1])} or {parts[-1]}")
+    if aa_rate is not None:
+        changes["aa_rate"] = aa_rate
     if lag_seconds is not None:
         changes["lag_seconds"] = lag_seconds
         changes["aa_lag_seconds"] = lag_seconds
