@@ -21,7 +21,7 @@ from crossfeed.bench.cdc_watch import execute_quietly
 from crossfeed.bench.cdc_watch import on_server as _server
 from crossfeed.bench.cleanup import Janitor
 from crossfeed.bench.ordered import Pipeline
-from crossfeed.cdc import connector
+from crossfeed.cdc import captured, connector
 from crossfeed.cdc.connect_api import ConnectError
 from crossfeed.kafka import clients
 from crossfeed.local import postgres, stack
@@ -106,17 +106,7 @@ class CrossfeedSide:
             connector.remove(self.connect_url, self.db)
         admin = _server(postgres.SOURCE_URI, "postgres")
         with contextlib.suppress(psycopg.Error), psycopg.connect(admin, autocommit=True) as conn:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                try:
-                    conn.execute(
-                        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                        "WHERE slot_name = %s",
-                        (config_slot(self.prefix),),
-                    )
-                    break
-                except psycopg.errors.ObjectInUse:  # the task is still stopping
-                    time.sleep(0.5)
+            captured.drop_slots(conn, [config_slot(self.prefix)])
             conn.execute(f'DROP DATABASE IF EXISTS "{self.db}" WITH (FORCE)')
         execute_quietly(self.target_uri, f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
 

@@ -53,19 +53,29 @@ def wait_transfers(uri: str, schema: str, count: int, timeout_s: float) -> tuple
     raise RuntimeError(f"{seen} of {count} ledger rows visible in {schema} after {timeout_s}s")
 
 
-def max_id(uri: str, schema: str) -> int:
+def _of_side(parity: int | None) -> str:
+    """The ledger rows one side of an active-active pair wrote: its sequence hands out odd
+    (``parity`` 1) or even (0) ids (``sql_bank.disjoint_ids``); None: every row."""
+    return "" if parity is None else f" AND id %% 2 = {int(parity)}"
+
+
+def max_id(uri: str, schema: str, parity: int | None = None) -> int:
     with psycopg.connect(uri, autocommit=True) as conn:
-        row = conn.execute(f'SELECT coalesce(max(id), 0) FROM "{schema}".transfers').fetchone()
+        row = conn.execute(
+            f'SELECT coalesce(max(id), 0) FROM "{schema}".transfers WHERE true'
+            + _of_side(parity).replace("%%", "%")
+        ).fetchone()
     return int(row[0]) if row else 0
 
 
 class LagPoller(threading.Thread):
     """Polls the target for ledger rows above ``after_id`` every 50 ms; each row's lag is
-    the poll's time minus its ``at`` (set on the source in its transaction)."""
+    the poll's time minus its ``at`` (set on the source in its transaction). ``parity``:
+    only the other side's rows, where both sides write (odd or even ids)."""
 
-    def __init__(self, uri: str, schema: str, after_id: int) -> None:
+    def __init__(self, uri: str, schema: str, after_id: int, parity: int | None = None) -> None:
         super().__init__(daemon=True)
-        self.uri, self.schema = uri, schema
+        self.uri, self.schema, self.parity = uri, schema, parity
         self.book = LagBook(after_id=after_id)
         self.done = threading.Event()
         self.error: str | None = None
@@ -73,7 +83,7 @@ class LagPoller(threading.Thread):
     def run(self) -> None:
         sql = (
             f'SELECT id, extract(epoch FROM at)::float8 FROM "{self.schema}".transfers '
-            "WHERE id > %s"
+            "WHERE id > %s" + _of_side(self.parity)
         )
         try:
             with psycopg.connect(self.uri, autocommit=True) as conn:

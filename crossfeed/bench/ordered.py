@@ -68,44 +68,59 @@ ROLES = ("puller-1", "puller-2", "sorter", "sink")
 
 class Pipeline:
     """Two pullers, a sorter and a sink on a feed file, as an operator runs them (or the
-    processes ``roles`` names, ``options`` the feed's)."""
+    processes ``roles`` names, ``options`` the feed's). ``source``: the cluster it reads
+    (``a`` and ``b`` stay dc-a's and dc-b's settings; the feed's own topics go to the other
+    one), ``feed`` its name, ``args`` extra command-line arguments per role label."""
 
     def __init__(
         self,
         janitor: Janitor,
         a: dict[str, Any],
         b: dict[str, Any],
-        topic: str,
+        topic: str | list[str],
         sink_uri: str,
         roles: tuple[str, ...] = ROLES,
         options: dict[str, Any] | None = None,
+        *,
+        source: str = "dc-a",
+        feed: str | None = None,
+        args: dict[str, list[str]] | None = None,
     ) -> None:
         self.janitor, self.a, self.b, self.roles = janitor, a, b, roles
-        self.feed = f"bench-ordered-{uuid.uuid4().hex[:6]}"
+        self.feed = feed or f"bench-ordered-{uuid.uuid4().hex[:6]}"
+        self.args = args or {}
         self.workdir = janitor.tempdir(self.feed)
         self.config = bench_config(self.workdir, {"dc-a": a, "dc-b": b})
         self.feed_file = self.workdir / "feed.yaml"
         spec = {
             "name": self.feed,
-            "source": "dc-a",
+            "source": source,
             "sink-uri": sink_uri,
             "mode": "ordered",
-            "topics": [topic],
+            "topics": [topic] if isinstance(topic, str) else list(topic),
             "start": "earliest",
             "config": options or {"staging.partitions": 4},
         }
         self.feed_file.write_text(yaml.safe_dump(spec))
         self.procs: dict[str, Any] = {}
-        janitor.topics(b, [wire_topics.changes(self.feed), wire_topics.sorted_(self.feed)])
+        here, there = (b, a) if source == "dc-b" else (a, b)
+        self.target = there  # where the feed's own topics and groups are
+        janitor.topics(there, [wire_topics.changes(self.feed), wire_topics.sorted_(self.feed)])
         if (options or {}).get("input") == "debezium":
-            janitor.topics(a, [wire_topics.debezium_ordered(self.feed)])
-            janitor.topics(b, [wire_topics.schemas(self.feed)])
+            janitor.topics(here, [wire_topics.debezium_ordered(self.feed)])
+            janitor.topics(there, [wire_topics.schemas(self.feed)])
 
     def start(self) -> dict[str, int]:
         for label in self.roles:
             role = label.split("-")[0]
             cmd = service_command(
-                self.config, role, self.feed, self.feed_file, "--instance", f"{self.feed}-{label}"
+                self.config,
+                role,
+                self.feed,
+                self.feed_file,
+                "--instance",
+                f"{self.feed}-{label}",
+                *self.args.get(label, []),
             )
             log = self.workdir / f"{label}.log"
             self.procs[label] = self.janitor.process(jvm.spawn(cmd, log))
@@ -116,7 +131,7 @@ class Pipeline:
             self.janitor.stop(proc)
         self.procs.clear()
         groups = [ids.puller_group(self.feed), ids.sink_group(self.feed)]
-        delete_groups(self.b, groups)
+        delete_groups(self.target, groups)
 
     def logs(self) -> str:
         return str(self.workdir)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from crossfeed.bench import report_cdc
+from crossfeed.bench import report_aa, report_cdc
 
 NAMES = {
     "ceiling": "dc-b ceiling",
@@ -138,6 +138,8 @@ def summary(path: Path) -> str:
         lines += _ordered_lines(ordered, machine["cpus"])
     if "cdc" in data:
         lines += report_cdc.lines(data["cdc"])
+    if "active_active" in data:
+        lines += report_aa.lines(data["active_active"])
     return "\n".join(lines)
 
 

@@ -17,7 +17,17 @@ from typing import Any
 
 from crossfeed import log as logsetup
 from crossfeed import paths
-from crossfeed.bench import aggregate, cdc, chart, facts, failover, load, mirror, ordered
+from crossfeed.bench import (
+    active_active,
+    aggregate,
+    cdc,
+    chart,
+    facts,
+    failover,
+    load,
+    mirror,
+    ordered,
+)
 from crossfeed.bench import scale as scale_mod
 from crossfeed.bench.cleanup import (
     Janitor,
@@ -63,6 +73,10 @@ class Plan:
     failover_rate: float = 1000.0
     cdc: bool = True
     cdc_transfers: int = 20_000  # SQL bank transfers (3 rows each) in the CDC backlog
+    active_active: bool = True
+    aa_transfers: int = 20_000  # the backlog that measures Debezium's publishing rate
+    aa_lag_seconds: float = 30.0  # each lag phase of the active-active part
+    aa_rate: float = 0.0  # transfers/s per direction; 0: half of Debezium's publishing rate
     quick: bool = False
     warmup_records: int = 200_000  # per side, copied once before any figure is taken
 
@@ -80,6 +94,8 @@ class Plan:
             warmup_records=20_000,
             ordered_transfers=20_000,
             cdc_transfers=3_000,
+            aa_transfers=3_000,
+            aa_lag_seconds=15.0,
             scale_records=30_000,
             discovery_topics=100,
         )
@@ -435,10 +451,29 @@ def _cdc(plan: Plan, a: dict[str, Any], b: dict[str, Any], janitor: Janitor, say
     )
 
 
+def _active_active(
+    plan: Plan, a: dict[str, Any], b: dict[str, Any], janitor: Janitor, say: Say
+) -> Any:
+    """An active-active pair beside one direction of today's CDC feed (one repetition;
+    see ``crossfeed/bench/active_active.py``)."""
+    return active_active.run(
+        janitor,
+        a,
+        b,
+        transfers=plan.aa_transfers,
+        lag_seconds=plan.aa_lag_seconds,
+        say=say,
+        rate=plan.aa_rate,
+    )
+
+
 def _stop_cdc(started: list[str]) -> None:
-    """Stop what the benchmark started of the capture side."""
+    """Stop what the benchmark started of the capture side (both sides' for the
+    active-active part)."""
     if "connect" in started:
         stack.connect_worker().stop()
+    if stack.connect_worker_b().name in started:
+        stack.connect_worker_b().stop()
     if postgres.source().name in started:
         postgres.source().stop()
 
@@ -450,8 +485,10 @@ def run(plan: Plan, out_dir: Path | None = None) -> Path:
     logsetup.setup("ERROR")
     lock = _lock()
     running = {c.alias for c in stack.CLUSTERS if c.pid()}
-    stack.up(postgres=plan.ordered or plan.cdc)
+    stack.up(postgres=plan.ordered or plan.cdc or plan.active_active)
     started_cdc = stack.up_cdc() if plan.cdc else []
+    if plan.active_active:  # both servers with commit timestamps, Connect-B
+        started_cdc += stack.up_active_active()
     a = {"bootstrap.servers": stack.node("dc-a").bootstrap}
     b = {"bootstrap.servers": stack.node("dc-b").bootstrap}
     run_id = uuid.uuid4().hex[:6]
@@ -477,6 +514,8 @@ def run(plan: Plan, out_dir: Path | None = None) -> Path:
                     _ordered(plan, a, b, janitor, say, result)
                 if plan.cdc:
                     result["cdc"] = _cdc(plan, a, b, janitor, say)
+                if plan.active_active:
+                    result["active_active"] = _active_active(plan, a, b, janitor, say)
             except KeyboardInterrupt:
                 result["interrupted"] = True
                 say("interrupted: cleaning up, writing what was measured")
@@ -487,6 +526,7 @@ def run(plan: Plan, out_dir: Path | None = None) -> Path:
         lock.close()
     result.setdefault("ordered", aggregate.not_available("not run (--only)"))
     result.setdefault("cdc", aggregate.not_available("not run (--only)"))
+    result.setdefault("active_active", aggregate.not_available("not run (--only)"))
     result["machine"]["load_avg_end"] = facts.load_avg()
     result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     result["duration_s"] = time.monotonic() - began

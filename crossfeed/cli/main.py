@@ -392,7 +392,18 @@ def bench(
     ),
     quick: bool = typer.Option(False, "--quick", help="a small validation run, not for comparison"),
     only: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--only", help="run one part: throughput, failover, ordered, scale or cdc"
+        None,
+        "--only",
+        help="run one part: throughput, failover, ordered, scale, cdc or active_active",
+    ),
+    lag_seconds: Optional[float] = typer.Option(  # noqa: UP045
+        None, "--lag-seconds", help="each lag phase's length (at least 20 s for cdc)"
+    ),
+    aa_rate: Optional[float] = typer.Option(  # noqa: UP045
+        None,
+        "--aa-rate",
+        min=1,
+        help="active_active: transfers/s per direction (default: half of Debezium's rate)",
     ),
 ) -> None:
     """Benchmarks vs MirrorMaker 2 and dc-b's produce ceiling: throughput, cost, lag, failover."""
@@ -408,14 +419,21 @@ def bench(
         changes["sizes"] = tuple(size)
     if repeat is not None:
         changes["repeat"] = repeat
-    if only not in (None, "throughput", "failover", "ordered", "scale", "cdc"):
-        raise typer.BadParameter("--only takes throughput, failover, ordered, scale or cdc")
+    parts = ("throughput", "failover", "ordered", "scale", "cdc", "active_active")
+    if only not in (None, *parts):
+        raise typer.BadParameter(f"--only takes {', '.join(parts[:-1])} or {parts[-1]}")
+    if aa_rate is not None:
+        changes["aa_rate"] = aa_rate
+    if lag_seconds is not None:
+        changes["lag_seconds"] = lag_seconds
+        changes["aa_lag_seconds"] = lag_seconds
     if only:
         changes["throughput"] = only == "throughput"
         changes["failover"] = only == "failover"
         changes["ordered"] = only == "ordered"
         changes["scale"] = only == "scale"
         changes["cdc"] = only == "cdc"
+        changes["active_active"] = only == "active_active"
     plan = dataclasses.replace(plan, **changes)  # type: ignore[arg-type]
     try:
         path = runner.run(plan)

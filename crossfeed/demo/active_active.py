@@ -133,9 +133,9 @@ class ActiveActiveDemo(BankDemo):
 
     def _run(self, procs: Processes, uri_a: str, uri_b: str) -> ActiveActiveSummary:
         total = 0
-        for step, uri in enumerate((uri_a, uri_b), start=1):
+        for odd, uri in ((True, uri_a), (False, uri_b)):
             total = sql_bank.create(uri, ACCOUNTS)
-            sql_bank.disjoint_ids(uri, step, 2)
+            sql_bank.disjoint_ids(uri, odd)
         self.say(
             f"database {self.database} on both servers: {ACCOUNTS} accounts (total "
             f"{total:,}) and an empty ledger whose ids are odd on dc-a, even on dc-b"

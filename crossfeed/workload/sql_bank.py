@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 
 OPENING_BALANCE = 1_000
+RETRIES = 5
 ACCOUNT_COLUMNS = ("id", "balance", "owner", "opened", "credit_limit")
 TRANSFER_COLUMNS = ("id", "src", "dst", "amount", "at", "memo", "ref")
 TABLES = {"accounts": ACCOUNT_COLUMNS, "transfers": TRANSFER_COLUMNS}
@@ -49,21 +50,24 @@ def create(uri: str, accounts: int, schema: str = "public") -> int:
     return OPENING_BALANCE * accounts
 
 
-def disjoint_ids(uri: str, start: int, step: int, schema: str = "public") -> None:
-    """The ledger's ids from ``start`` by ``step``: two databases that both insert (an
-    active-active pair) never make the same id (1, 3, 5... on one; 2, 4, 6... on the other)."""
+def disjoint_ids(uri: str, odd: bool, schema: str = "public") -> None:
+    """The ledger's id sequence steps by 2 from 1 (``odd``) or 2: two databases that both
+    write transfers (an active-active pair) never hand out the same id, and each row's id
+    says which side wrote it. Before the first transfer."""
     with psycopg.connect(uri, autocommit=True) as conn:
-        conn.execute(
-            f"SELECT setval(pg_get_serial_sequence('\"{schema}\".transfers', 'id'), %s, false)",
-            (start,),
-        )
-        conn.execute(f'ALTER SEQUENCE "{schema}".transfers_id_seq INCREMENT BY {int(step)}')
+        row = conn.execute(
+            "SELECT pg_get_serial_sequence(%s, 'id')", (f'"{schema}".transfers',)
+        ).fetchone()
+        assert row is not None and row[0], "transfers.id has no sequence"
+        conn.execute(f"ALTER SEQUENCE {row[0]} INCREMENT BY 2 RESTART WITH {1 if odd else 2}")
 
 
 @dataclass
 class Transfers:
     """Transfers in ``sessions`` concurrent connections until stopped or ``total`` done
-    (``rate``: transactions/s over all sessions, 0 as fast as they go)."""
+    (``rate``: transactions/s over all sessions, 0 as fast as they go). A transfer that
+    deadlocks (with another writer of the database: the sink of an active-active pair) is
+    run again, as an application would, up to ``RETRIES`` times (counted in ``retried``)."""
 
     uri: str
     accounts: int
@@ -72,6 +76,7 @@ class Transfers:
     rate: float = 0.0
     schema: str = "public"
     done: int = 0
+    retried: int = 0  # transactions run again after a deadlock
     errors: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -109,17 +114,26 @@ class Transfers:
                     amount = rng.randint(1, 50)
                     # Rows locked in id order, so concurrent sessions never deadlock.
                     moves = sorted([(src, -amount), (dst, amount)])
-                    with conn.transaction():
-                        for account, delta in moves:
-                            conn.execute(
-                                f"UPDATE {accounts} SET balance = balance + %s WHERE id = %s",
-                                (delta, account),
-                            )
-                        conn.execute(
-                            f"INSERT INTO {transfers} (src, dst, amount, memo, ref) "
-                            "VALUES (%s, %s, %s, %s, gen_random_uuid())",
-                            (src, dst, amount, f'{{"session": {n}}}'),
-                        )
+                    for attempt in range(RETRIES + 1):
+                        try:
+                            with conn.transaction():
+                                for account, delta in moves:
+                                    conn.execute(
+                                        f"UPDATE {accounts} SET balance = balance + %s "
+                                        "WHERE id = %s",
+                                        (delta, account),
+                                    )
+                                conn.execute(
+                                    f"INSERT INTO {transfers} (src, dst, amount, memo, ref) "
+                                    "VALUES (%s, %s, %s, %s, gen_random_uuid())",
+                                    (src, dst, amount, f'{{"session": {n}}}'),
+                                )
+                            break
+                        except psycopg.errors.DeadlockDetected:
+                            if attempt == RETRIES:
+                                raise
+                            with self._lock:
+                                self.retried += 1
                     if interval:
                         next_at += interval
                         time.sleep(max(0.0, next_at - time.monotonic()))
