@@ -406,7 +406,8 @@ class FeedSpec(BaseModel):
         ``pg1``)."""
         if self.config.debezium_topic_prefix:
             return self.config.debezium_topic_prefix
-        head = self.topics[0].replace("\\.", ".")
+        # re.escape writes '-' as '\-' (and '_' is never special): unescape them first
+        head = re.sub(r"\\([-_])", r"\1", self.topics[0]).replace("\\.", ".")
         return re.split(r"[.^$*+?()\[\]{}|\\]", head, maxsplit=1)[0]
 
 

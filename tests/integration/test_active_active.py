@@ -119,7 +119,9 @@ def test_both_sides_write_the_same_keys_and_converge_on_the_last_writer(
     a, b = two_sides
     keys = [str(uuid.uuid4()) for _ in range(KEYS)]
     for side in (a, b):
-        aa.create_tables(side.uri, keys, ACCOUNTS)
+        # dc-b's tables were the target of a one-way feed before (its hidden commit_ts,
+        # NOT NULL there only, must not travel)
+        aa.create_tables(side.uri, keys, ACCOUNTS, one_way_before=side is b)
         side.register(heartbeat_ms=500, tables=["public.items", "public.accounts"])
     for side in (a, b):
         side.wait_running()

@@ -37,11 +37,14 @@ class Write:
         return (self.commit_us, self.side.encode())
 
 
-def create_tables(uri: str, keys: list[str], accounts: int) -> None:
+def create_tables(uri: str, keys: list[str], accounts: int, one_way_before: bool = False) -> None:
     """The two tables with the same opening rows, the pair's hidden columns and triggers,
-    and REPLICA IDENTITY FULL on accounts (its balance is a counter)."""
+    and REPLICA IDENTITY FULL on accounts (its balance is a counter). ``one_way_before``:
+    items also has the hidden column a one-way CDC feed leaves in the tables it wrote."""
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("CREATE TABLE items (id uuid PRIMARY KEY, v text NOT NULL, n integer)")
+        if one_way_before:
+            conn.execute("ALTER TABLE items ADD _crossfeed_commit_ts bigint NOT NULL DEFAULT 0")
         conn.execute("CREATE TABLE accounts (id integer PRIMARY KEY, balance bigint NOT NULL)")
         conn.execute("ALTER TABLE accounts REPLICA IDENTITY FULL")
         for key in keys:

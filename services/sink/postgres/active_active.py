@@ -46,6 +46,7 @@ from crossfeed.services.sink.postgres.sink import LOST, Fenced, PostgresSink, Re
 log = logging.getLogger(__name__)
 
 PRUNE_EVERY_S = 60.0
+NOT_REPLICATED = frozenset((*sql.HIDDEN_COLUMNS, mapping.COMMIT_TS_COLUMN))
 RACE_RETRIES = 5
 
 
@@ -139,13 +140,18 @@ class ActiveActiveSink(PostgresSink):
             return None
         change = written.change
         table_counters = self.counters.get(change.table, frozenset())
+        # crossfeed's own columns on the source are not the application's: the pair's
+        # (this side sets its own) and a one-way feed's hidden commit_ts (a table a CDC
+        # feed wrote before the pair was made has it, NOT NULL on that side only)
+        values = {c: v for c, v in change.values.items() if c not in NOT_REPLICATED}
+        columns = tuple(c for c in change.columns if c.name not in NOT_REPLICATED)
         replicated = Replicated(
             change.table,
             change.op,
             change.key,
-            change.values,
+            values,
             change.commit_ts,
-            change.columns,
+            columns,
             change.ddl,
             change.schema_version,
         )
@@ -412,7 +418,7 @@ class _Plan:
             self.deletes.append(key)
         if result.values is not None:
             assert result.stamp is not None
-            row = {c: v for c, v in result.values.items() if c not in sql.HIDDEN_COLUMNS}
+            row = dict(result.values)
             self.upserts.setdefault(tuple(row), []).append(
                 (list(row.values()), result.stamp[0], result.stamp[1].decode())
             )
@@ -447,9 +453,7 @@ def _stamp(change: Replicated) -> lww.Stamp:
 def _lww_change(change: Replicated) -> lww.Change:
     values = change.values if change.op == "upsert" else {}
     deltas = change.deltas or {}
-    only = bool(deltas) and all(
-        c in deltas or c in sql.HIDDEN_COLUMNS or c in change.key_columns for c in values
-    )
+    only = bool(deltas) and all(c in deltas or c in change.key_columns for c in values)
     return lww.Change(change.op, _stamp(change), values, change.deltas, change.snapshot, only)
 
 
