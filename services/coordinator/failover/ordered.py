@@ -1,26 +1,33 @@
-"""``crossfeed failover --feed F`` for an ordered feed into PostgreSQL
-(docs/disaster-recovery.md): the target becomes the primary, at a transaction boundary,
-knowing what it holds and what was lost.
+"""``crossfeed failover --feed F`` for an ordered feed (docs/disaster-recovery.md): its
+target — a PostgreSQL database or a Kafka topic — becomes the primary, at a transaction
+boundary, knowing what it holds and what was lost.
 
 1. Stop F: a feed the coordinator runs is set to ``failed_over`` (its puller tasks stop);
    every puller task is fenced on the staging cluster (``fence.py``): what a dead puller
    left open there is aborted, so the feed's copies can be read to their end.
-2. Fence the target (``crossfeed/fencing.py``): the sessions of the feed's sinks end, the
-   position row's epoch is bumped and it is marked failed over; no sink of F writes to
-   the target again. The row says what the target holds: the last source transaction
-   applied and consistency_ts — the source's state exactly as of that commit.
+2. PostgreSQL: fence the target (``crossfeed/fencing.py``): the sessions of the feed's
+   sinks end, the position row's epoch is bumped and it is marked failed over; no sink of
+   F writes to the target again. The row says what the target holds: the last source
+   transaction applied and consistency_ts — the source's state exactly as of that commit.
+   Kafka: the last whole source transaction in the target topic (read_committed, its
+   ``crossfeed-commit-ts`` and ``crossfeed-txn``); the sinks are not fenced (the report
+   says to stop them).
 3. The RPO (``crossfeed/core/takeover.py``): the source transactions known to have
    committed after it. Read from the source cluster when it answers (a Debezium feed's
    transaction topic, a change producer's topics): exact. Else from the feed's copies on
    the staging cluster: at least that many.
-4. The report, also as a row of ``S.crossfeed_failover`` on the target.
+4. The report; for a PostgreSQL target also a row of ``S.crossfeed_failover`` there.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass
 from typing import Any, Literal
 
+from confluent_kafka import KafkaException
+from confluent_kafka import TopicPartition as KafkaTP
 from fastapi import HTTPException
 from pydantic import BaseModel, Field
 
@@ -29,10 +36,12 @@ from crossfeed.core import takeover
 from crossfeed.core.secrets import mask_text
 from crossfeed.extras import MissingExtra, require
 from crossfeed.feeds import FeedSpec
+from crossfeed.kafka.tails import TailReader
 from crossfeed.services.coordinator.failover import known
 from crossfeed.services.coordinator.failover.fence import fence_pullers
 from crossfeed.services.coordinator.failover.hooks import FailoverHooks
-from crossfeed.wire import topics
+from crossfeed.wire import headers, topics
+from crossfeed.wire.changes import parse_txn
 
 log = logging.getLogger(__name__)
 
@@ -71,15 +80,25 @@ class OrderedFailoverReport(BaseModel):
     notes: list[str]
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What the target holds after the failover, and how it was fenced."""
+
+    commit_ts: int
+    txn: str
+    checkpoint_ts: int
+    epoch: int
+    failed_over_at_ms: int
+    sinks_ended: int
+
+
 def run_ordered_failover(
     hooks: FailoverHooks, feed: FeedSpec, managed: bool
 ) -> OrderedFailoverReport:
     sink = feed.sink
-    if sink.scheme != "postgresql" or sink.dsn is None:
-        raise HTTPException(
-            400, f"feed {feed.name!r}: failover of an ordered feed into {sink.scheme} is not built"
-        )
-    fencing = _fencing()
+    postgres = sink.scheme == "postgresql" and sink.dsn is not None
+    if not postgres and (sink.scheme != "kafka" or not sink.topic):
+        raise HTTPException(400, f"feed {feed.name!r}: its sink URI names no target to fail over")
     settings = hooks.settings
     notes: list[str] = []
     stopped_by: Literal["coordinator", "operator"] = "operator"
@@ -89,9 +108,9 @@ def run_ordered_failover(
     else:
         notes.append(
             f"feed {feed.name} is not run by the coordinator: stop its puller, sorter and "
-            "sink processes yourself (the sinks are fenced: they apply nothing more)"
+            "sink processes yourself"
         )
-    staging = settings.staging_alias(None)
+    staging = settings.staging_alias(None if postgres else sink.cluster)
     staging_conf = settings.cluster(staging).client_config()
     fenced_tasks = fence_pullers(staging_conf, feed)
     if fenced_tasks.failed:
@@ -99,21 +118,18 @@ def run_ordered_failover(
             f"puller task(s) {sorted(fenced_tasks.failed)} could not be fenced on {staging}: "
             "copies they left open are not counted until the broker aborts them"
         )
-    schema = sink.schema_name or "public"
-    dsn = resolve_references(sink.dsn, "the sink URI")
-    try:
-        position = fencing.fence(dsn, schema, feed.name)
-    except LookupError as err:
-        raise HTTPException(
-            409, f"feed {feed.name!r}: nothing was applied to the target ({err})"
-        ) from None
-    except TimeoutError as err:
-        raise HTTPException(503, f"feed {feed.name!r}: {err}") from None
-    consistency = takeover.consistency_of(position.commit_ts, position.checkpoint_ts)
-    applied_order = (
-        takeover.debezium_order(position.txn) if feed.input == "debezium" else consistency
-    )
-    since_ms = max(0, position.commit_ts // 1000 - known.LOOKBACK_MS)
+    if postgres:
+        held = _fence_database(feed)
+    else:
+        held = _topic_end(settings.cluster(str(sink.cluster)).client_config(), feed)
+        notes.append(
+            f"the feed's sinks are not fenced on {sink.cluster}: stop them; until then they "
+            f"may add whole source transactions that had already crossed to {sink.topic} "
+            "after the last one reported"
+        )
+    consistency = takeover.consistency_of(held.commit_ts, held.checkpoint_ts)
+    applied_order = takeover.debezium_order(held.txn) if feed.input == "debezium" else consistency
+    since_ms = max(0, held.commit_ts // 1000 - known.LOOKBACK_MS)
     source_conf = settings.cluster(feed.source).client_config()
     try:
         found = known.from_source(source_conf, feed, since_ms)
@@ -136,8 +152,8 @@ def run_ordered_failover(
         stopped_by=stopped_by,
         source_reachable=reachable,
         consistency_ts_us=consistency,
-        last_txn=position.txn,
-        last_commit_ts_us=position.commit_ts,
+        last_txn=held.txn,
+        last_commit_ts_us=held.commit_ts,
         rpo=RpoReport(
             transactions=rpo.transactions,
             exact=rpo.exact,
@@ -147,22 +163,79 @@ def run_ordered_failover(
             span_s=rpo.span_s,
             text=rpo.text(),
         ),
-        epoch=position.epoch,
-        failed_over_at_ms=position.failed_over_at_ms,
-        sinks_ended=position.terminated,
+        epoch=held.epoch,
+        failed_over_at_ms=held.failed_over_at_ms,
+        sinks_ended=held.sinks_ended,
         fenced_tasks=len(fenced_tasks.tasks),
         notes=notes,
     )
-    fencing.record(dsn, schema, feed.name, position.epoch, report.model_dump())
+    if postgres:
+        _record(feed, report)
     log.info(
         "feed %s failed over: target %s holds the source as of %d (txn %s); RPO %s",
         feed.name,
         report.target,
         consistency,
-        position.txn,
+        held.txn,
         rpo.text(),
     )
     return report
+
+
+def _fence_database(feed: FeedSpec) -> Held:
+    """Fence a PostgreSQL target (crossfeed/fencing.py); what its position row says."""
+    fencing = _fencing()
+    sink = feed.sink
+    assert sink.dsn is not None
+    dsn = resolve_references(sink.dsn, "the sink URI")
+    try:
+        p = fencing.fence(dsn, sink.schema_name or "public", feed.name)
+    except LookupError as err:
+        raise HTTPException(
+            409, f"feed {feed.name!r}: nothing was applied to the target ({err})"
+        ) from None
+    except TimeoutError as err:
+        raise HTTPException(503, f"feed {feed.name!r}: {err}") from None
+    return Held(p.commit_ts, p.txn, p.checkpoint_ts, p.epoch, p.failed_over_at_ms, p.terminated)
+
+
+def _record(feed: FeedSpec, report: OrderedFailoverReport) -> None:
+    sink = feed.sink
+    assert sink.dsn is not None
+    dsn = resolve_references(sink.dsn, "the sink URI")
+    _fencing().record(
+        dsn, sink.schema_name or "public", feed.name, report.epoch, report.model_dump()
+    )
+
+
+def _written(record_headers: list[tuple[str, bytes | None]] | None) -> tuple[int, str] | None:
+    """(commit_ts, txn id) of a source transaction's record in the target topic."""
+    commit_ts, txn = None, ""
+    for name, value in record_headers or ():
+        if name == headers.TYPE:
+            return None
+        if name == headers.COMMIT_TS and value is not None and value.isdigit():
+            commit_ts = int(value)
+        elif name == headers.TXN:
+            try:
+                txn = parse_txn(value).txn
+            except ValueError:
+                return None
+    return None if commit_ts is None else (commit_ts, txn)
+
+
+def _topic_end(conf: dict[str, Any], feed: FeedSpec) -> Held:
+    """The last whole source transaction a Kafka target topic holds (read_committed)."""
+    assert feed.sink.topic is not None
+    reader = TailReader(conf)
+    try:
+        tail = reader.read(KafkaTP(feed.sink.topic, 0), _written)
+    except KafkaException as err:
+        raise HTTPException(503, f"cannot read the end of {feed.sink.topic}: {err}") from None
+    finally:
+        reader.close()
+    commit_ts, txn = tail.committed or (0, "")
+    return Held(commit_ts, txn, 0, 0, int(time.time() * 1000), 0)
 
 
 def _fencing() -> Any:
