@@ -118,7 +118,9 @@ def fence(dsn: str, schema: str, feed: str, *, take_lock_s: float = TAKE_LOCK_S)
                 raise LookupError(f"no row for feed {feed} in {schema}.{POSITION_TABLE}")
             conn.commit()
         finally:
-            conn.autocommit = True
+            if not conn.autocommit:
+                conn.rollback()  # nothing after a commit; what failed before it
+                conn.autocommit = True
             conn.execute(
                 "SELECT pg_advisory_unlock(hashtext(%s), hashtext(%s))", (LOCK_CLASS, feed)
             )
