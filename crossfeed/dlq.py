@@ -19,6 +19,9 @@ OFFSET: Final = "crossfeed-dlq-origin-offset"
 STAGE: Final = "crossfeed-dlq-stage"
 ERROR_CLASS: Final = "crossfeed-dlq-error-class"
 ERROR_MESSAGE: Final = "crossfeed-dlq-error-message"
+# SourceRecordsDeleted letters (no key, no value): the first offset after the gap (the
+# gap is origin-offset up to it, excluded).
+GAP_END: Final = "crossfeed-dlq-gap-end"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from urllib.parse import parse_qs, urlparse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crossfeed.config.errors import ConfigError, from_validation_error, read_yaml
+from crossfeed.core import gaps
 from crossfeed.core.secrets import mask_text
 from crossfeed.core.topic_selection import TopicSelector, rename
 from crossfeed.wire.topics import debezium_ordered
@@ -146,6 +147,29 @@ class FeedOptions(BaseModel):
                 table, column = item.strip().split(".")
                 found.setdefault(table, set()).add(column)
         return {table: frozenset(columns) for table, columns in found.items()}
+
+    gap_policy: Literal["continue", "stop"] = Field(
+        "continue",
+        alias="gap.policy",
+        description="what a task does when the next records it needs were deleted at the "
+        "source before it copied them (retention, DeleteRecords): it always reports the "
+        "gap (log, status, metric, a dead letter); continue: then copies on from the "
+        "source's log start; stop: the partition waits until the gap is acknowledged "
+        "(crossfeed changefeed ack-gap)",
+    )
+    gap_acknowledged: str | None = Field(
+        None,
+        alias="gap.acknowledged",
+        description="gaps acknowledged by an operator, topic/partition@offset as reported, "
+        "comma-separated (crossfeed changefeed ack-gap adds to it)",
+    )
+
+    @field_validator("gap_acknowledged")
+    @classmethod
+    def _gap_keys_parse(cls, value: str | None) -> str | None:
+        for key in gaps.acknowledged(value):
+            gaps.parse_key(key)
+        return value
 
     @field_validator("filter_reject_key_regex")
     @classmethod

@@ -46,6 +46,7 @@ class HeartbeatContent:
     resolved: dict[str, int] = field(default_factory=dict)  # pullers, sorters: resolved_ts
     laggards: dict[str, int] = field(default_factory=dict)  # sorters: since, µs
     last_error: str = ""
+    notices: list[str] = field(default_factory=list)  # pullers: gaps not acknowledged
     checkpoint_ts_us: int = 0  # sinks of ordered feeds: the feed's checkpoint_ts
     syncpoint_ts_us: int = 0  # database sinks: the newest syncpoint
     syncpoint_at_ms: int = 0
@@ -102,6 +103,7 @@ class HeartbeatSender:
                 "resolved": content.resolved,
                 "laggards": content.laggards,
                 "last_error": content.last_error,
+                "notices": content.notices,
                 "checkpoint_ts_us": content.checkpoint_ts_us,
                 "syncpoint_ts_us": content.syncpoint_ts_us,
                 "syncpoint_at_ms": content.syncpoint_at_ms,

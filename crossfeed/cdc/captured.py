@@ -4,7 +4,6 @@ connector of its own (its topic prefix, its replication slot): what ``crossfeed 
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ class CapturedDatabase:
     prefix: str  # topic prefix
     uri: str  # the source database
     connect_url: str
+    admin_uri: str = ""  # its server's maintenance database (default: the source server's)
 
     def register(self, **options: Any) -> None:
         config = connector.connector_config(self.uri, self.prefix, **options)
@@ -47,29 +47,54 @@ def _admin_uri() -> str:
     return postgres.source().uri.rsplit("/", 1)[0] + "/postgres"
 
 
-def create(name: str, connect_url: str) -> CapturedDatabase:
-    """A fresh database ``name`` on the source server (its connector, registered later
-    with ``register()``, is named and prefixed ``name`` too)."""
-    admin_uri = _admin_uri()
+def create(
+    name: str, connect_url: str, server: postgres.Postgres | None = None
+) -> CapturedDatabase:
+    """A fresh database ``name`` on the source server (or ``server``: an active-active
+    pair's other side), its connector, registered later with ``register()`` on the Connect
+    cluster at ``connect_url``, named and prefixed ``name`` too."""
+    admin_uri = _admin_uri() if server is None else server.uri.rsplit("/", 1)[0] + "/postgres"
     with psycopg.connect(admin_uri, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    return CapturedDatabase(name, name, admin_uri.rsplit("/", 1)[0] + f"/{name}", connect_url)
+    uri = admin_uri.rsplit("/", 1)[0] + f"/{name}"
+    return CapturedDatabase(name, name, uri, connect_url, admin_uri)
 
 
 def drop(db: CapturedDatabase) -> None:
     """Remove the connector, its replication slot and the database."""
-    with contextlib.suppress(ConnectError):
-        connector.remove(db.connect_url, db.name)
-    deadline = time.monotonic() + 30
-    with psycopg.connect(_admin_uri(), autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            try:
-                conn.execute(
-                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                    "WHERE slot_name = %s",
-                    (db.slot,),
-                )
-                break
-            except psycopg.errors.ObjectInUse:  # the connector's task is still stopping
-                time.sleep(0.5)
+    _remove_connector(db)
+    with psycopg.connect(db.admin_uri or _admin_uri(), autocommit=True) as conn:
+        drop_slots(conn, [db.slot])
         conn.execute(f'DROP DATABASE IF EXISTS "{db.name}" WITH (FORCE)')
+
+
+def _remove_connector(db: CapturedDatabase, timeout_s: float = 120.0) -> None:
+    """Remove the connector, waiting for a Connect worker that is (re)starting: a connector
+    left behind would retry against a database that is gone, for ever."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            connector.remove(db.connect_url, db.name)
+            return
+        except ConnectError as err:
+            # Connect's own "Connector NAME not found", not the 404 of a worker whose REST
+            # resources are not up yet
+            if "HTTP 404: Connector" in str(err) or time.monotonic() > deadline:
+                return
+            time.sleep(1.0)
+
+
+def drop_slots(conn: psycopg.Connection[Any], slots: list[str], timeout_s: float = 30.0) -> None:
+    """Drop those of ``slots`` that exist, waiting while a removed connector's task still
+    holds one."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            conn.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                "WHERE slot_name = ANY(%s)",
+                (slots,),
+            )
+            return
+        except psycopg.errors.ObjectInUse:  # the connector's task is still stopping
+            time.sleep(0.5)

@@ -320,7 +320,18 @@ def status(
         if feed.get("commits"):  # mirror feeds, from the leader: how groups are translated
             name = feed["name"] if feed["commits"] == "stream" else f"[yellow]{feed['name']}[/]"
             out.print(f"{name}: commits: {escape(feed['commits'])}")
+    pairs: dict[str, list[str]] = {}
     for feed in feeds:
+        if feed.get("pair"):
+            pairs.setdefault(feed["pair"], []).append(feed["name"])
+    for pair, directions in sorted(pairs.items()):
+        out.print(
+            f"pair {pair}: {' and '.join(directions)}; connectors and schema findings: "
+            f"crossfeed pair status {pair}"
+        )
+    for feed in feeds:
+        for notice in feed.get("notices", []):
+            out.print(f"[yellow]{feed['name']}[/]: {escape(notice)}")
         if feed["last_error"]:
             out.print(f"[red]{feed['name']}[/]: {feed['last_error']}")
 

@@ -6,7 +6,10 @@ it when it does not exist, so the command is idempotent like Kafka Connect's
 changes only what is given: ``--topics``/``--exclude`` replace the lists, ``--config``
 options are merged into the feed's. ``restart NAME [--task N]`` revokes the feed's tasks
 (or one); each is assigned again once its puller let go and starts over from its
-committed position on the target.
+committed position on the target. ``ack-gap NAME GAP...`` acknowledges gaps (source
+records deleted before they were copied, crossfeed/core/gaps.py) by adding them to the
+feed's ``gap.acknowledged`` option: a partition waiting on one (``gap.policy=stop``) goes
+on from the source's log start, and the status no longer reports it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from rich.table import Table
 from crossfeed.cli import admin
 from crossfeed.cli.common import fail
 from crossfeed.client.rest import ApiError, CoordinatorClient
+from crossfeed.core import gaps
 
 capture = typer.Typer(help="Live crossfeed instances (TiCDC calls them captures).")
 
@@ -94,6 +98,34 @@ def _current(api: CoordinatorClient, name: str) -> dict[str, Any] | None:
             return None
         raise
     return dict(detail["feed"])
+
+
+@admin.changefeed.command("ack-gap")
+@admin.api_errors
+def ack_gap(
+    name: str = typer.Argument(..., help="feed name"),
+    keys: list[str] = typer.Argument(
+        ..., help="gaps as the status reports them: topic/partition@offset"
+    ),
+    server: Optional[str] = admin.ServerOpt,  # noqa: UP045
+) -> None:
+    """Acknowledge gaps: records deleted at the source before they were copied."""
+    try:
+        for key in keys:
+            gaps.parse_key(key)
+    except ValueError as err:
+        fail(str(err))
+    with admin.client(server) as api:
+        current = _current(api, name)
+        if current is None:
+            fail(f"no changefeed named {name!r}")
+        known = current["config"].get("gap.acknowledged")
+        value = gaps.acknowledge(known, keys)
+        api.put_feed(update_body(current, {}, {"gap.acknowledged": value}))
+    admin.console().print(
+        f"changefeed [bold]{name}[/]: acknowledged {', '.join(keys)}; a partition waiting on "
+        "one goes on from the source's log start"
+    )
 
 
 @admin.changefeed.command("restart")

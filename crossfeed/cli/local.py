@@ -13,7 +13,10 @@ from crossfeed.local.postgres import PORT as POSTGRES_PORT
 from crossfeed.local.postgres import SOURCE_PORT
 from crossfeed.local.secure import USER, SecureStack
 
-app = typer.Typer(help="Run two local Kafka clusters (dc-a, dc-b) and PostgreSQL on loopback.")
+app = typer.Typer(
+    help="Run two local Kafka clusters (dc-a, dc-b) and PostgreSQL on loopback; with "
+    "--cdc or --active-active, Debezium on Kafka Connect capturing PostgreSQL too."
+)
 
 
 @app.command()
@@ -32,12 +35,22 @@ def up(
         help="the capture side too: a source PostgreSQL (127.0.0.1:15432, wal_level=logical) "
         "and Kafka Connect with Debezium (REST 127.0.0.1:18083) writing to dc-a",
     ),
+    active_active: bool = typer.Option(
+        False,
+        "--active-active",
+        help="both sides captured, for 'crossfeed pair create' (implies --cdc): both "
+        "PostgreSQL servers with wal_level=logical and track_commit_timestamp=on (restarted "
+        "if they run without), and a second Kafka Connect with Debezium (REST "
+        "127.0.0.1:28083) writing to dc-b",
+    ),
 ) -> None:
     """Start dc-a (127.0.0.1:19092), dc-b (127.0.0.1:29092) and PostgreSQL (127.0.0.1:25432)."""
-    if not no_postgres or cdc:
+    if not no_postgres or cdc or active_active:
         require("postgres", "the local stack's PostgreSQL (or: crossfeed local up --no-postgres)")
     try:
-        ids = stack.up(postgres=not no_postgres, secure_pair=secure, cdc=cdc)
+        ids = stack.up(
+            postgres=not no_postgres, secure_pair=secure, cdc=cdc, active_active=active_active
+        )
     except (stack.StackError, SetupMissing, RuntimeError) as err:  # RuntimeError: openssl
         fail(str(err))
     secured = SecureStack.local()
@@ -47,11 +60,19 @@ def up(
         out_console.print(f"{alias} up{where}, cluster.id {cluster_id}", highlight=False)
     if not no_postgres:
         out_console.print(f"postgres up on 127.0.0.1:{POSTGRES_PORT}", highlight=False)
-    if cdc:
+    if cdc or active_active:
         out_console.print(
             f"postgres-a (source) up on 127.0.0.1:{SOURCE_PORT}; Kafka Connect with Debezium "
             f"on {stack.connect_worker().url}",
             highlight=False,
+            soft_wrap=True,
+        )
+    if active_active:
+        out_console.print(
+            f"both PostgreSQL servers with wal_level=logical, track_commit_timestamp=on; "
+            f"Kafka Connect with Debezium writing to dc-b on {stack.connect_worker_b().url}",
+            highlight=False,
+            soft_wrap=True,
         )
     if secure:
         out_console.print(

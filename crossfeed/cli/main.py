@@ -9,7 +9,7 @@ import typer
 
 from crossfeed import __version__
 from crossfeed import log as logsetup
-from crossfeed.cli import admin, cdc, feed_ops, local, services
+from crossfeed.cli import admin, cdc, feed_ops, local, pair, services
 from crossfeed.cli.common import State, clean_errors, fail
 from crossfeed.extras import require
 
@@ -77,6 +77,7 @@ def settings(
 
 app.add_typer(local.app, name="local")
 app.add_typer(cdc.app, name="cdc")
+app.add_typer(pair.app, name="pair")
 
 app.add_typer(admin.changefeed, name="changefeed")  # feed_ops adds update and restart
 app.add_typer(feed_ops.capture, name="capture")
@@ -301,7 +302,15 @@ def demo(
         help="a PostgreSQL database captured by Debezium instead: SQL transactions from "
         "concurrent sessions into another PostgreSQL, compared row for row at the end",
     ),
-    seconds: float = typer.Option(30.0, help="--ordered, --cdc: how long the bank workload runs"),
+    active_active: bool = typer.Option(
+        False,
+        "--active-active",
+        help="two PostgreSQL databases both writing instead: the SQL bank on both at once, "
+        "an active-active pair keeping them equal (last writer wins, balances as counters)",
+    ),
+    seconds: float = typer.Option(
+        30.0, help="--ordered, --cdc, --active-active: how long the bank workload runs"
+    ),
 ) -> None:
     """The main job, end to end: replicate, lose dc-a, fail consumers over (or, with
     --ordered, an ordered feed into PostgreSQL that never shows a torn transfer; with
@@ -316,11 +325,12 @@ def demo(
     from crossfeed.local.kafka import SetupMissing
     from crossfeed.local.stack import StackError
 
-    if ordered and cdc:
-        fail("--ordered and --cdc are two demos: choose one")
+    if sum((ordered, cdc, active_active)) > 1:
+        fail("--ordered, --cdc and --active-active are separate demos: choose one")
     # The demo runs coordinators and the local stack's PostgreSQL; --ordered and --cdc the
     # sorter too.
-    for extra in ("coordinator", "postgres", *(("sorter",) if ordered or cdc else ())):
+    bank = ordered or cdc or active_active
+    for extra in ("coordinator", "postgres", *(("sorter",) if bank else ())):
         clean_errors(require)(extra, "crossfeed demo")
     logsetup.setup("WARNING")  # the demo tells its own story; keep library chatter out
 
@@ -328,12 +338,19 @@ def demo(
         raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C: services stopped, dc-a back
 
     signal.signal(signal.SIGTERM, on_term)
-    display = Display(tty=not no_tty, view="cdc" if cdc else "ordered" if ordered else "mirror")
+    view = "cdc" if cdc else "ordered" if ordered else "active-active" if active_active else ""
+    display = Display(tty=not no_tty, view=view or "mirror")
     try:
-        if cdc:
+        if active_active:
+            from crossfeed.demo.active_active import ActiveActiveDemo
+
+            summary: Any = ActiveActiveDemo(
+                seconds, rate or 50.0, display.say, display.progress
+            ).run()
+        elif cdc:
             from crossfeed.demo.cdc import CdcDemo
 
-            summary: Any = CdcDemo(seconds, rate or 100.0, display.say, display.progress).run()
+            summary = CdcDemo(seconds, rate or 100.0, display.say, display.progress).run()
         elif ordered:
             from crossfeed.demo.ordered import OrderedDemo
 

@@ -24,7 +24,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from crossfeed.core import secrets
+from crossfeed.core import secrets, topic_configs
 from crossfeed.kafka import client_overrides
 
 ALIAS_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
@@ -164,8 +164,36 @@ class PullerSettings(_Section):
         "holds an ordered feed back, advances this often",
     )
     topic_refresh_s: Seconds = Field(
-        5.0, description="how often new matching topics are looked for"
+        5.0,
+        description="how often new matching topics, and partitions added to source topics, "
+        "are looked for",
     )
+    config_sync_interval_s: float = Field(
+        60.0,
+        ge=0,
+        description="mirror feeds: how often target topics take their source topics' "
+        "configs (topic-level overrides, except config_sync_exclude); 0: never, configs are "
+        "copied once, when the target topic is created",
+    )
+    config_sync_exclude: str = Field(
+        ",".join(topic_configs.DEFAULT_EXCLUDE),
+        description="mirror feeds: topic configs a target topic never takes from its source, "
+        "comma-separated names or regexes (full match); default: MirrorMaker 2's exclude "
+        "list plus message.timestamp.before/after.max.ms",
+    )
+
+    acl_sync: bool = Field(
+        True,
+        description="mirror feeds, clusters with an authorizer: copy the READ and DESCRIBE "
+        "ACLs of the source topics to their target topics (never WRITE; never removed), "
+        "every config_sync_interval_s, so consumers that fail over keep their rights",
+    )
+
+    @field_validator("config_sync_exclude")
+    @classmethod
+    def _exclude_compiles(cls, value: str) -> str:
+        topic_configs.Excluded.parse(value)
+        return value
 
 
 class SinkSettings(_Section):

@@ -8,7 +8,10 @@ B. ``staging_partition`` depends only on its arguments (no process-seeded hash):
    event of one source partition goes to the same staging partition, in every process and
    every release, so per-partition order survives the staging topic.
 C. Mirror mode keeps partition numbers, so a target topic needs at least as many
-   partitions as its source; ``check_partition_counts`` says so, and how to fix it.
+   partitions as its source: ``partitions_to_add`` says how many the puller adds (never
+   any to a target that has as many or more: extra target partitions stay, unused), and
+   ``grow_refused`` the one line the feed's error state shows when the target will not
+   let it.
 """
 
 from __future__ import annotations
@@ -42,25 +45,28 @@ class TopicPartition:
         return cls(topic, int(number))
 
 
-def check_partition_counts(
-    source: int, target: int, *, topic: str, target_topic: str | None = None
-) -> str | None:
-    """An error message when the target topic has fewer partitions than its source.
-
-    Returns None when ``target >= source`` (extra target partitions simply stay unused).
-    ``target_topic`` defaults to ``topic`` (identity rename). Raises ValueError for a
-    count below 1, which no real topic has.
-    """
+def partitions_to_add(source: int, target: int) -> int:
+    """How many partitions the target topic must gain to hold every source partition
+    under its own number: ``source - target`` when the target has fewer, else 0 (a
+    target with more partitions stays as it is). ValueError for a count below 1, which no
+    real topic has."""
     if source < 1 or target < 1:
         raise ValueError(f"partition counts must be >= 1, got source={source} target={target}")
-    if target >= source:
-        return None
+    return max(0, source - target)
+
+
+def grow_refused(
+    source: int, target: int, reason: str, *, topic: str, target_topic: str | None = None
+) -> str:
+    """The feed's error when the target cluster refuses to add partitions (no Alter right
+    on the topic, a policy): what is wrong and how to fix it, in one line. ``target_topic``
+    defaults to ``topic`` (identity rename)."""
     name = target_topic or topic
     return (
         f"target topic {name!r} has {target} partition(s) but source topic {topic!r} has "
-        f"{source}; mirror mode keeps partition numbers, so increase the target topic to at "
-        f"least {source} partitions (kafka-topics.sh --alter --topic {name} --partitions "
-        f"{source}) or delete it and let crossfeed create it"
+        f"{source}, and the target refused to add them ({reason}); mirror mode keeps "
+        f"partition numbers: allow crossfeed's principal to Alter topic {name!r}, or add them "
+        f"by hand (kafka-topics.sh --alter --topic {name} --partitions {source})"
     )
 
 

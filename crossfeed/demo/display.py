@@ -82,11 +82,37 @@ CDC_HEADERS = [
     "samples",
 ]
 
+
+def _pair_row(update: dict[str, Any]) -> list[str]:
+    """The active-active demo's row: both directions, both databases."""
+    directions = update.get("directions") or [{}, {}]
+    sides = update.get("sides") or [None, None]
+    conflicts = update.get("conflicts") or [0, 0]
+    return [
+        f"{update.get('elapsed', 0):.0f} s",
+        *(f"{d.get('state', 'starting')} {_ts(d.get('consistency_ts_us'))}" for d in directions),
+        *(_rows(counts) for counts in sides),
+        f"{conflicts[0]:,} / {conflicts[1]:,}",
+        f"{update.get('samples', 0):,} ({update.get('torn', 0)} torn)",
+    ]
+
+
+PAIR_HEADERS = [
+    "elapsed",
+    "dc-a -> dc-b (consistency_ts)",
+    "dc-b -> dc-a (consistency_ts)",
+    "dc-a accounts / transfers",
+    "dc-b accounts / transfers",
+    "conflicts lost on a / b",
+    "samples",
+]
+
 # view -> (headers, row, title)
 VIEWS: dict[str, tuple[list[str], Callable[[dict[str, Any]], list[str]], str]] = {
     "mirror": (HEADERS, _row, "crossfeed demo: dc-a -> dc-b"),
     "ordered": (ORDERED_HEADERS, _ordered_row, "crossfeed demo: ordered feed dc-a -> PostgreSQL"),
     "cdc": (CDC_HEADERS, _cdc_row, "crossfeed demo: PostgreSQL -> Debezium -> PostgreSQL"),
+    "active-active": (PAIR_HEADERS, _pair_row, "crossfeed demo: PostgreSQL <-> PostgreSQL"),
 }
 
 

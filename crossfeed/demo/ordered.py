@@ -236,15 +236,21 @@ def demo_processes(prefix: str, say: Callable[[str], None]) -> Iterator[Processe
         say(f"logs of the demo's services: {workdir}")
 
 
-def start_ordered_feed(procs: Processes, spec: dict[str, Any], pullers: int) -> CoordinatorClient:
-    """A coordinator, the feed ``spec`` created over its REST API, then ``pullers`` pullers,
-    the Spark sorter and the sink: the coordinator assigns them the feed's work."""
+def start_coordinator(procs: Processes) -> CoordinatorClient:
+    """A coordinator, once it leads (it answers before it has won the election, and
+    refuses feeds until then)."""
     port = _free_port()
     procs.start("coordinator", "coordinator", "run", "--port", str(port))
     api = CoordinatorClient(f"http://127.0.0.1:{port}")
     wait_until(lambda: _answers(api), 60, "the coordinator to answer")
-    # It answers before it has won the election, and refuses a feed until then.
     wait_until(lambda: api.ha_status().get("role") == "leader", 90, "the coordinator to lead")
+    return api
+
+
+def start_ordered_feed(procs: Processes, spec: dict[str, Any], pullers: int) -> CoordinatorClient:
+    """A coordinator, the feed ``spec`` created over its REST API, then ``pullers`` pullers,
+    the Spark sorter and the sink: the coordinator assigns them the feed's work."""
+    api = start_coordinator(procs)
     api.create_feed(spec)
     feed = str(spec["name"])
     for n in range(1, pullers + 1):

@@ -29,11 +29,14 @@ class TargetTopics:
         self.admin = admin
         self.cache: dict[str, tuple[float, TargetTopic]] = {}
 
-    def get(self, name: str) -> TargetTopic | None:
-        """The topic's facts, or None while it does not exist (the puller creates it)."""
+    def get(self, name: str, partition: int = 0) -> TargetTopic | None:
+        """The topic's facts, or None while it does not exist (the puller creates it).
+        Asked again, not cached, when they do not list ``partition`` (the puller may
+        have added partitions since)."""
         hit = self.cache.get(name)
-        if hit and time.monotonic() - hit[0] < REFRESH_S:
+        if hit and time.monotonic() - hit[0] < REFRESH_S and partition < hit[1].partitions:
             return hit[1]
+        self.cache.pop(name, None)
         self.prefetch([name])
         hit = self.cache.get(name)
         return hit[1] if hit else None

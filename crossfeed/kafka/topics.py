@@ -9,28 +9,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
 
 from crossfeed.wire import topics as wire_topics
 
 log = logging.getLogger(__name__)
 
-# Topic-level configs a mirror copies to a topic it creates (only where the source
-# overrides the broker default): they decide what a consumer of the copy can rely on.
-MIRRORED_CONFIGS = (
-    "cleanup.policy",
-    "retention.ms",
-    "retention.bytes",
-    "max.message.bytes",
-    "compression.type",
-    "message.timestamp.type",
-    "min.compaction.lag.ms",
-    "max.compaction.lag.ms",
-    "delete.retention.ms",
-    "min.cleanable.dirty.ratio",
-    "segment.ms",
-    "segment.bytes",
-)
 DYNAMIC_TOPIC_CONFIG = 1  # ConfigSource.DYNAMIC_TOPIC_CONFIG
 CREATE_BATCH = 200  # topics per CreateTopics request (the controller takes big ones slowly)
 VISIBLE_TIMEOUT_S = 30  # how long a created topic may take to appear in the metadata
@@ -112,6 +103,42 @@ def _wait_visible(admin: AdminClient, names: list[str]) -> None:
         time.sleep(0.05)
 
 
+def add_partitions(admin: AdminClient, wanted: dict[str, int]) -> dict[str, KafkaException | None]:
+    """Grow each topic of ``wanted`` (name -> partition count) to that many partitions,
+    in one CreatePartitions request: name -> None once the cluster's metadata lists them
+    (grown now, or by someone else meanwhile), or the KafkaException that refused it (no
+    Alter right, a policy, the topic gone)."""
+    if not wanted:
+        return {}
+    futures = admin.create_partitions(
+        [NewPartitions(name, count) for name, count in sorted(wanted.items())],
+        operation_timeout=30,
+    )
+    outcome: dict[str, KafkaException | None] = {}
+    for name, count in sorted(wanted.items()):
+        try:
+            futures[name].result(timeout=60)
+            outcome[name] = None
+            log.info("topic %s now has %d partitions", name, count)
+        except KafkaException as err:
+            # INVALID_PARTITIONS: it has that many already (another puller grew it).
+            grown = (
+                err.args[0].code() == KafkaError.INVALID_PARTITIONS
+                and (partition_count(admin, name) or 0) >= count
+            )
+            outcome[name] = None if grown else err
+    deadline = time.monotonic() + VISIBLE_TIMEOUT_S
+    for name in [n for n, o in outcome.items() if o is None]:
+        while (partition_count(admin, name) or 0) < wanted[name]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"topic {name}'s {wanted[name]} partitions not in the cluster's metadata "
+                    f"{VISIBLE_TIMEOUT_S} s after adding them"
+                )
+            time.sleep(0.05)
+    return outcome
+
+
 def ensure_internal(admin: AdminClient, name: str, partitions: int = 1) -> bool:
     """Create one of crossfeed's internal topics unless it exists, with its configs from
     the wire contract (crossfeed/wire/topics.py: internal_config); True if created."""
@@ -145,8 +172,10 @@ def partition_count(admin: AdminClient, name: str, timeout_s: float = 10.0) -> i
     return len(topic.partitions)
 
 
-def overridden_configs(admin: AdminClient, topic: str, keys: tuple[str, ...]) -> dict[str, str]:
-    """The topic-level overrides among ``keys`` (not broker defaults)."""
+def overridden_configs(
+    admin: AdminClient, topic: str, keys: tuple[str, ...] | None = None
+) -> dict[str, str]:
+    """The topic-level overrides (not broker defaults), among ``keys`` if given."""
     found = overridden_configs_of(admin, [topic], keys)[topic]
     if isinstance(found, KafkaException):
         raise found
@@ -154,11 +183,11 @@ def overridden_configs(admin: AdminClient, topic: str, keys: tuple[str, ...]) ->
 
 
 def overridden_configs_of(
-    admin: AdminClient, names: Sequence[str], keys: tuple[str, ...]
+    admin: AdminClient, names: Sequence[str], keys: tuple[str, ...] | None = None
 ) -> dict[str, dict[str, str] | KafkaException]:
-    """:func:`overridden_configs` of many topics, asked in one request: name -> the
-    overrides, or the KafkaException of a topic the cluster could not describe (deleted
-    meanwhile, say)."""
+    """:func:`overridden_configs` of many topics (every override with ``keys`` None),
+    asked in one request: name -> the overrides, or the KafkaException of a topic the
+    cluster could not describe (deleted meanwhile, say)."""
     out: dict[str, dict[str, str] | KafkaException] = {}
     for name, entries in _describe(admin, names).items():
         out[name] = (
@@ -167,10 +196,67 @@ def overridden_configs_of(
             else {
                 key: entry.value
                 for key, entry in entries.items()
-                if key in keys and entry.source == DYNAMIC_TOPIC_CONFIG and entry.value is not None
+                if (keys is None or key in keys)
+                and entry.source == DYNAMIC_TOPIC_CONFIG
+                and entry.value is not None
             }
         )
     return out
+
+
+def alter_topic_configs(
+    admin: AdminClient, wanted: dict[str, tuple[dict[str, str], tuple[str, ...]]]
+) -> dict[str, dict[str, str]]:
+    """Set and delete topic-level configs (IncrementalAlterConfigs), one request for
+    every topic of ``wanted`` (name -> (configs to set, overrides to delete)). A topic
+    the cluster refuses as a whole is asked again one config at a time, so one refused
+    config (a policy, a value its brokers do not accept) holds back no other: returns
+    name -> {config: why it was refused} for the configs not changed."""
+    refused: dict[str, dict[str, str]] = {}
+    failed = _alter(admin, wanted)
+    singles: dict[tuple[str, str], tuple[dict[str, str], tuple[str, ...]]] = {}
+    for name in failed:
+        to_set, to_delete = wanted[name]
+        singles.update(((name, k), ({k: v}, ())) for k, v in to_set.items())
+        singles.update(((name, k), ({}, (k,))) for k in to_delete)
+    for (name, key), change in singles.items():
+        why = _alter(admin, {name: change}).get(name)
+        if why is not None:
+            refused.setdefault(name, {})[key] = why
+    return refused
+
+
+def _alter(
+    admin: AdminClient, wanted: dict[str, tuple[dict[str, str], tuple[str, ...]]]
+) -> dict[str, str]:
+    """One IncrementalAlterConfigs request; name -> why, for the topics refused."""
+    if not wanted:
+        return {}
+    resources = {
+        name: ConfigResource(
+            ConfigResource.Type.TOPIC,
+            name,
+            incremental_configs=[
+                *(
+                    ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+                    for k, v in sorted(to_set.items())
+                ),
+                *(
+                    ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
+                    for k in to_delete
+                ),
+            ],
+        )
+        for name, (to_set, to_delete) in sorted(wanted.items())
+    }
+    futures = admin.incremental_alter_configs(list(resources.values()))
+    failed: dict[str, str] = {}
+    for name, resource in resources.items():
+        try:
+            futures[resource].result(timeout=30)
+        except KafkaException as err:
+            failed[name] = err.args[0].str() if err.args else str(err)
+    return failed
 
 
 def _describe(

@@ -1,7 +1,10 @@
-"""The local stack's Kafka Connect worker (``crossfeed local up --cdc``): distributed mode,
-REST on 127.0.0.1 only, writing to dc-a, with the Debezium PostgreSQL connector in its
-``plugin.path``. Connect itself (connect-runtime, connect-json) is on the Kafka classpath
-``make setup`` resolves; the Debezium plugin's jars are ``.crossfeed/lib/debezium/``.
+"""The local stack's Kafka Connect workers: ``crossfeed local up --cdc`` starts one writing
+to dc-a (REST 127.0.0.1:18083), ``--active-active`` a second one writing to dc-b (REST
+127.0.0.1:28083, its own group and its own config/offset/status topics, log in
+``.crossfeed/connect-b/``). Each runs in distributed mode, REST on 127.0.0.1 only, with the
+Debezium PostgreSQL connector in its ``plugin.path``. Connect itself (connect-runtime,
+connect-json) is on the Kafka classpath ``make setup`` resolves; the Debezium plugin's
+jars are ``.crossfeed/lib/debezium/``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ GROUP_ID = "crossfeed-connect"
 CONFIG_TOPIC = "_connect.configs"
 OFFSET_TOPIC = "_connect.offsets"
 STATUS_TOPIC = "_connect.status"
+# The dc-b worker (--active-active): names of its own, so a mirror feed of dc-a's topics
+# into dc-b never mixes the two workers' state.
+REST_PORT_B = 28083 + paths.port_offset()
+GROUP_ID_B = "crossfeed-connect-b"
+TOPICS_B = "_connect-b"
 
 
 def plugin_dir() -> Path:
@@ -31,10 +39,14 @@ def plugin_dir() -> Path:
 
 @dataclass(frozen=True)
 class ConnectWorker:
-    """One Connect worker whose Kafka cluster is ``bootstrap`` (dc-a)."""
+    """One Connect worker whose Kafka cluster is ``bootstrap``; its files are in
+    ``.crossfeed/<name>/``, its own topics ``<topics>.configs|offsets|status``."""
 
     bootstrap: str
     port: int = REST_PORT
+    name: str = "connect"
+    group_id: str = GROUP_ID
+    topics: str = "_connect"
 
     @property
     def url(self) -> str:
@@ -42,7 +54,7 @@ class ConnectWorker:
 
     @property
     def dir(self) -> Path:
-        return paths.home() / "connect"
+        return paths.home() / self.name
 
     @property
     def log_file(self) -> Path:
@@ -63,10 +75,10 @@ class ConnectWorker:
         return "\n".join(
             [
                 f"bootstrap.servers={self.bootstrap}",
-                f"group.id={GROUP_ID}",
-                f"config.storage.topic={CONFIG_TOPIC}",
-                f"offset.storage.topic={OFFSET_TOPIC}",
-                f"status.storage.topic={STATUS_TOPIC}",
+                f"group.id={self.group_id}",
+                f"config.storage.topic={self.topics}.configs",
+                f"offset.storage.topic={self.topics}.offsets",
+                f"status.storage.topic={self.topics}.status",
                 "config.storage.replication.factor=1",
                 "offset.storage.replication.factor=1",
                 "offset.storage.partitions=1",

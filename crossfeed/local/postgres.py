@@ -1,6 +1,8 @@
 """The project's own PostgreSQL instances (initdb + pg_ctl from Debian's packages): the
 target database on the dc-b side, and with ``crossfeed local up --cdc`` a source database
-on the dc-a side (``wal_level=logical``) that Debezium captures."""
+on the dc-a side (``wal_level=logical``) that Debezium captures. With ``--active-active``
+both run with ``wal_level=logical`` and ``track_commit_timestamp=on`` (each is captured,
+and last writer wins compares commit times): :data:`ACTIVE_ACTIVE_SETTINGS`."""
 
 from __future__ import annotations
 
@@ -19,6 +21,17 @@ USER = "crossfeed"
 DATABASE = "crossfeed"
 URI = f"postgresql://{USER}@127.0.0.1:{PORT}/{DATABASE}"
 SOURCE_URI = f"postgresql://{USER}@127.0.0.1:{SOURCE_PORT}/{DATABASE}"
+LOGICAL_SETTINGS = {
+    "wal_level": "logical",
+    "max_replication_slots": "10",
+    "max_wal_senders": "10",
+    # an active-active pair compares a row's last write by its commit time
+    "track_commit_timestamp": "on",
+}
+"""A server Debezium reads through a replication slot (pgoutput)."""
+ACTIVE_ACTIVE_SETTINGS = dict(LOGICAL_SETTINGS)
+"""Both servers of an active-active pair: captured, and an application write's time is
+``pg_xact_commit_timestamp(xmin)`` (both need a server restart to change)."""
 
 
 def _bin(name: str) -> str:
@@ -51,10 +64,25 @@ class Postgres:
     """Data under ``.crossfeed/<name>``, on 127.0.0.1:<port> only. The target instance is
     ``Postgres()``; the capture side's source is :func:`source` (logical decoding on)."""
 
-    def __init__(self, name: str = "postgres", port: int = PORT, logical: bool = False) -> None:
+    def __init__(
+        self,
+        name: str = "postgres",
+        port: int = PORT,
+        logical: bool = False,
+        commit_ts: bool = False,
+    ) -> None:
         self.name = name
         self.port = port
-        self.logical = logical
+        self.logical = logical or commit_ts
+        self.commit_ts = commit_ts
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """The server settings this instance starts with (``-c`` options) beyond the
+        defaults every instance has."""
+        if self.commit_ts:
+            return dict(ACTIVE_ACTIVE_SETTINGS)
+        return dict(LOGICAL_SETTINGS) if self.logical else {}
 
     @property
     def uri(self) -> str:
@@ -127,12 +155,9 @@ class Postgres:
             f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} "
             "-c fsync=off -c max_connections=100"
         )
-        if self.logical:
-            # Debezium reads the log through a replication slot (pgoutput); a benchmark
-            # compares with PostgreSQL's own logical replication, which needs the same.
-            options += " -c wal_level=logical -c max_replication_slots=10 -c max_wal_senders=10"
-            # an active-active pair compares a row's last write by its commit time
-            options += " -c track_commit_timestamp=on"
+        # Debezium reads the log through a replication slot (pgoutput); a benchmark
+        # compares with PostgreSQL's own logical replication, which needs the same.
+        options += "".join(f" -c {key}={value}" for key, value in self.settings.items())
         subprocess.run(
             [
                 *_run_as(),
@@ -149,6 +174,28 @@ class Postgres:
             check=True,
             capture_output=True,
         )
+
+    def settings_missing(self) -> dict[str, str]:
+        """The settings of :attr:`settings` the running server does not have (name -> what
+        it has); a server started before with other options (needs a restart)."""
+        import psycopg
+
+        wanted = {k: v for k, v in self.settings.items() if not k.startswith("max_")}
+        if not wanted:
+            return {}
+        found: dict[str, str] = {}
+        with psycopg.connect(
+            f"postgresql://{USER}@127.0.0.1:{self.port}/postgres", connect_timeout=5
+        ) as conn:
+            for key in wanted:
+                row = conn.execute("SELECT current_setting(%s)", (key,)).fetchone()
+                found[key] = str(row[0]) if row else ""
+        return {k: found[k] for k, v in wanted.items() if found[k] != v}
+
+    def restart(self) -> None:
+        """Stop (fast) and start again with this instance's settings (no wait)."""
+        self.stop()
+        self.start()
 
     def ensure_database(self) -> None:
         import psycopg
@@ -185,6 +232,12 @@ class Postgres:
         return True
 
 
-def source() -> Postgres:
-    """The dc-a side's database that Debezium captures (``crossfeed local up --cdc``)."""
-    return Postgres("postgres-a", SOURCE_PORT, logical=True)
+def source(active_active: bool = False) -> Postgres:
+    """The dc-a side's database that Debezium captures (``crossfeed local up --cdc``);
+    ``active_active``: with commit timestamps too (``--active-active``)."""
+    return Postgres("postgres-a", SOURCE_PORT, logical=True, commit_ts=active_active)
+
+
+def target(active_active: bool = False) -> Postgres:
+    """The dc-b side's database; ``active_active``: captured too, with commit timestamps."""
+    return Postgres(commit_ts=active_active)

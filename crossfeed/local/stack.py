@@ -8,6 +8,12 @@ answers a real request; ``down`` leaves no process behind.
 (``wal_level=logical``) and a Kafka Connect worker writing to the plain dc-a with the
 Debezium PostgreSQL connector, REST on 127.0.0.1:18083.
 
+``up --active-active`` (implies ``--cdc``) captures both sides: both PostgreSQL servers run
+with ``wal_level=logical`` and ``track_commit_timestamp=on`` (a server already running
+without them is restarted), and a second Connect worker with Debezium writes to dc-b
+(REST 127.0.0.1:28083, log in ``.crossfeed/connect-b/``). ``crossfeed pair create`` then
+joins the two databases (docs/active-active.md).
+
 ``up --secure`` runs dc-a and dc-b secured instead (SASL_SSL with SCRAM, on 19094 and
 29094; ``secure.py``): its clusters are other processes with their own data, so both
 pairs may run side by side. ``.crossfeed/local.yaml`` names the pair the last ``up``
@@ -25,10 +31,11 @@ import yaml
 from crossfeed import paths
 from crossfeed.kafka import clients
 from crossfeed.local import postgres, processes, secure
-from crossfeed.local.connect import ConnectWorker
+from crossfeed.local.connect import GROUP_ID_B, REST_PORT_B, TOPICS_B, ConnectWorker
 from crossfeed.local.kafka import KafkaNode
 from crossfeed.local.postgres import URI as POSTGRES_URI
 from crossfeed.local.postgres import Postgres
+from crossfeed.local.postgres import target as _target
 from crossfeed.local.secure import SecureNode, SecureStack
 
 _OFF = paths.port_offset()
@@ -37,12 +44,19 @@ CLUSTERS = (
     KafkaNode("dc-b", 29092 + _OFF, 29093 + _OFF),
 )
 READY_TIMEOUT_S = 60.0
-CONNECT_READY_TIMEOUT_S = 120.0  # a JVM loading Connect and its plugins on 2 cores
+CONNECT_READY_TIMEOUT_S = 240.0  # a JVM loading Connect and its plugins on 2 busy cores
 
 
 def connect_worker() -> ConnectWorker:
     """The capture side's Connect worker (its Kafka cluster is the plain dc-a)."""
     return ConnectWorker(CLUSTERS[0].bootstrap)
+
+
+def connect_worker_b() -> ConnectWorker:
+    """The dc-b side's Connect worker (``--active-active``; its Kafka cluster is dc-b)."""
+    return ConnectWorker(
+        CLUSTERS[1].bootstrap, REST_PORT_B, "connect-b", group_id=GROUP_ID_B, topics=TOPICS_B
+    )
 
 
 class StackError(RuntimeError):
@@ -116,23 +130,36 @@ def write_local_config(*, secure_pair: bool = False) -> None:
     )
 
 
-def up(*, postgres: bool = True, secure_pair: bool = False, cdc: bool = False) -> dict[str, str]:
+def up(
+    *,
+    postgres: bool = True,
+    secure_pair: bool = False,
+    cdc: bool = False,
+    active_active: bool = False,
+) -> dict[str, str]:
     """Start what is not running, wait for all; returns alias -> cluster.id. With
     ``secure_pair``, dc-a and dc-b are the secured pair (``secure.py``); ``cdc``: the
-    capture side too (source PostgreSQL, Connect with Debezium, on the plain dc-a)."""
+    capture side too (source PostgreSQL, Connect with Debezium, on the plain dc-a);
+    ``active_active``: both sides captured (implies ``cdc``; :func:`up_active_active`)."""
+    cdc = cdc or active_active
     if cdc and secure_pair:
-        raise StackError("--cdc runs beside the plain pair; start it without --secure")
+        flag = "--active-active" if active_active else "--cdc"
+        raise StackError(f"{flag} runs beside the plain pair; start it without --secure")
+    if active_active and not postgres:
+        raise StackError("--active-active needs both PostgreSQL servers; drop --no-postgres")
     deadline = time.monotonic() + READY_TIMEOUT_S
     pair: tuple[KafkaNode, ...] = SecureStack.local().prepare() if secure_pair else CLUSTERS
     for kafka in pair:
         kafka.start()
-    pg = Postgres()
+    pg = _target(active_active)
     if postgres:
         pg.start()
     ids = {kafka.alias: _wait_kafka(kafka, deadline) for kafka in pair}
     if postgres:
         _wait_postgres(pg, deadline)
-    if cdc:
+    if active_active:
+        up_active_active()
+    elif cdc:
         up_cdc()  # dc-a answers: Connect can make its topics
     write_local_config(secure_pair=secure_pair)
     return ids
@@ -147,26 +174,68 @@ def _wait_postgres(pg: Postgres, deadline: float) -> None:
     pg.ensure_database()
 
 
-def up_cdc() -> list[str]:
+def up_cdc(*, active_active: bool = False) -> list[str]:
     """Start the capture side (dc-a must answer): the source PostgreSQL and Connect with
-    Debezium; returns what was started here (tests stop just that)."""
+    Debezium; returns what was started here (tests stop just that). ``active_active``:
+    the source with commit timestamps (:func:`up_active_active` starts the rest)."""
     started = []
-    pg = postgres.source()
+    pg = postgres.source(active_active)
     if not pg.running():
         pg.start()
         started.append(pg.name)
+    _wait_postgres(pg, time.monotonic() + READY_TIMEOUT_S)
+    if _settle(pg):
+        started.append(f"{pg.name} (restarted)")
     worker = connect_worker()
     if worker.pid() is None:
         worker.start()
         started.append("connect")
-    _wait_postgres(pg, time.monotonic() + READY_TIMEOUT_S)
     _wait_connect(worker)
     return started
 
 
-def restart_connect(*, hard: bool = True) -> None:
-    """Kill (or stop) the Connect worker and start it again; returns once it answers."""
-    worker = connect_worker()
+def up_active_active() -> list[str]:
+    """Both sides captured (dc-a and dc-b must answer): the capture side of ``--cdc``,
+    both PostgreSQL servers with ``wal_level=logical`` and ``track_commit_timestamp=on``
+    (restarted if they run without), and Connect with Debezium writing to dc-b; returns
+    what was started or restarted here."""
+    target = postgres.target(active_active=True)
+    if not target.running():
+        target.start()
+        _wait_postgres(target, time.monotonic() + READY_TIMEOUT_S)
+    restarted = [f"{target.name} (restarted)"] if _settle(target) else []
+    worker_b = connect_worker_b()
+    started_b = []
+    if worker_b.pid() is None:
+        worker_b.start()  # loads its plugins while the dc-a side comes up
+        started_b.append(worker_b.name)
+    started = restarted + up_cdc(active_active=True) + started_b
+    _wait_connect(worker_b)
+    return started
+
+
+def _settle(pg: Postgres) -> bool:
+    """Restart ``pg`` if it runs without the settings it is meant to have (a data
+    directory started before without ``--active-active``); True if it was restarted."""
+    missing = pg.settings_missing()
+    if not missing:
+        return False
+    pg.restart()
+    _wait_postgres(pg, time.monotonic() + READY_TIMEOUT_S)
+    still = pg.settings_missing()
+    if still:
+        wanted = ", ".join(f"{k}={v}" for k, v in pg.settings.items() if k in still)
+        raise StackError(
+            f"{pg.name} runs without {wanted} after a restart; see {pg.log_file}:\n"
+            f"{processes.tail(pg.log_file)}"
+        )
+    return True
+
+
+def restart_connect(*, hard: bool = True, side: str = "dc-a") -> None:
+    """Kill (or stop) the Connect worker (of ``side``: dc-a or dc-b) and start it again;
+    returns once it answers."""
+    worker = connect_worker_b() if side == "dc-b" else connect_worker()
     worker.stop(hard=hard)
     worker.start()
     _wait_connect(worker)
@@ -177,7 +246,7 @@ def _wait_connect(worker: ConnectWorker) -> None:
     while time.monotonic() < deadline:
         if worker.pid() is None:
             raise StackError(
-                f"Kafka Connect exited during start-up; see {worker.log_file}:\n"
+                f"Kafka Connect ({worker.name}) exited during start-up; see {worker.log_file}:\n"
                 f"{processes.tail(worker.log_file)}"
             )
         if worker.answers():
@@ -204,7 +273,7 @@ def stop(alias: str, *, hard: bool = False, secure_pair: bool = False) -> bool:
 
 def down() -> list[str]:
     """Stop everything (both pairs); returns what was stopped."""
-    stopped = ["connect"] if connect_worker().stop() else []
+    stopped = [w.name for w in (connect_worker(), connect_worker_b()) if w.stop()]
     stopped += [k.alias for k in CLUSTERS if k.stop()]
     stopped += [f"{k.alias} (secure)" for k in SecureStack.local().nodes() if k.stop()]
     for pg in (Postgres(), postgres.source()):
@@ -244,31 +313,34 @@ def status() -> list[PartStatus]:
                 str(kafka.log_file),
             )
         )
-    for pg in (Postgres(), postgres.source()):
+    for pg in (postgres.target(active_active=True), postgres.source(active_active=True)):
         running = pg.running()
-        if pg.logical and not running and not pg.data.exists():
+        if pg.name != "postgres" and not running and not pg.data.exists():
             continue  # the capture side was never started (crossfeed local up --cdc)
+        answering = running and pg.answers()
+        both_sides = answering and not pg.settings_missing()
         parts.append(
             PartStatus(
                 pg.name,
                 f"127.0.0.1:{pg.port}",
                 pg.pid() if running else None,
-                running and pg.answers(),
-                pg.uri if running else "",
+                answering,
+                (pg.uri + (" (active-active ready)" if both_sides else "")) if running else "",
                 str(pg.log_file),
             )
         )
-    worker = connect_worker()
-    pid = worker.pid()
-    if pid is not None or worker.dir.exists():
+    for worker, writes_to in ((connect_worker(), "dc-a"), (connect_worker_b(), "dc-b")):
+        pid = worker.pid()
+        if pid is None and not worker.dir.exists():
+            continue  # never started (--cdc, --active-active)
         answering = pid is not None and worker.answers()
         parts.append(
             PartStatus(
-                "connect",
+                worker.name,
                 f"127.0.0.1:{worker.port}",
                 pid,
                 answering,
-                "Debezium PostgreSQL connector" if answering else "",
+                f"Debezium PostgreSQL connector, writes to {writes_to}" if answering else "",
                 str(worker.log_file),
             )
         )

@@ -19,8 +19,11 @@ row back. A change that loses is skipped and recorded in ``crossfeed_conflicts``
 column takes the difference its source transaction made (``local + (new - old)``), win or
 lose, so concurrent changes on both sides all count.
 
-The sink applies each change with :data:`APPLY_FUNCTION` (one call per change, in commit
-order, inside the database transaction of its source transaction). Its session sets
+The rule itself is crossfeed/core/lww.py; the sink reads what a batch's keys hold with
+:func:`read_rows` and :func:`read_tombstones` (locking the rows), resolves them, and writes
+the outcome with one statement per kind (:func:`upsert_rows`, :func:`set_counters`,
+:func:`delete_rows`, :func:`write_tombstones`, :func:`record_conflicts`), each taking
+one array per column (``%b::type[]``, as the ordinary sink's statements). Its session sets
 ``crossfeed.applying`` (the triggers then leave the hidden columns and tombstones to it) and
 a replication origin named :func:`origin` (every change it writes is then marked in the
 logical decoding stream, and the other direction's Debezium reader drops it: nothing is sent
@@ -41,11 +44,6 @@ CONFLICTS: Final = "crossfeed_conflicts"
 APPLYING_SETTING: Final = "crossfeed.applying"
 STAMP_TRIGGER: Final = "crossfeed_stamp"
 TOMBSTONE_TRIGGER: Final = "crossfeed_tombstone"
-# What the apply function answers for one change.
-APPLIED: Final = "applied"  # written
-WON: Final = "won"  # written over a row (or tombstone) this side wrote itself
-LOST: Final = "lost"  # skipped: the row or its tombstone is newer (recorded as a conflict)
-KEPT: Final = "kept"  # a snapshot row where the row already is: nothing to do
 
 
 def origin(feed: str) -> str:
@@ -91,7 +89,6 @@ def schema_ddl(schema: str) -> list[str]:
         "(extract(epoch FROM pg_xact_commit_timestamp(x)) * 1000000)::bigint, 0) $$",
         _STAMP_FUNCTION.replace("@S", s),
         _TOMBSTONE_FUNCTION.replace("@S", s),
-        APPLY_FUNCTION.replace("@S", s).replace("@L", literal(schema)),
     ]
 
 
@@ -129,17 +126,6 @@ def table_ready_query() -> str:
         f"AND attname IN ({literal(TS_COLUMN)}, {literal(SIDE_COLUMN)}) AND NOT attisdropped), "
         "(SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass(%(t)s) "
         f"AND tgname IN ({literal(STAMP_TRIGGER)}, {literal(TOMBSTONE_TRIGGER)}))"
-    )
-
-
-def apply_call(schema: str) -> str:
-    """One change through :data:`APPLY_FUNCTION`; parameters, in order: feed, table, op
-    (upsert or delete), the row (jsonb: column -> value), the key (jsonb), the counter
-    differences (jsonb or NULL), the source commit µs, the source side, this side, and
-    whether it is a snapshot row (inserted only where the row is absent)."""
-    return (
-        f"SELECT {ident(schema)}.crossfeed_apply("
-        "%s, %s, %s, %s::jsonb, %s::jsonb, %s::jsonb, %s, %s, %s, %s)"
     )
 
 
@@ -201,126 +187,135 @@ BEGIN
 END
 $fn$"""
 
-# One replicated change, last writer wins (module docstring). Answers applied, won, lost
-# or kept. Dynamic SQL: one function serves every table; values travel as jsonb and take
-# the column types through jsonb_populate_record.
-APPLY_FUNCTION: Final = """
-CREATE OR REPLACE FUNCTION @S.crossfeed_apply(
-    p_feed text, p_table text, p_op text, p_row jsonb, p_key jsonb, p_deltas jsonb,
-    p_ts bigint, p_side text, p_local text, p_snapshot boolean
-) RETURNS text LANGUAGE plpgsql AS $fn$
-DECLARE
-    tgt text := format('%I.%I', @L, p_table);
-    key_match text;
-    norm jsonb;
-    row_ts bigint;
-    row_side text;
-    tomb_ts bigint;
-    tomb_side text;
-    has_tomb boolean;
-    sets text;
-    counters text;
-    cols text;
-    n bigint;
-    deltas jsonb := coalesce(p_deltas, '{}'::jsonb);
-BEGIN
-    SELECT string_agg(format('t.%1$I = r.%1$I', k), ' AND ') INTO key_match
-    FROM jsonb_object_keys(p_key) AS k;
-    -- the key as the delete trigger writes it (to_jsonb of the typed values)
-    EXECUTE format('SELECT jsonb_object_agg(k, to_jsonb(r) -> k) '
-                   'FROM jsonb_populate_record(NULL::%s, $1) r, jsonb_object_keys($1) k', tgt)
-        INTO norm USING p_key;
-    SELECT coalesce(d.ts, @S.crossfeed_commit_us(d.xmin)), coalesce(d.side, p_local)
-        INTO tomb_ts, tomb_side
-        FROM @S.crossfeed_tombstones d WHERE d.tbl = p_table AND d.key = norm;
-    has_tomb := FOUND;
-    LOOP
-        EXECUTE format('SELECT coalesce(t._crossfeed_ts, @S.crossfeed_commit_us(t.xmin)), '
-                       'coalesce(t._crossfeed_side, $2) FROM %s t, '
-                       'jsonb_populate_record(NULL::%s, $1) r WHERE %s FOR UPDATE OF t',
-                       tgt, tgt, key_match)
-            INTO row_ts, row_side USING p_key, p_local;
-        GET DIAGNOSTICS n = ROW_COUNT;
-        IF n > 0 THEN
-            IF p_snapshot THEN
-                RETURN 'kept';
-            END IF;
-            IF (p_ts, p_side COLLATE "C") > (row_ts, row_side COLLATE "C") THEN
-                IF p_op = 'delete' THEN
-                    EXECUTE format('DELETE FROM %s t USING jsonb_populate_record(NULL::%s, $1) r '
-                                   'WHERE %s', tgt, tgt, key_match) USING p_key;
-                    INSERT INTO @S.crossfeed_tombstones AS d (tbl, key, ts, side)
-                    VALUES (p_table, norm, p_ts, p_side)
-                    ON CONFLICT (tbl, key) DO UPDATE SET ts = excluded.ts, side = excluded.side
-                    WHERE (coalesce(d.ts, @S.crossfeed_commit_us(d.xmin)),
-                           coalesce(d.side, p_local) COLLATE "C")
-                        < (excluded.ts, excluded.side COLLATE "C");
-                ELSE
-                    SELECT string_agg(CASE WHEN deltas ? c
-                        THEN format('%1$I = coalesce(t.%1$I, 0) + d.%1$I', c)
-                        ELSE format('%1$I = r.%1$I', c) END, ', ') INTO sets
-                    FROM jsonb_object_keys(p_row) AS c
-                    WHERE NOT p_key ? c AND c NOT IN ('_crossfeed_ts', '_crossfeed_side');
-                    EXECUTE format('UPDATE %s t SET %s_crossfeed_ts = $3, _crossfeed_side = $4 '
-                                   'FROM jsonb_populate_record(NULL::%s, $1) r, '
-                                   'jsonb_populate_record(NULL::%s, $2) d WHERE %s',
-                                   tgt, coalesce(sets || ', ', ''), tgt, tgt, key_match)
-                        USING p_row, deltas, p_ts, p_side;
-                END IF;
-                IF row_side = p_local THEN
-                    RETURN 'won';
-                END IF;
-                RETURN 'applied';
-            END IF;
-            -- it loses; its counter differences still count
-            IF p_op <> 'delete' AND deltas <> '{}'::jsonb THEN
-                SELECT string_agg(format('%1$I = coalesce(t.%1$I, 0) + d.%1$I', c), ', ')
-                    INTO counters FROM jsonb_object_keys(deltas) AS c;
-                EXECUTE format('UPDATE %s t SET %s, _crossfeed_ts = $3, _crossfeed_side = $4 '
-                               'FROM jsonb_populate_record(NULL::%s, $1) r, '
-                               'jsonb_populate_record(NULL::%s, $2) d WHERE %s',
-                               tgt, counters, tgt, tgt, key_match)
-                    USING p_key, deltas, row_ts, row_side;
-            END IF;
-            INSERT INTO @S.crossfeed_conflicts
-                (feed, tbl, key, op, lost_ts, lost_side, won_ts, won_side, won_by)
-            VALUES (p_feed, p_table, norm, p_op, p_ts, p_side, row_ts, row_side, 'row');
-            RETURN 'lost';
-        END IF;
-        -- no row
-        IF p_op = 'delete' THEN
-            INSERT INTO @S.crossfeed_tombstones AS d (tbl, key, ts, side)
-            VALUES (p_table, norm, p_ts, p_side)
-            ON CONFLICT (tbl, key) DO UPDATE SET ts = excluded.ts, side = excluded.side
-            WHERE (coalesce(d.ts, @S.crossfeed_commit_us(d.xmin)),
-                   coalesce(d.side, p_local) COLLATE "C")
-                < (excluded.ts, excluded.side COLLATE "C");
-            RETURN 'applied';
-        END IF;
-        IF has_tomb AND NOT p_snapshot
-           AND (p_ts, p_side COLLATE "C") <= (tomb_ts, tomb_side COLLATE "C") THEN
-            INSERT INTO @S.crossfeed_conflicts
-                (feed, tbl, key, op, lost_ts, lost_side, won_ts, won_side, won_by)
-            VALUES (p_feed, p_table, norm, p_op, p_ts, p_side, tomb_ts, tomb_side, 'delete');
-            RETURN 'lost';
-        END IF;
-        IF has_tomb AND p_snapshot THEN
-            RETURN 'kept';  -- deleted here since: a snapshot row does not bring it back
-        END IF;
-        SELECT string_agg(format('%I', c), ', ') INTO cols
-        FROM jsonb_object_keys(p_row) AS c WHERE c NOT IN ('_crossfeed_ts', '_crossfeed_side');
-        EXECUTE format('INSERT INTO %s (%s, _crossfeed_ts, _crossfeed_side) '
-                       'SELECT %s, $2, $3 FROM jsonb_populate_record(NULL::%s, $1) r '
-                       'ON CONFLICT DO NOTHING', tgt, cols, cols, tgt)
-            USING p_row, p_ts, p_side;
-        GET DIAGNOSTICS n = ROW_COUNT;
-        IF n > 0 THEN
-            IF has_tomb AND tomb_side = p_local THEN
-                RETURN 'won';
-            END IF;
-            RETURN 'applied';
-        END IF;
-        -- an application inserted the key meanwhile: compare with its row
-    END LOOP;
-END
-$fn$"""
+
+# -- a batch, set-based (parameters: one binary array per column, then what each says) --
+
+
+def _arrays(types: list[str] | tuple[str, ...]) -> str:
+    return ", ".join(f"%b::{t}[]" for t in types)
+
+
+def _names(prefix: str, count: int) -> str:
+    return ", ".join(f"{prefix}{i}" for i in range(count))
+
+
+def _key_match(alias: str, keys: list[str] | tuple[str, ...], other: str) -> str:
+    return " AND ".join(f"{alias}.{ident(k)} = {other}.k{i}" for i, k in enumerate(keys))
+
+
+def _key_json(keys: list[str] | tuple[str, ...], alias: str) -> str:
+    """The key as the delete trigger writes it (to_jsonb of each typed value)."""
+    pairs = ", ".join(f"{literal(k)}, {alias}.k{i}" for i, k in enumerate(keys))
+    return f"jsonb_build_object({pairs})"
+
+
+def _row_stamp(alias: str, schema: str, local_param: str = "%s") -> str:
+    return (
+        f"coalesce({alias}.{ident(TS_COLUMN)}, {ident(schema)}.crossfeed_commit_us({alias}.xmin)), "
+        f"coalesce({alias}.{ident(SIDE_COLUMN)}, {local_param})"
+    )
+
+
+def read_rows(
+    schema: str, table: str, keys: list[str], key_types: list[str], counters: list[str]
+) -> str:
+    """The rows of a batch's keys, locked in key order (as applications that lock several
+    rows mostly do: fewer deadlocks with them): (ordinal, time, side, counters...);
+    parameters: this side's name, then the key arrays."""
+    extra = "".join(f", t.{ident(c)}" for c in counters)
+    order = ", ".join(f"t.{ident(k)}" for k in keys)
+    return (
+        f"SELECT k.ord, {_row_stamp('t', schema)}{extra} "
+        f"FROM unnest({_arrays(key_types)}) WITH ORDINALITY AS k({_names('k', len(keys))}, ord) "
+        f"JOIN {qualified(schema, table)} t ON {_key_match('t', keys, 'k')} "
+        f"ORDER BY {order} FOR UPDATE OF t"
+    )
+
+
+def read_tombstones(schema: str, keys: list[str], key_types: list[str]) -> str:
+    """The tombstones of a batch's keys: (ordinal, time, side); parameters: this side's
+    name, the key arrays, the table."""
+    return (
+        f"SELECT k.ord, coalesce(d.ts, {ident(schema)}.crossfeed_commit_us(d.xmin)), "
+        "coalesce(d.side, %s) "
+        f"FROM unnest({_arrays(key_types)}) WITH ORDINALITY AS k({_names('k', len(keys))}, ord) "
+        f"JOIN {qualified(schema, TOMBSTONES)} d ON d.tbl = %s AND d.key = {_key_json(keys, 'k')}"
+    )
+
+
+def delete_rows(schema: str, table: str, keys: list[str], key_types: list[str]) -> str:
+    """Parameters: the key arrays."""
+    return (
+        f"DELETE FROM {qualified(schema, table)} t "
+        f"USING unnest({_arrays(key_types)}) AS k({_names('k', len(keys))}) "
+        f"WHERE {_key_match('t', keys, 'k')}"
+    )
+
+
+def upsert_rows(
+    schema: str, table: str, columns: list[str], types: list[str], keys: list[str]
+) -> str:
+    """Whole rows with their last write's time and side, over a row only if it is older
+    (a row an application inserted since the batch read its keys); parameters: the column
+    arrays, the times, the sides, then this side's name. Returns one row per row written."""
+    target = qualified(schema, table)
+    names = [*columns, TS_COLUMN, SIDE_COLUMN]
+    cols = ", ".join(ident(n) for n in names)
+    updates = ", ".join(f"{ident(n)} = excluded.{ident(n)}" for n in names if n not in keys)
+    return (
+        f"INSERT INTO {target} AS t ({cols}) "
+        f"SELECT * FROM unnest({_arrays([*types, 'bigint', 'text'])}) "
+        f"ON CONFLICT ({', '.join(ident(k) for k in keys)}) DO UPDATE SET {updates} "
+        f'WHERE ({_row_stamp("t", schema)} COLLATE "C") '
+        f'< (excluded.{ident(TS_COLUMN)}, excluded.{ident(SIDE_COLUMN)} COLLATE "C") '
+        "RETURNING 1"
+    )
+
+
+def set_counters(
+    schema: str,
+    table: str,
+    keys: list[str],
+    key_types: list[str],
+    counters: list[str],
+    counter_types: list[str],
+) -> str:
+    """Counters of rows that otherwise stay, with the row's own last write kept;
+    parameters: the key arrays, the counter arrays, the times, the sides."""
+    n = len(keys)
+    sets = ", ".join(f"{ident(c)} = u.c{i}" for i, c in enumerate(counters))
+    return (
+        f"UPDATE {qualified(schema, table)} t SET {sets}, "
+        f"{ident(TS_COLUMN)} = u.ts, {ident(SIDE_COLUMN)} = u.side "
+        f"FROM unnest({_arrays([*key_types, *counter_types, 'bigint', 'text'])}) "
+        f"AS u({_names('k', n)}, {_names('c', len(counters))}, ts, side) "
+        f"WHERE {_key_match('t', keys, 'u')}"
+    )
+
+
+def write_tombstones(schema: str, keys: list[str], key_types: list[str]) -> str:
+    """Tombstones newer than the key's; parameters: the table, the key arrays, the times,
+    the sides, then this side's name."""
+    tombstones = qualified(schema, TOMBSTONES)
+    return (
+        f"INSERT INTO {tombstones} AS d (tbl, key, ts, side) "
+        f"SELECT %s, {_key_json(keys, 'u')}, u.ts, u.side "
+        f"FROM unnest({_arrays([*key_types, 'bigint', 'text'])}) "
+        f"AS u({_names('k', len(keys))}, ts, side) "
+        "ON CONFLICT (tbl, key) DO UPDATE SET ts = excluded.ts, side = excluded.side "
+        f"WHERE (coalesce(d.ts, {ident(schema)}.crossfeed_commit_us(d.xmin)), "
+        'coalesce(d.side, %s) COLLATE "C") < (excluded.ts, excluded.side COLLATE "C")'
+    )
+
+
+def record_conflicts(schema: str, keys: list[str], key_types: list[str]) -> str:
+    """Changes that lost; parameters: the feed, the table, the key arrays, then arrays of
+    op, lost time, lost side, winning time, winning side and what won (row or delete)."""
+    arrays = _arrays([*key_types, "text", "bigint", "text", "bigint", "text", "text"])
+    return (
+        f"INSERT INTO {qualified(schema, CONFLICTS)} "
+        "(feed, tbl, key, op, lost_ts, lost_side, won_ts, won_side, won_by) "
+        f"SELECT %s, %s, {_key_json(keys, 'u')}, u.op, u.lts, u.lside, u.wts, u.wside, u.by "
+        f"FROM unnest({arrays}) "
+        f"AS u({_names('k', len(keys))}, op, lts, lside, wts, wside, by)"
+    )

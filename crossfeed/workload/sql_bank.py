@@ -49,6 +49,17 @@ def create(uri: str, accounts: int, schema: str = "public") -> int:
     return OPENING_BALANCE * accounts
 
 
+def disjoint_ids(uri: str, start: int, step: int, schema: str = "public") -> None:
+    """The ledger's ids from ``start`` by ``step``: two databases that both insert (an
+    active-active pair) never make the same id (1, 3, 5... on one; 2, 4, 6... on the other)."""
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute(
+            f"SELECT setval(pg_get_serial_sequence('\"{schema}\".transfers', 'id'), %s, false)",
+            (start,),
+        )
+        conn.execute(f'ALTER SEQUENCE "{schema}".transfers_id_seq INCREMENT BY {int(step)}')
+
+
 @dataclass
 class Transfers:
     """Transfers in ``sessions`` concurrent connections until stopped or ``total`` done

@@ -2,7 +2,8 @@
 
 ``/v1/changefeeds`` (list, create, get, remove; ``PUT`` creates or updates) with
 ``/pause``, ``/resume``, ``/restart`` and ``/tasks/{task}/restart``, ``/v1/status``,
-``/v1/captures``, ``/v1/ha/status``, plus ``/metrics`` and ``/healthz``.
+``/v1/captures``, ``/v1/ha/status``, ``/v1/pairs`` (active-active pairs: pairs.py), plus
+``/metrics`` and ``/healthz``.
 
 * GETs are answered by any coordinator from its own copy of ``_crossfeed.state``.
 * Mutations need ``Authorization: Bearer <token>`` when a token is configured (401
@@ -36,6 +37,7 @@ from crossfeed.services.coordinator.forward import ForwardToLeader, LeaderAddres
 from crossfeed.services.coordinator.leadership import LeaderInfo
 from crossfeed.services.coordinator.lifecycle import Action, LifecycleError, not_found
 from crossfeed.services.coordinator.members import MembersView
+from crossfeed.services.coordinator.pairs import pair_routes
 from crossfeed.services.coordinator.views import (
     Capture,
     FeedInfo,
@@ -299,6 +301,8 @@ def make_app(
     def restart_task(name: str, task: int, request: Request) -> Any:
         """Restart one task (0 to staging.partitions - 1) the same way."""
         return restart(name, task, request)
+
+    app.include_router(pair_routes(control, authorized, route_to_leader))
 
     # -- runtime -------------------------------------------------------------------------
 

@@ -32,6 +32,8 @@ CODES: Final[dict[str, str]] = {
     "no_leader": "no coordinator leads right now (an election may be under way); retry",
     "leader_moved": "leadership moved while the request was handled; retry",
     "unavailable": "the control or a data cluster did not answer; retry",
+    "pair_refused": "an active-active pair cannot be made as asked: one line per reason",
+    "pair_not_found": "neither feed of that active-active pair exists",
     "internal_error": "a bug: the coordinator's log has the traceback",
 }
 """Every ``error_code`` the API answers with, and what it means (also in the OpenAPI)."""
@@ -70,9 +72,10 @@ def code_for(status_code: int) -> str:
 def responses(*status_codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` for routes: each status with the ErrorBody model."""
     described = {
-        400: "invalid input (invalid_request, unknown_cluster, cluster_unreachable, name_mismatch)",
+        400: "invalid input (invalid_request, unknown_cluster, cluster_unreachable, "
+        "name_mismatch, pair_refused)",
         401: "token_required or token_rejected",
-        404: "feed_not_found, task_not_found",
+        404: "feed_not_found, task_not_found, pair_not_found",
         409: "feed_exists, invalid_state or immutable_field",
         413: "body_too_large",
         503: "no_leader, leader_moved or unavailable: retry",

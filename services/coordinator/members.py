@@ -45,6 +45,7 @@ class Member:
     checkpoint_ts_us: int = 0  # sinks of ordered feeds: the feed's checkpoint_ts
     syncpoint_ts_us: int = 0  # database sinks: the newest syncpoint's consistency_ts
     syncpoint_at_ms: int = 0  # and its commit time in the target
+    notices: tuple[str, ...] = ()  # pullers: gaps not acknowledged (not errors)
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Member:
@@ -65,6 +66,7 @@ class Member:
             checkpoint_ts_us=record.get("checkpoint_ts_us", 0),
             syncpoint_ts_us=record.get("syncpoint_ts_us", 0),
             syncpoint_at_ms=record.get("syncpoint_at_ms", 0),
+            notices=tuple(record.get("notices", ())),
         )
 
 

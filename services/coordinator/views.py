@@ -78,6 +78,17 @@ class FeedStatusInfo(BaseModel):
         "~100 ms) or 'poll (reason)' (group offsets listed every translate_interval_s); "
         "null on a standby and for other feeds",
     )
+    pair: str | None = Field(
+        None,
+        description="active-active: the pair this feed is one direction of (its connectors "
+        "and the databases' findings: GET /v1/pairs/{pair})",
+    )
+    notices: list[str] = Field(
+        [],
+        description="what the feed's pullers report without the feed being in error, "
+        "'<instance>: <line>': gaps (source records deleted before they were copied: the "
+        "partition, the offsets and how many, whether it waits) until acknowledged",
+    )
 
 
 class Capture(BaseModel):
@@ -171,6 +182,12 @@ def feed_status(
         syncpoint_ts_us=syncpoint[0],
         syncpoint_at_ms=syncpoint[1],
         commits=commits,
+        pair=spec.config.active_active_pair,
+        notices=sorted(
+            mask_text(f"{instance}: {notice}")
+            for instance, member in members.of_role("puller", name).items()
+            for notice in member.notices
+        ),
     )
 
 

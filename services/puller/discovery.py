@@ -3,10 +3,11 @@
 Every ``topic_refresh_s`` the puller lists the source cluster's topics, selects the
 feed's ones (names or regexes, minus exclusions, never internal topics), and makes
 sure each has a target topic: created with the source's partition count and
-topic-level configs if missing (all of a round's new topics at once); refused — the feed
-goes into the error state with a message saying what to do — if it has fewer partitions
-than the source, if the target cluster will not create it, or if the rename format gives
-no legal name for it. Such a topic waits (looked at again every round); the others are
+topic-level configs if missing (all of a round's new topics at once), grown to the
+source's partition count when the source gained partitions (a target with more stays as
+it is); refused — the feed goes into the error state with a message saying what to do —
+if the target cluster will not create or grow it, or if the rename format gives no legal
+name for it. Such a topic waits (looked at again every round); the others are
 copied meanwhile. An ordered feed has no per-topic targets (its changes go to
 ``_crossfeed.<feed>.changes``, the sink writes the one target topic): its matching
 source partitions are ready at once.
@@ -20,8 +21,10 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from crossfeed.core.partitions import TopicPartition, check_partition_counts
+from crossfeed.core import acls, topic_configs
+from crossfeed.core.partitions import TopicPartition, grow_refused, partitions_to_add
 from crossfeed.feeds import FeedSpec
+from crossfeed.kafka import acls as kafka_acls
 from crossfeed.kafka import topics as kafka_topics
 
 log = logging.getLogger(__name__)
@@ -38,6 +41,15 @@ class Discovery:
     # created, leaders being elected): the puller looks again soon, not a whole
     # topic_refresh_s later (a new topic's first seconds went uncopied).
     waiting: set[str] = field(default_factory=set)
+    # Topic configs a target topic never takes from its source (core/topic_configs.py).
+    excluded: topic_configs.Excluded = field(default_factory=topic_configs.Excluded)
+    # Target topic -> {config: why} the target refused at the last config sync.
+    refused: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Topic ACLs the target refused (rule -> why), or why none could be read or made.
+    acls_refused: dict[acls.TopicAcl, str] = field(default_factory=dict)
+    acls_problem: str | None = None
+    # Source topics copied before and no longer on the source: their targets are kept.
+    deleted: set[str] = field(default_factory=set)
 
     def refresh(self) -> set[TopicPartition]:
         """Look again; returns source partitions that became ready since the last call."""
@@ -49,6 +61,14 @@ class Discovery:
         selected = self.feed.read_topics(source_counts)
         for gone in set(self.errors) - set(selected):  # deleted or no longer selected
             del self.errors[gone]
+        deleted = {t for t in self.ready if t not in source_counts}
+        for topic in sorted(deleted - self.deleted):
+            log.warning(
+                "feed %s: source topic %s was deleted; its target topic is kept",
+                self.feed.name,
+                topic,
+            )
+        self.deleted = deleted
         changed = [topic for topic in selected if self.ready.get(topic) != source_counts[topic]]
         if ordered:
             for topic in changed:
@@ -60,6 +80,8 @@ class Discovery:
         created = self._create_targets(
             [t for t in targets if targets[t] not in target_counts], targets, source_counts
         )
+        grow: dict[str, tuple[str, int]] = {}  # source topic -> its target, fewer partitions
+        ready: list[str] = []
         for topic, target_topic in targets.items():
             partitions = source_counts[topic]
             outcome = created.get(topic)
@@ -78,12 +100,13 @@ class Discovery:
                     self.waiting.add(topic)  # not readable yet: looked at again soon
                     continue
                 target_partitions = counted
-            problem = check_partition_counts(
-                partitions, target_partitions, topic=topic, target_topic=target_topic
-            )
-            if problem:
-                self._error(topic, problem)
+            if partitions_to_add(partitions, target_partitions):
+                grow[topic] = (target_topic, target_partitions)
                 continue
+            ready.append(topic)
+        ready += self._grow(grow, source_counts)
+        for topic in ready:
+            partitions = source_counts[topic]
             if topic in self.errors:
                 log.info("feed %s: topic %s is fine again", self.feed.name, topic)
                 del self.errors[topic]
@@ -96,7 +119,16 @@ class Discovery:
                     self.feed.name,
                     topic,
                     partitions,
-                    target_topic,
+                    targets[topic],
+                )
+            elif partitions > before:
+                log.info(
+                    "feed %s: %s gained partitions %d-%d at the source; copying them from "
+                    "their first offset",
+                    self.feed.name,
+                    topic,
+                    before,
+                    partitions - 1,
                 )
         return new
 
@@ -112,15 +144,48 @@ class Discovery:
                 self._error(topic, str(err))
         return names
 
+    def _grow(self, grow: dict[str, tuple[str, int]], source_counts: dict[str, int]) -> list[str]:
+        """Add partitions to target topics that have fewer than their source (one request
+        for all); returns the source topics whose targets have enough now, the others are
+        the feed's errors (the target refused: no Alter right, a policy)."""
+        wanted: dict[str, int] = {}
+        for topic, (target, _) in grow.items():
+            wanted[target] = max(wanted.get(target, 0), source_counts[topic])
+        try:
+            outcome = kafka_topics.add_partitions(self.target, wanted)
+        except RuntimeError as err:  # grown, but not in the metadata yet: next round
+            log.warning("feed %s: %s", self.feed.name, err)
+            return []
+        grown: list[str] = []
+        for topic, (target, had) in grow.items():
+            refused = outcome[target]
+            if refused is None:
+                log.info(
+                    "feed %s: target topic %s grown from %d to %d partitions, as its source %s",
+                    self.feed.name,
+                    target,
+                    had,
+                    source_counts[topic],
+                    topic,
+                )
+                grown.append(topic)
+            else:
+                reason = refused.args[0].str() if refused.args else str(refused)
+                self._error(
+                    topic,
+                    grow_refused(
+                        source_counts[topic], had, reason, topic=topic, target_topic=target
+                    ),
+                )
+        return grown
+
     def _create_targets(
         self, topics: list[str], targets: dict[str, str], source_counts: dict[str, int]
     ) -> dict[str, bool | KafkaException]:
         """Create the target topics of source ``topics`` — configs asked for and topics
         created in one request each, however many (1,000 new topics one at a time took
         ~40 s) — source topic -> created (True), existed (False) or why not."""
-        configs = kafka_topics.overridden_configs_of(
-            self.source, topics, kafka_topics.MIRRORED_CONFIGS
-        )
+        configs = kafka_topics.overridden_configs_of(self.source, topics)
         outcome: dict[str, bool | KafkaException] = {}
         specs: dict[str, kafka_topics.NewTopicSpec] = {}
         sources: dict[str, str] = {}  # target topic -> the source topic it is created for
@@ -132,12 +197,120 @@ class Discovery:
                 outcome[topic] = False  # two source topics, one target: counted after
             else:
                 specs[target_topic] = kafka_topics.NewTopicSpec(
-                    target_topic, source_counts[topic], config
+                    target_topic, source_counts[topic], topic_configs.synced(config, self.excluded)
                 )
                 sources[target_topic] = topic
         made = kafka_topics.ensure_topics(self.target, list(specs.values()))
         outcome.update((sources[name], result) for name, result in made.items())
         return outcome
+
+    def sync_configs(self) -> None:
+        """Target topics take their source topics' configs (core/topic_configs.py): two
+        DescribeConfigs requests and at most one IncrementalAlterConfigs for every topic
+        copied. A config the target refuses is left as it is and reported
+        (:attr:`refused`, the puller's notices), the others are changed all the same."""
+        if self.feed.mode == "ordered":
+            return
+        targets = {
+            t: self.feed.target_topic(t) for t in sorted(self.ready) if t not in self.deleted
+        }
+        if not targets:
+            return
+        sources = kafka_topics.overridden_configs_of(self.source, list(targets))
+        current = kafka_topics.overridden_configs_of(self.target, list(set(targets.values())))
+        wanted: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {}
+        for topic, target in targets.items():
+            source, now = sources.get(topic), current.get(target)
+            if not isinstance(source, dict) or not isinstance(now, dict):
+                continue  # deleted meanwhile, or not described: the next round
+            change = topic_configs.changes(source, now, self.excluded)
+            if change:
+                wanted[target] = (change.set, change.delete)
+        refused = kafka_topics.alter_topic_configs(self.target, wanted)
+        for target, (to_set, to_delete) in sorted(wanted.items()):
+            done = {k: v for k, v in to_set.items() if k not in refused.get(target, {})}
+            gone = [k for k in to_delete if k not in refused.get(target, {})]
+            if done or gone:
+                log.info(
+                    "feed %s: target topic %s follows its source: set %s%s",
+                    self.feed.name,
+                    target,
+                    done or "nothing",
+                    f", removed {gone}" if gone else "",
+                )
+        for target, why in sorted(refused.items()):
+            if self.refused.get(target) != why:
+                log.warning(
+                    "feed %s: target topic %s refuses configs %s; not synced",
+                    self.feed.name,
+                    target,
+                    why,
+                )
+        self.refused = refused
+
+    def sync_acls(self) -> None:
+        """The target topics get the READ and DESCRIBE ACLs of their source topics
+        (core/acls.py): two DescribeAcls requests and at most one CreateAcls. Nothing
+        happens where either cluster has no authorizer; what the target refuses is left
+        out and reported (:meth:`notices`), not an error."""
+        if self.feed.mode == "ordered":
+            return
+        targets = {
+            t: self.feed.target_topic(t) for t in sorted(self.ready) if t not in self.deleted
+        }
+        try:
+            source = kafka_acls.topic_acls(self.source)
+            target = kafka_acls.topic_acls(self.target) if source is not None else None
+        except KafkaException as err:
+            problem = f"topic ACLs not copied: cannot read them ({err.args[0].str()})"
+            if problem != self.acls_problem:
+                log.warning("feed %s: %s", self.feed.name, problem)
+            self.acls_problem = problem
+            return
+        self.acls_problem = None
+        if source is None or target is None:
+            return  # no authorizer on one side: no ACLs to copy, or none to make
+        need = acls.missing(acls.for_targets(source, targets), target)
+        refused = kafka_acls.create_topic_acls(self.target, need)
+        for rule in need:
+            if rule not in refused:
+                log.info(
+                    "feed %s: ACL copied to target topic %s: %s %s %s from %s",
+                    self.feed.name,
+                    rule.topic,
+                    rule.permission,
+                    rule.operation,
+                    rule.principal,
+                    rule.host,
+                )
+        for rule, why in sorted(refused.items()):
+            if self.acls_refused.get(rule) != why:
+                log.warning("feed %s: %s", self.feed.name, _acl_refused(rule, why))
+        self.acls_refused = refused
+
+    def notices(self) -> list[str]:
+        """What the status says without the feed being in error: configs a target topic
+        refused, source topics deleted (their targets are kept)."""
+        out = [
+            f"target topic {target} refuses config {key} from its source ({why}); not synced"
+            for target, why in sorted(self.refused.items())
+            for key in sorted(why)
+        ]
+        out += [
+            f"source topic {topic} was deleted; its target topic "
+            f"{self._target_or_same(topic)} is kept (a mirror is also a backup)"
+            for topic in sorted(self.deleted)
+        ]
+        out += [_acl_refused(rule, why) for rule, why in sorted(self.acls_refused.items())]
+        if self.acls_problem:
+            out.append(self.acls_problem)
+        return out
+
+    def _target_or_same(self, topic: str) -> str:
+        try:
+            return self.feed.target_topic(topic)
+        except ValueError:
+            return topic
 
     def _error(self, topic: str, problem: str) -> None:
         if self.errors.get(topic) != problem:
@@ -151,6 +324,7 @@ class Discovery:
         self.feed = feed
         self.ready.clear()
         self.errors.clear()
+        self.deleted = set()  # replaced, not cleared: the heartbeat thread reads notices()
 
     def partitions(self) -> set[TopicPartition]:
         return {TopicPartition(t, p) for t, n in self.ready.items() for p in range(n)}
@@ -162,3 +336,10 @@ class Discovery:
     @property
     def last_error(self) -> str | None:
         return "; ".join(self.errors[t] for t in sorted(self.errors)) or None
+
+
+def _acl_refused(rule: acls.TopicAcl, why: str) -> str:
+    return (
+        f"target topic {rule.topic} refuses ACL {rule.permission} {rule.operation} for "
+        f"{rule.principal} from {rule.host} ({why}); not copied"
+    )

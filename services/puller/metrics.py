@@ -61,3 +61,14 @@ FAILED_TRANSACTIONS = Counter(
     "Transactions that failed (the task restarts from its marks on the target)",
     ("feed",),
 )
+GAP_RECORDS = Counter(
+    "crossfeed_puller_gap_records_total",
+    "Source offsets deleted at the source before they were copied (retention, DeleteRecords):"
+    " records that will never reach the target",
+    LABELS,
+)
+WAITING_GAPS = Gauge(
+    "crossfeed_puller_gap_waiting_partitions",
+    "Source partitions not copied until their gap is acknowledged (gap.policy=stop)",
+    ("feed",),
+)

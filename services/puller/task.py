@@ -36,9 +36,10 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from crossfeed.core import provenance
+from crossfeed.core.gaps import Gap
 from crossfeed.core.partitions import TopicPartition
 from crossfeed.core.task_txn import Decision, Limits, Outcome, Phase, TaskTxn
-from crossfeed.dlq import DeadLetter, FeedStopped
+from crossfeed.dlq import GAP_END, DeadLetter, FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka.protocols import Message, TransactionalProducer
@@ -51,6 +52,7 @@ log = logging.getLogger(__name__)
 
 MARK_HEADERS = [headers.MARK_HEADER]
 COPY_OVERHEAD = 64  # bytes a buffered copy costs beyond key and value (headers, tuple)
+GAP_ERROR_CLASS = "SourceRecordsDeleted"  # a gap's dead letter (core/gaps.py)
 SIZE_SLACK = 64 << 10  # below max.message.bytes by this much, no exact size check is needed
 
 
@@ -402,6 +404,25 @@ class PullerTask:
         log.warning("dead letter: %s", letter.describe())
         # Sent with the partition's records (_ship): a commit may be under way.
         state.letters.append((key, value, letter.headers(hdrs)))
+
+    def gap_letter(self, state: PartitionState, gap: Gap) -> None:
+        """The records of ``gap`` will never be copied (deleted at the source): a dead
+        letter without key or value says so in the target, sent in the transaction whose
+        mark moves the partition past the gap (both go with the next one when a commit
+        is under way)."""
+        letter = DeadLetter(
+            feed=self.ctx.name,
+            cluster_id=self.ctx.source_cluster_id,
+            topic=state.tp.topic,
+            partition=state.tp.partition,
+            offset=gap.first,
+            stage="puller",
+            error_class=GAP_ERROR_CLASS,
+            error_message=f"offsets {gap.first}-{gap.last} ({gap.count} records) were deleted "
+            "at the source before they were copied",
+        )
+        state.letters.append((None, None, letter.headers([(GAP_END, str(gap.end).encode())])))
+        self.txn.skip_to(state, gap.end)
 
     def _produce(
         self,

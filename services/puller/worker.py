@@ -22,6 +22,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed import positions
 from crossfeed.config import Settings
+from crossfeed.core import gaps, topic_configs
 from crossfeed.core.partitions import TopicPartition, staging_partition
 from crossfeed.core.resume import resume_offset
 from crossfeed.core.task_txn import Next
@@ -103,9 +104,16 @@ class PullerWorker:
         # Tasks are opened here, side by side (see start_tasks).
         self.opener = ThreadPoolExecutor(max_workers=8, thread_name_prefix="open-task")
         self.last_refresh = 0.0
+        self.last_config_sync = 0.0
         # How long a transaction may stay open (commit_interval_ms; each read sets it).
         self.interval_s = settings.puller.commit_interval_ms / 1000
         self.last_metrics = 0.0
+        # Gaps reported and not acknowledged (core/gaps.py), and the partitions among them
+        # not read until they are (gap.policy=stop); partitions whose position is past
+        # the source's end (never read again by this instance, never copied twice).
+        self.gaps: dict[TopicPartition, gaps.Gap] = {}
+        self.waiting_gaps: set[TopicPartition] = set()
+        self.beyond_end: dict[TopicPartition, str] = {}
         # Debezium input: its reader runs where the feed's one task runs (debezium_reader.py).
         self.debezium_reader: DebeziumReader | None = None
 
@@ -146,7 +154,12 @@ class PullerWorker:
             kafka_topics.ensure_internal(
                 clients.admin(self.source_conf), topics.debezium_ordered(self.feed.name)
             )
-        self.discovery = Discovery(self.feed, clients.admin(self.source_conf), target_admin)
+        self.discovery = Discovery(
+            self.feed,
+            clients.admin(self.source_conf),
+            target_admin,
+            excluded=topic_configs.Excluded.parse(opts.config_sync_exclude),
+        )
         self.discovery.refresh()
         self.last_refresh = time.monotonic()
         self.reader = clients.consumer(
@@ -158,6 +171,9 @@ class PullerWorker:
                 # librdkafka's default (1 MiB per partition per fetch) held one reader to
                 # ~100k records/s of 1 KiB with this prefetch bound; 8 MiB: ~600k.
                 "max.partition.fetch.bytes": 8 << 20,
+                # A position below the log start (records deleted before they were
+                # copied) is an error to report, never a silent jump (_out_of_range).
+                "auto.offset.reset": "error",
                 # Broker states once a second: is the source reachable at all?
                 **self.source.client_conf(),
             },
@@ -210,6 +226,10 @@ class PullerWorker:
         if now - self.last_refresh >= interval:
             self._refresh()
             self.last_refresh = now
+        sync_every = self.settings.puller.config_sync_interval_s
+        if sync_every and now - self.last_config_sync >= sync_every:
+            self._sync_configs()
+            self.last_config_sync = now
         if not self.tasks:
             time.sleep(0.05)
             return
@@ -234,7 +254,9 @@ class PullerWorker:
         now = time.monotonic()
         for msg in batch:
             if msg.error():
-                if not msg.error().retriable():
+                if msg.error().code() == KafkaError._AUTO_OFFSET_RESET:
+                    self._out_of_range(msg.topic(), msg.partition(), msg.offset())
+                elif not msg.error().retriable():
                     log.warning("source read error: %s", msg.error())
                 continue
             found = route((msg.topic(), msg.partition()))
@@ -263,6 +285,7 @@ class PullerWorker:
         self.ctx = dataclasses.replace(self.ctx, feed=feed)
         self.discovery.retarget(feed)
         self.last_refresh = 0.0  # look at the topics now
+        self._apply_acks()
         log.info(
             "feed %s updated: topics %s%s, rename format %s; running tasks keep the old "
             "definition until they restart",
@@ -477,7 +500,7 @@ class PullerWorker:
             return None
         assert self.targets is not None
         name = self.feed.target_topic(tp.topic)
-        target = self.targets.get(name)
+        target = self.targets.get(name, tp.partition)
         if target is None or tp.partition >= target.partitions:
             raise KafkaException(
                 KafkaError(
@@ -530,8 +553,16 @@ class PullerWorker:
         owned = [key for key, (t, _) in self.route.items() if t is task]
         for key in owned:
             del self.route[key]
-        if owned and self.reader is not None:
-            self.reader.incremental_unassign([KafkaTP(topic, p) for topic, p in owned])
+        # Partitions waiting on a gap, or past the source's end, were unassigned then (and
+        # the next owner finds them again where they stand).
+        unread = set(task.partitions) & (self.waiting_gaps | set(self.beyond_end))
+        for tp in task.partitions:
+            self.waiting_gaps.discard(tp)
+            self.beyond_end.pop(tp, None)
+        metrics.WAITING_GAPS.labels(self.feed.name).set(len(self.waiting_gaps))
+        assigned = [KafkaTP(t, p) for t, p in owned if TopicPartition(t, p) not in unread]
+        if assigned and self.reader is not None:
+            self.reader.incremental_unassign(assigned)
         task.close()
         metrics.TASKS.labels(self.feed.name).set(len(self.tasks))
         log.info("task %d of feed %s released by %s", s, self.feed.name, self.instance_id)
@@ -646,6 +677,115 @@ class PullerWorker:
         if added:
             self.reader.incremental_assign(added)
 
+    # -- gaps -------------------------------------------------------------------------
+
+    def _out_of_range(self, topic: str, partition: int, offset: int) -> None:
+        """The source does not hold the offset the reader asked for (auto.offset.reset is
+        error): a gap below the log start (reported, then gap.policy), a transient miss
+        (read there again), or a position past the log end (stopped: never copied twice)."""
+        found = self.route.get((topic, partition))
+        if found is None:
+            return
+        task, state = found
+        tp = state.tp
+        position = offset if offset >= 0 else task.position(tp)
+        try:
+            low, high = self.reader.get_watermark_offsets(
+                KafkaTP(topic, partition), timeout=10, cached=False
+            )
+        except KafkaException as err:
+            log.warning(
+                "%s: out of range at %d, log not known (%s); reading again", tp, offset, err
+            )
+            self._reassign(tp, position)
+            return
+        where = gaps.classify(position, low, high)
+        if where is gaps.Position.READABLE:
+            log.info(
+                "%s: offset %d is in the log again (%d-%d): reading there", tp, position, low, high
+            )
+            self._reassign(tp, position)
+        elif where is gaps.Position.BEYOND_END:
+            self.beyond_end[tp] = (
+                f"{tp}: the next offset to copy, {position}, is past the source's log end "
+                f"{high} (the source lost records it had served: an unclean leader election, a "
+                f"topic deleted and created again?); not copied until its task restarts"
+            )
+            log.error("feed %s: %s", self.feed.name, self.beyond_end[tp])
+            self.reader.incremental_unassign([KafkaTP(topic, partition)])
+        else:
+            self._gap(task, state, gaps.gap_at(tp, position, low))
+
+    def _gap(self, task: PullerTask, state: PartitionState, gap: gaps.Gap) -> None:
+        """Report ``gap`` (log, metric, status) and do what gap.policy says, unless it was
+        acknowledged already (then go on from the log start)."""
+        feed, policy = self.feed.name, self.feed.config.gap_policy
+        acked = gap.key in gaps.acknowledged(self.feed.config.gap_acknowledged)
+        if self.gaps.get(gap.tp) != gap:  # not the same report again (a task restart)
+            log.error("feed %s: %s", feed, gap.describe(feed, policy, acknowledged=acked))
+            metrics.GAP_RECORDS.labels(*state.labels).inc(gap.count)
+        if not acked:
+            self.gaps[gap.tp] = gap
+        if acked or policy == "continue":
+            self._skip(task, state, gap)
+        else:
+            self.waiting_gaps.add(gap.tp)
+            self.reader.incremental_unassign([KafkaTP(gap.tp.topic, gap.tp.partition)])
+        metrics.WAITING_GAPS.labels(feed).set(len(self.waiting_gaps))
+
+    def _skip(
+        self, task: PullerTask, state: PartitionState, gap: gaps.Gap, *, assigned: bool = True
+    ) -> None:
+        """Go on after ``gap``: its dead letter and the partition's position past it in
+        the next transaction, the reader at the log start (``assigned``: the reader still
+        has the partition, in librdkafka's error state)."""
+        task.gap_letter(state, gap)
+        self._reassign(gap.tp, gap.end, assigned=assigned)
+
+    def _reassign(self, tp: TopicPartition, offset: int, *, assigned: bool = True) -> None:
+        """Read ``tp`` from ``offset`` (a partition in librdkafka's error state takes no
+        seek: it is assigned afresh)."""
+        if assigned:
+            self.reader.incremental_unassign([KafkaTP(tp.topic, tp.partition)])
+        self.reader.incremental_assign([KafkaTP(tp.topic, tp.partition, offset)])
+
+    def _apply_acks(self) -> None:
+        """Gaps the feed's gap.acknowledged now names: no longer reported, and a waiting
+        partition goes on from the log start as it is now (retention may have deleted
+        more meanwhile: that is counted and written into the dead letter too)."""
+        acks = gaps.acknowledged(self.feed.config.gap_acknowledged)
+        for tp, gap in sorted(self.gaps.items()):
+            if gap.key not in acks:
+                continue
+            del self.gaps[tp]
+            log.info("feed %s: gap %s acknowledged", self.feed.name, gap.key)
+            found = self.route.get((tp.topic, tp.partition))
+            if tp not in self.waiting_gaps or found is None:
+                continue
+            self.waiting_gaps.discard(tp)
+            task, state = found
+            try:
+                low, _ = self.reader.get_watermark_offsets(
+                    KafkaTP(tp.topic, tp.partition), timeout=10, cached=False
+                )
+            except KafkaException as err:
+                log.warning("%s: log start not known (%s); trying from the gap's end", tp, err)
+                low = gap.end
+            if low > gap.end:
+                metrics.GAP_RECORDS.labels(*state.labels).inc(low - gap.end)
+                gap = gaps.Gap(tp, gap.first, low)
+            self._skip(task, state, gap, assigned=False)  # unassigned while it waited
+        metrics.WAITING_GAPS.labels(self.feed.name).set(len(self.waiting_gaps))
+
+    def _sync_configs(self) -> None:
+        assert self.discovery is not None
+        try:
+            self.discovery.sync_configs()
+            if self.settings.puller.acl_sync:
+                self.discovery.sync_acls()
+        except KafkaException as err:
+            log.warning("topic config or ACL sync failed: %s", err)
+
     def _update_lag(self) -> None:
         now_us = time.time() * 1_000_000
         for (topic, partition), (task, state) in self.route.items():
@@ -676,10 +816,20 @@ class PullerWorker:
             # as of the last commit is the partition's checkpoint_ts.
             checkpoints={} if self.feed.mode == "ordered" else dict(resolved),
             last_error=self._problem() or "",
+            notices=self._notices(),
         )
 
     def _at_start(self, problem: str | None) -> None:
         self.start_problem = problem
+
+    def _notices(self) -> list[str]:
+        """What the operator must hear about though the feed is not in error: the gaps
+        not acknowledged (a feed in error for coordinator.error_stuck_s is stopped whole,
+        and a gap stops at most its own partition), configs a target topic refuses,
+        source topics deleted."""
+        policy = self.feed.config.gap_policy
+        gap_lines = [g.describe(self.feed.name, policy) for _, g in sorted(list(self.gaps.items()))]
+        return gap_lines + (self.discovery.notices() if self.discovery is not None else [])
 
     def _problem(self) -> str | None:
         """Why the instance makes no progress now, if it knows (heartbeat's last_error)."""
@@ -698,6 +848,7 @@ class PullerWorker:
             else None
         )
         problems = [
+            *(self.beyond_end[tp] for tp in sorted(list(self.beyond_end))),
             self.discovery.last_error,
             self.source.problem(),
             target,
@@ -717,6 +868,7 @@ class PullerWorker:
             "feed": self.feed.name,
             "state": "error" if problem else ("normal" if discovery else "starting"),
             "last_error": problem,
+            "notices": self._notices(),
             "tasks": sorted(self.tasks),
             "partitions": {
                 str(state.tp): {
@@ -727,6 +879,17 @@ class PullerWorker:
                 for task, state in sorted(self.route.values(), key=lambda found: found[1].tp)
             },
         }
+        answer["gaps"] = [
+            {
+                "partition": str(gap.tp),
+                "first": gap.first,
+                "last": gap.last,
+                "count": gap.count,
+                "key": gap.key,
+                "waiting": gap.tp in self.waiting_gaps,
+            }
+            for _, gap in sorted(list(self.gaps.items()))
+        ]
         if reader is not None:
             answer["debezium_reader"] = reader
         return answer

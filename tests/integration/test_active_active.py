@@ -1,6 +1,6 @@
 """Two PostgreSQL databases both taking writes, each captured by Debezium, each applied to
 the other by a crossfeed feed (docs/active-active.md): concurrent writers on both sides over
-the same keys, across kill -9 of the sinks and sorters and a Connect crash.
+the same keys, across kill -9 of each sink, each sorter and each Connect worker.
 
 What is checked after quiet: both databases equal row for row; every key holds the write
 with the latest commit time (computed from the writes alone); the counter column's total
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from crossfeed.cdc import captured
-from crossfeed.local import stack
+from crossfeed.local import postgres, stack
 from crossfeed.wire import debezium, topics
 from tests.support import active_active as aa
 from tests.support.verify import read_many
@@ -33,11 +33,32 @@ SETTINGS = {
 }
 
 
+@pytest.fixture(scope="module")
+def both_sides(clusters: Any) -> Any:
+    """Both servers captured: postgres-a by Connect into dc-a, postgres by Connect-B into
+    dc-b (``crossfeed local up --active-active``)."""
+    if clusters.backend != "local":
+        pytest.skip("both capture sides run in the local stack only")
+    started = stack.up_active_active()
+    try:
+        yield stack.connect_worker().url, stack.connect_worker_b().url
+    finally:
+        if "connect-b" in started:
+            stack.connect_worker_b().stop()
+        if "connect" in started:
+            stack.connect_worker().stop()
+        if "postgres-a" in started:
+            postgres.source().stop()
+
+
 @pytest.fixture
-def two_sides(cdc_stack: str) -> Any:
-    """Two databases on the source server, each captured by a connector of its own."""
-    a = captured.create(f"aa_a_{uuid.uuid4().hex[:8]}", cdc_stack)
-    b = captured.create(f"aa_b_{uuid.uuid4().hex[:8]}", cdc_stack)
+def two_sides(both_sides: tuple[str, str]) -> Any:
+    """A database on each server, each captured by a connector of its own into its own
+    data center's cluster."""
+    connect_a, connect_b = both_sides
+    name = f"aa_{uuid.uuid4().hex[:8]}"
+    a = captured.create(f"{name}_a", connect_a, postgres.source(active_active=True))
+    b = captured.create(f"{name}_b", connect_b, postgres.target(active_active=True))
     try:
         yield a, b
     finally:
@@ -50,6 +71,8 @@ def _feed(services: Any, clusters: Any, name: str, source: Any, target: Any, sid
         name,
         clusters,
         [rf"{source.prefix}\.public\.(items|accounts)"],
+        source=sides[0],
+        target=sides[1],
         mode="ordered",
         sink_uri=f"{target.uri}?schema=public",
         pullers=1,
@@ -77,10 +100,11 @@ def _wait_converged(a: Any, b: Any, feeds: list[Any], timeout: float) -> None:
     raise AssertionError(f"the two databases never converged\n{logs}")
 
 
-def _own_events(clusters: Any, feed: Any) -> list[dict[str, Any]]:
-    """The data events a feed's Debezium reader sent on (its ordered topic)."""
+def _own_events(cluster: Any, feed: Any) -> list[dict[str, Any]]:
+    """The data events a feed's Debezium reader sent on (its ordered topic, on its
+    source cluster)."""
     out = topics.debezium_ordered(feed.name)
-    read = read_many(clusters.a.config, [out], timeout_s=60)
+    read = read_many(cluster.config, [out], timeout_s=60)
     events = []
     for records in read.get(out, {}).values():
         for record in records:
@@ -115,9 +139,11 @@ def test_both_sides_write_the_same_keys_and_converge_on_the_last_writer(
     b_to_a.sorters[0].restart(hard=True)
     time.sleep(4)
     stack.restart_connect(hard=True)  # Debezium sends again what it had not committed
-    time.sleep(6)
+    time.sleep(4)
     b_to_a.sinks[0].restart(hard=True)
     a_to_b.sorters[0].restart(hard=True)
+    time.sleep(4)
+    stack.restart_connect(hard=True, side="dc-b")
     time.sleep(8)
     for writer in writers:
         writer.stop.set()
@@ -138,8 +164,8 @@ def test_both_sides_write_the_same_keys_and_converge_on_the_last_writer(
 
     # Nothing came back: each side's ordered stream holds only that side's own row changes
     # (streamed ones; the snapshot rows have no transaction block), none a sink wrote.
-    for feed, side in ((a_to_b, "dc-a"), (b_to_a, "dc-b")):
-        events = _own_events(clusters, feed)
+    for feed, side, cluster in ((a_to_b, "dc-a", clusters.a), (b_to_a, "dc-b", clusters.b)):
+        events = _own_events(cluster, feed)
         streamed = [e for e in events if e.get("transaction")]
         assert not [e for e in events if debezium.is_crossfeed_origin(e["source"].get("origin"))]
         made = sum(w.row_changes for w in writers if w.side == side)

@@ -71,3 +71,24 @@ def test_demo_cdc_replicates_a_captured_database_whole_and_cleans_up(clusters):
             "WHERE slot_name LIKE 'crossfeed_demo_cdc_%')"
         ).fetchone()
     assert left == (0, 0)
+
+
+@pytest.mark.spark
+@pytest.mark.slow  # make slow: tests/integration/test_active_active.py covers it in make test
+def test_demo_active_active_keeps_both_databases_equal_and_cleans_up(clusters):
+    """crossfeed demo --active-active, shortened: both databases equal, the opening total on
+    both, nothing sent back, and the pair's replication slots gone."""
+    if clusters.backend != "local":
+        pytest.skip("the demo runs on the local stack")
+    summary = _demo("--active-active", "--seconds", "10", shows="both directions running")
+    assert summary["ok"] and summary["equal"] and summary["sent_back"] == 0
+    assert set(summary["totals"].values()) == {summary["opening_total"]}
+    assert all(n > 0 for n in summary["transactions"].values())
+    assert all(n > 0 for n in summary["samples"].values()) and summary["torn"] == []
+    for server in (postgres.source(), postgres.target()):
+        with psycopg.connect(server.uri, autocommit=True) as conn:
+            left = conn.execute(
+                "SELECT count(*) FROM pg_replication_slots "
+                "WHERE slot_name LIKE 'crossfeed_demo_aa_%'"
+            ).fetchone()
+        assert left == (0,)

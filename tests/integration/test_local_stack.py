@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from crossfeed.kafka import clients
+from crossfeed.local import postgres, processes, stack
 from tests.support.verify import read_topic
 
 pytestmark = pytest.mark.integration
@@ -97,3 +98,26 @@ def test_up_twice_is_harmless(clusters):
     again = _cli("local", "up")
     assert again.returncode == 0, again.stderr
     assert clusters.a.cluster_id in again.stdout
+
+
+def test_active_active_restarts_a_server_running_without_its_settings(clusters):
+    """``local up --active-active`` on a data directory started before without it: the
+    target PostgreSQL is restarted with wal_level=logical and track_commit_timestamp=on,
+    once (a second time finds them there)."""
+    if clusters.backend != "local":
+        pytest.skip("needs the local stack")
+    plain, paired = postgres.target(), postgres.target(active_active=True)
+    found = paired if not paired.settings_missing() else plain
+    plain.restart()  # as 'crossfeed local up' without the flag starts it
+    assert processes.wait_until(plain.answers, 30)
+    assert paired.settings_missing() == {"wal_level": "replica", "track_commit_timestamp": "off"}
+    try:
+        assert stack._settle(paired) is True
+        assert paired.settings_missing() == {}
+        assert stack._settle(paired) is False  # already there: no second restart
+        status = _cli("local", "status")
+        [line] = [x for x in status.stdout.splitlines() if x.startswith("postgres ")]
+        assert "(active-active ready)" in line
+    finally:
+        found.restart()  # leave it as the session found it
+        assert processes.wait_until(found.answers, 30)

@@ -24,12 +24,21 @@ from typing import Any
 
 import pytest
 import yaml
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import NewTopic
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
 from typer.testing import CliRunner
 
 from crossfeed.cli.main import app as cli
 from crossfeed.core.provenance import src_of
+from crossfeed.feeds import load_feed_file
 from crossfeed.kafka import clients
 from crossfeed.local.secure import make_certs
 from tests.integration.test_coordinator_mirror import start_coordinated
@@ -39,8 +48,9 @@ from tests.integration.test_coordinator_process import (
     create_feed,
     wait_for,
 )
-from tests.integration.test_failover import committed
+from tests.integration.test_failover import committed, failover_cli, failover_routes
 from tests.support.clusters import Clusters
+from tests.support.secured import add_user
 from tests.support.services import ServiceProcess
 from tests.support.verify import read_many, verify_mirror
 from tests.support.workload import ContinuousProducer
@@ -258,3 +268,112 @@ def test_a_coordinator_whose_control_cluster_refuses_its_password_exits_saying_s
         assert "Traceback" not in text, proc.failure("a traceback instead of one line")
     finally:
         proc.kill()
+
+
+# -- topic ACLs follow the source -----------------------------------------------------------
+
+
+def _grant(config: dict[str, Any], *bindings: AclBinding) -> None:
+    admin = clients.admin(config)  # the super user; kept until the futures complete
+    for future in admin.create_acls(list(bindings)).values():
+        future.result(30)
+
+
+def _topic_acls(config: dict[str, Any], topic: str) -> set[tuple[str, str, str]]:
+    admin = clients.admin(config)
+    found = admin.describe_acls(
+        AclBindingFilter(
+            ResourceType.TOPIC,
+            topic,
+            ResourcePatternType.LITERAL,
+            None,
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+    ).result(30)
+    return {(b.principal, b.operation.name, b.permission_type.name) for b in found}
+
+
+def test_read_acls_are_copied_and_a_consumer_with_only_read_reads_the_target_after_failover(
+    secure: Clusters, tmp_path: Path, services: Any
+) -> None:
+    a, b = secure.a.config, secure.b.config
+    topic = create_topic(a, 2)
+    suffix = uuid.uuid4().hex[:6]
+    reader, writer = f"reader-{suffix}", f"writer-{suffix}"
+    group = f"acl-app-{suffix}"
+    readers = {c.alias: add_user(c, reader, "reader-secret") for c in (secure.a, secure.b)}
+    for cluster in (secure.a, secure.b):
+        add_user(cluster, writer, "writer-secret")
+    literal, allow = ResourcePatternType.LITERAL, AclPermissionType.ALLOW
+    _grant(
+        a,
+        AclBinding(
+            ResourceType.TOPIC, topic, literal, f"User:{reader}", "*", AclOperation.READ, allow
+        ),
+        AclBinding(
+            ResourceType.TOPIC, topic, literal, f"User:{writer}", "*", AclOperation.WRITE, allow
+        ),
+    )
+    # Group rights are the operator's on both sides (crossfeed copies topic ACLs only).
+    for config in (a, b):
+        _grant(
+            config,
+            AclBinding(
+                ResourceType.GROUP, group, literal, f"User:{reader}", "*", AclOperation.READ, allow
+            ),
+        )
+    producer = clients.producer(a)
+    for n in range(200):
+        producer.produce(topic, key=b"%d" % n, value=b"v%d" % n, partition=n % 2)
+    producer.flush(30)
+
+    feed = services.start_feed(
+        "acls", secure, [topic], settings={"puller": {"config_sync_interval_s": 2}}
+    )
+    read_many(b, [topic], expect=200, timeout_s=60)
+    wait_for(
+        lambda: (f"User:{reader}", "READ", "ALLOW") in _topic_acls(b, topic),
+        30,
+        "the READ ACL copied to the target topic",
+    )
+    target_acls = _topic_acls(b, topic)
+    assert not any(principal == f"User:{writer}" for principal, _, _ in target_acls), target_acls
+    assert "ACL copied to target topic" in feed.pullers[0].log_text()
+
+    # The reader reads and commits on dc-a; its group is translated to dc-b.
+    consume_and_commit(readers["dc-a"], topic, group, 150)  # 100 a partition: both read
+    on_a = committed(a, group)
+    assert set(on_a) == {(topic, 0), (topic, 1)} and sum(on_a.values()) == 150
+    spec = load_feed_file(feed.feed_file)
+    with failover_routes(secure, [spec]) as (url, _loop):
+        wait_for(lambda: committed(b, group) == on_a, 60, "the group translated to dc-b")
+        feed.stop_all()
+        report = failover_cli(feed, url)
+        assert report["source_reachable"]
+    consumer = Consumer({**readers["dc-b"], "group.id": group, "enable.partition.eof": True})
+    consumer.subscribe([topic])
+    got: dict[int, list[int]] = {0: [], 1: []}
+    at_end: set[int] = set()
+    deadline = time.monotonic() + 60
+    try:
+        while at_end != {0, 1}:
+            assert time.monotonic() < deadline, (got, at_end)
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None or msg.error().code() == KafkaError._PARTITION_EOF, (
+                msg.error()
+            )
+            if msg.error() is not None:
+                at_end.add(msg.partition())
+                continue
+            src = src_of(msg.headers() or [])
+            assert src is not None
+            got[msg.partition()].append(src.offset)
+    finally:
+        consumer.close()
+    for partition in (0, 1):
+        start = on_a[(topic, partition)]
+        assert got[partition] == list(range(start, 100)), partition

@@ -2,7 +2,8 @@
 
 Both databases take application writes; each direction's sink applies the other side's
 Debezium changes into the application's own tables, last writer wins on source commit
-times (crossfeed/pair/sql.py holds the rule as SQL). Everything else is the ordinary
+times (the rule: crossfeed/core/lww.py; the SQL: crossfeed/pair/sql.py). Everything else
+is the ordinary
 PostgreSQL sink's: whole source transactions, the position row in the same database
 transaction, the advisory lock, reconnects, dead letters.
 
@@ -12,8 +13,10 @@ What differs:
   hidden columns and tombstones to it) and writes under the replication origin
   ``crossfeed:<feed>``, so that the other direction's Debezium reader drops what it writes:
   nothing is sent back;
-* each change goes through the apply function, in commit order and never merged with
-  another (a counter needs every difference, and every lost change is recorded);
+* changes are never merged (a counter needs every difference, and every lost change is
+  recorded): a batch reads what its keys hold, one statement per table with the rows
+  locked, resolves each key's changes in commit order, and writes the outcome with one
+  statement per kind (rows, counters, deletes, tombstones, conflicts);
 * tables are the application's: they are never created here, only given the hidden
   columns and triggers when first seen (``crossfeed pair create`` does it beforehand);
 * conflicts are counted (``crossfeed_sink_conflicts_total``) and the newest
@@ -23,19 +26,16 @@ What differs:
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-import math
 import time
-import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from typing import Any
 
-import orjson
 import psycopg
 
-from crossfeed.pair import sql
+from crossfeed.core import lww
+from crossfeed.pair import catalog, sql
 from crossfeed.services.sink import metrics
 from crossfeed.services.sink.postgres import mapping
 from crossfeed.services.sink.postgres.batch import Batch
@@ -46,21 +46,27 @@ from crossfeed.services.sink.postgres.sink import LOST, Fenced, PostgresSink, Re
 log = logging.getLogger(__name__)
 
 PRUNE_EVERY_S = 60.0
+RACE_RETRIES = 5
+
+
+class _Raced(Exception):
+    """A row was inserted on this side between the batch's read and its write."""
 
 
 class Replicated(RowChange):
     """A row change with what last writer wins needs: the source's commit time, whether
     it is a snapshot row, and each counter column's difference."""
 
-    __slots__ = ("deltas", "snapshot", "source_us")
+    __slots__ = ("deltas", "side", "snapshot", "source_us")
 
     source_us: int
+    side: str  # the side that wrote it
     snapshot: bool
     deltas: dict[str, Any] | None
 
 
 class InOrder(Batch):
-    """Every change, in order, none merged (the apply function needs each one)."""
+    """Every change, in order, none merged (last writer wins resolves each one)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -92,8 +98,9 @@ class ActiveActiveSink(PostgresSink):
         self.local = config.active_active_target_side
         self.counters = config.counters()
         self.ready: set[str] = set()  # tables seen with hidden columns and triggers
-        self.call = sql.apply_call(self.schema)
-        self.conflicts = {sql.WON: 0, sql.LOST: 0}
+        self.unsafe: dict[str, str] = {}  # tables the pair's checks refuse: why
+        self.local_name = self.local.encode()
+        self.conflicts = {lww.WON: 0, lww.LOST: 0}
         self.last_prune = 0.0
 
     # -- the session ----------------------------------------------------------------------
@@ -127,10 +134,7 @@ class ActiveActiveSink(PostgresSink):
         commit_ts: int,
         sid: bytes | None,
     ) -> RowChange | None:
-        # the table is known only once the event is read: ask for every counter's old value
-        # of any table, and keep those of this one
-        every = frozenset(c for columns in self.counters.values() for c in columns)
-        written = mounter.mount_written(key, value, commit_ts, sid, every)
+        written = mounter.mount_written(key, value, commit_ts, sid, self.counters)
         if written is None:
             return None
         change = written.change
@@ -146,6 +150,7 @@ class ActiveActiveSink(PostgresSink):
             change.schema_version,
         )
         replicated.source_us = written.source_us
+        replicated.side = self.side
         replicated.snapshot = written.snapshot
         replicated.deltas = None
         if change.op == "upsert" and table_counters and not written.snapshot:
@@ -160,6 +165,8 @@ class ActiveActiveSink(PostgresSink):
     def _fit(self, change: RowChange) -> None:
         """An application's table: never created here; given the hidden columns and
         triggers when first seen; new columns added as the ordinary sink does."""
+        if change.table in self.unsafe:
+            raise Misfit("UnsafeTable", self.unsafe[change.table])
         if change.table not in self.ready:
             existing = self._table(change.table)
             if existing is None:
@@ -169,6 +176,7 @@ class ActiveActiveSink(PostgresSink):
                     "pair applies into tables that exist on both sides (create it there too)",
                 )
             assert self.conn is not None
+            self._check_table(change.table)
             name = mapping.qualified(self.schema, change.table)
             found = self.conn.execute(sql.table_ready_query(), {"t": name}).fetchone()
             if found is None or tuple(found) != (2, 2):
@@ -192,9 +200,25 @@ class ActiveActiveSink(PostgresSink):
             self._execute(statement)
         self._forget_tables()
 
+    def _check_table(self, table: str) -> None:
+        """What pair create checks, for a table first seen here (the schema may have
+        changed since): a refusal makes its changes dead letters, a warning is logged."""
+        assert self.conn is not None
+        counters = self.counters.get(table, frozenset())
+        findings = catalog.table_findings(self.conn, self.local, self.schema, table, counters)
+        for finding in findings:
+            if finding.overridable:
+                log.warning("feed %s: table %s: %s", self.feed.name, table, finding.line())
+        refused = [f.line() for f in findings if not f.overridable]
+        if refused:
+            self.unsafe[table] = "; ".join(refused)
+            log.error("feed %s: table %s refused: %s", self.feed.name, table, self.unsafe[table])
+            raise Misfit("UnsafeTable", self.unsafe[table])
+
     def _forget_tables(self) -> None:
         super()._forget_tables()
         self.ready.clear()
+        self.unsafe.clear()
 
     def _truncate(self, change: RowChange) -> None:
         """A TRUNCATE on the other side: the rows older than it (no tombstones)."""
@@ -216,50 +240,127 @@ class ActiveActiveSink(PostgresSink):
     # -- writing --------------------------------------------------------------------------
 
     def _write(self, batch: Batch) -> None:
-        """Each change through the apply function, in order (one pipelined round trip)."""
+        """Every change held, table by table: what the keys hold is read (rows locked),
+        crossfeed/core/lww.py resolves each key's changes in order, and the outcome is
+        written with one statement per kind."""
         if not len(batch):
             return
         assert self.conn is not None
-        params = [self._params(c) for c in batch.all()]
-        tables = [p[1] for p in params]
-        outcomes: list[str] = []
+        tables: dict[str, list[Replicated]] = {}
+        for change in batch.all():
+            assert isinstance(change, Replicated)
+            tables.setdefault(change.table, []).append(change)
         try:
             with self.conn.cursor() as cur:
-                cur.executemany(self.call, params, returning=True)
-                while True:
-                    row = cur.fetchone()
-                    outcomes.append(str(row[0]) if row else "")
-                    if not cur.nextset():
-                        break
+                for table, changes in tables.items():
+                    self._write_table_surely(cur, table, changes)
         except LOST:
             raise
         except psycopg.Error as err:
             raise Refused(f"the database refused a write: {err}") from err
-        for table, outcome in zip(tables, outcomes, strict=True):
-            if outcome == sql.LOST:
-                self.skipped[table] = self.skipped.get(table, 0) + 1
-            if outcome in self.conflicts:
-                self.conflicts[outcome] += 1
-                metrics.CONFLICTS.labels(self.feed.name, outcome).inc()
         batch.clear()
 
-    def _params(self, change: RowChange) -> tuple[Any, ...]:
-        assert isinstance(change, Replicated)
-        kinds = {c.name: c.type for c in change.columns}
-        key = {c: v for c, v in zip(change.key_columns, change.key, strict=True)}
-        row = change.values if change.op == "upsert" else {}
-        return (
-            self.feed.name,
-            change.table,
-            change.op,
-            _json(row, kinds),
-            _json(key, kinds),
-            _json(change.deltas, kinds) if change.deltas else None,
-            0 if change.snapshot else change.source_us,
-            self.side,
-            self.local,
-            change.snapshot,
+    def _write_table_surely(self, cur: Any, table: str, changes: list[Replicated]) -> None:
+        """:meth:`_write_table`, again from what the keys then hold if an application
+        inserted one of them between the read and the write (under a savepoint)."""
+        for _ in range(RACE_RETRIES):
+            cur.execute("SAVEPOINT cf_table")
+            try:
+                self._write_table(cur, table, changes)
+            except _Raced:
+                cur.execute("ROLLBACK TO SAVEPOINT cf_table")
+                log.info("feed %s: table %s written meanwhile; again", self.feed.name, table)
+                continue
+            cur.execute("RELEASE SAVEPOINT cf_table")
+            return
+        raise Refused(f"table {table}: rows written on this side meanwhile, {RACE_RETRIES} times")
+
+    def _write_table(self, cur: Any, table: str, changes: list[Replicated]) -> None:
+        kinds = {c.name: c.type for change in changes for c in change.columns}
+        keys = list(changes[0].key_columns)
+        key_types = [mapping.PG_TYPES[kinds[k]] for k in keys]
+        by_key: dict[tuple[Any, ...], list[Replicated]] = {}
+        for change in changes:
+            by_key.setdefault(change.key, []).append(change)
+        order = list(by_key)
+        key_arrays = [list(column) for column in zip(*order, strict=True)]
+        counters = sorted(self.counters.get(table, frozenset()) & set(kinds))
+        held: dict[int, tuple[lww.Stamp, dict[str, Any]]] = {}
+        cur.execute(
+            sql.read_rows(self.schema, table, keys, key_types, counters), [self.local, *key_arrays]
         )
+        for ordinal, ts, side, *values in cur.fetchall():
+            typed = {c: _typed(v, kinds[c]) for c, v in zip(counters, values, strict=True)}
+            held[ordinal - 1] = ((ts, side.encode()), typed)
+        tombs: dict[int, lww.Stamp] = {}
+        cur.execute(
+            sql.read_tombstones(self.schema, keys, key_types), [self.local, *key_arrays, table]
+        )
+        for ordinal, ts, side in cur.fetchall():
+            tombs[ordinal - 1] = (ts, side.encode())
+        plan = _Plan(keys, counters)
+        columns = frozenset(counters)
+        for i, key in enumerate(order):
+            row, values = held.get(i, (None, {}))
+            result = lww.resolve(
+                lww.Held(row, values, tombs.get(i)),
+                [_lww_change(c) for c in by_key[key]],
+                self.local_name,
+                columns,
+            )
+            plan.add(key, result, by_key[key])
+        self._run_plan(cur, table, plan, kinds, key_types)
+
+    def _run_plan(
+        self, cur: Any, table: str, plan: _Plan, kinds: dict[str, str], key_types: list[str]
+    ) -> None:
+        keys = plan.keys
+        if plan.deletes:
+            arrays = [list(c) for c in zip(*plan.deletes, strict=True)]
+            cur.execute(sql.delete_rows(self.schema, table, keys, key_types), arrays)
+        for shape, rows in plan.upserts.items():
+            types = [kinds[c] for c in shape]
+            for i, column in enumerate(shape):
+                if column in plan.counters:
+                    for row in rows:
+                        row[0][i] = _typed(row[0][i], kinds[column])
+            arrays = mapping.column_arrays([r[0] for r in rows], types, [r[1] for r in rows])
+            arrays.append([r[2] for r in rows])
+            statement = sql.upsert_rows(
+                self.schema, table, list(shape), [mapping.PG_TYPES[t] for t in types], keys
+            )
+            cur.execute(statement, [*arrays, self.local])
+            if cur.rowcount != len(rows):
+                # an application inserted one of these keys after the batch read them (and
+                # won): resolve again from what the keys hold now
+                raise _Raced(table)
+        if plan.counted:
+            counter_types = [mapping.PG_TYPES[kinds[c]] for c in plan.counters]
+            arrays = [list(c) for c in zip(*(r[0] for r in plan.counted), strict=True)]
+            for column in plan.counters:
+                arrays.append([_typed(r[1][column], kinds[column]) for r in plan.counted])
+            arrays.append([r[2] for r in plan.counted])
+            arrays.append([r[3] for r in plan.counted])
+            statement = sql.set_counters(
+                self.schema, table, keys, key_types, plan.counters, counter_types
+            )
+            cur.execute(statement, arrays)
+        if plan.tombs:
+            arrays = [list(c) for c in zip(*(r[0] for r in plan.tombs), strict=True)]
+            arrays += [[r[1] for r in plan.tombs], [r[2] for r in plan.tombs]]
+            statement = sql.write_tombstones(self.schema, keys, key_types)
+            cur.execute(statement, [table, *arrays, self.local])
+        if plan.lost:
+            arrays = [list(c) for c in zip(*(r[0] for r in plan.lost), strict=True)]
+            arrays += [list(c) for c in zip(*(r[1:] for r in plan.lost), strict=True)]
+            statement = sql.record_conflicts(self.schema, keys, key_types)
+            cur.execute(statement, [self.feed.name, table, *arrays])
+        for outcome, count in plan.outcomes.items():
+            if outcome == lww.LOST:
+                self.skipped[table] = self.skipped.get(table, 0) + count
+            if outcome in self.conflicts:
+                self.conflicts[outcome] += count
+                metrics.CONFLICTS.labels(self.feed.name, outcome).inc(count)
 
     def _commit(self) -> None:
         now = time.monotonic()
@@ -292,26 +393,72 @@ class ActiveActiveSink(PostgresSink):
         return found
 
 
-def _json(values: Mapping[str, Any], kinds: dict[str, str]) -> str:
-    """Column values as the JSON the apply function reads with jsonb_populate_record:
-    each in the text form its column type takes (a jsonb column's value as JSON)."""
-    out = {}
-    for column, value in values.items():
-        out[column] = _json_value(value, kinds.get(column, ""))
-    return orjson.dumps(out).decode()
+class _Plan:
+    """What a batch does to one table, gathered key by key from lww.resolve."""
+
+    def __init__(self, keys: list[str], counters: list[str]) -> None:
+        self.keys, self.counters = keys, counters
+        self.deletes: list[tuple[Any, ...]] = []
+        # columns -> (values in that order, time, side) per row
+        self.upserts: dict[tuple[str, ...], list[tuple[list[Any], int, str]]] = {}
+        self.counted: list[tuple[tuple[Any, ...], dict[str, Any], int, str]] = []
+        self.tombs: list[tuple[tuple[Any, ...], int, str]] = []
+        # key, op, lost time, lost side, winning time, winning side, what won
+        self.lost: list[tuple[tuple[Any, ...], str, int, str, int, str, str]] = []
+        self.outcomes: dict[str, int] = {}
+
+    def add(self, key: tuple[Any, ...], result: lww.Result, changes: list[Replicated]) -> None:
+        if result.delete:
+            self.deletes.append(key)
+        if result.values is not None:
+            assert result.stamp is not None
+            row = {c: v for c, v in result.values.items() if c not in sql.HIDDEN_COLUMNS}
+            self.upserts.setdefault(tuple(row), []).append(
+                (list(row.values()), result.stamp[0], result.stamp[1].decode())
+            )
+        elif result.counters is not None:
+            assert result.stamp is not None
+            self.counted.append((key, result.counters, result.stamp[0], result.stamp[1].decode()))
+        if result.tomb is not None:
+            self.tombs.append((key, result.tomb[0], result.tomb[1].decode()))
+        for change, verdict in zip(changes, result.verdicts, strict=True):
+            self.outcomes[verdict.outcome] = self.outcomes.get(verdict.outcome, 0) + 1
+            if verdict.outcome == lww.LOST:
+                assert verdict.winner is not None
+                stamp = _stamp(change)
+                self.lost.append(
+                    (
+                        key,
+                        change.op,
+                        stamp[0],
+                        change.side,
+                        verdict.winner[0],
+                        verdict.winner[1].decode(),
+                        verdict.by,
+                    )
+                )
 
 
-def _json_value(value: Any, kind: str) -> Any:
-    if value is None or isinstance(value, bool | int | str):
-        if kind == "jsonb" and isinstance(value, str):
-            return orjson.Fragment(value)
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)  # nan, inf: float8 reads them
-    if isinstance(value, bytes | bytearray | memoryview):
-        return "\\x" + bytes(value).hex()
-    if isinstance(value, Decimal | uuid.UUID):
-        return str(value)
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    return str(value)
+def _stamp(change: Replicated) -> lww.Stamp:
+    """A snapshot row's time is 0: it is older than every write (it only fills in)."""
+    return (0 if change.snapshot else change.source_us, change.side.encode())
+
+
+def _lww_change(change: Replicated) -> lww.Change:
+    values = change.values if change.op == "upsert" else {}
+    deltas = change.deltas or {}
+    only = bool(deltas) and all(
+        c in deltas or c in sql.HIDDEN_COLUMNS or c in change.key_columns for c in values
+    )
+    return lww.Change(change.op, _stamp(change), values, change.deltas, change.snapshot, only)
+
+
+def _typed(value: Any, kind: str) -> Any:
+    """A counter's value as its column's Python type (a list psycopg sends is one type)."""
+    if value is None:
+        return None
+    if kind == "numeric":
+        return Decimal(value)
+    if kind in ("double", "float"):
+        return float(value)
+    return int(value)

@@ -20,7 +20,7 @@ import base64
 import datetime as dt
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
@@ -180,11 +180,11 @@ class DebeziumMounter:
         value: bytes | None,
         commit_ts: int,
         schema_id: bytes | None,
-        old_of: frozenset[str],
+        old_of: Mapping[str, frozenset[str]],
     ) -> Written | None:
         """:meth:`mount`, with when and how the source wrote the change (active-active):
         its commit time, whether it is a snapshot row, and the old values of the columns
-        ``old_of`` (an update's ``before``; Misfit NoOldValue when it lacks one)."""
+        ``old_of[table]`` (an update's ``before``; Misfit NoOldValue when it lacks one)."""
         change, payload, shape = self._mount(key, value, commit_ts, schema_id)
         if change is None or payload is None or shape is None:
             return None
@@ -194,7 +194,8 @@ class DebeziumMounter:
             source_us = int(source.get("ts_ms") or 0) * 1000
         op = payload["op"]
         old: dict[str, Any] = {}
-        wanted = old_of & set(change.values) if op == "u" else frozenset()
+        columns = old_of.get(change.table, frozenset())
+        wanted = columns & set(change.values) if op == "u" else frozenset()
         if wanted:
             before = payload.get("before")
             missing = sorted(c for c in wanted if not isinstance(before, dict) or c not in before)

@@ -33,7 +33,17 @@ def test_help_lists_every_subcommand_of_the_design():
     ):
         assert command in out
     sub = runner.invoke(app, ["changefeed", "--help"], terminal_width=200).output
-    for verb in ("create", "list", "get", "pause", "resume", "remove", "update", "restart"):
+    for verb in (
+        "create",
+        "list",
+        "get",
+        "pause",
+        "resume",
+        "remove",
+        "update",
+        "restart",
+        "ack-gap",
+    ):
         assert verb in sub
     local = runner.invoke(app, ["local", "--help"], terminal_width=200).output
     for verb in ("up", "down", "status", "stop", "start"):
@@ -75,3 +85,11 @@ def test_update_lays_what_is_given_over_the_stored_feed() -> None:
         "start": "earliest",
         "config": {"staging.partitions": "4", "errors.tolerance": "none"},
     }
+
+
+def test_ack_gap_refuses_a_key_not_as_the_status_prints_it_before_asking_anyone():
+    result = runner.invoke(
+        app, ["changefeed", "ack-gap", "orders", "orders.eu/3", "--server", "http://192.0.2.1:1"]
+    )
+    assert result.exit_code == 1
+    assert "topic>/<partition>@<offset>" in result.output

@@ -9,7 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crossfeed.core.partitions import TopicPartition, check_partition_counts, staging_partition
+from crossfeed.core.partitions import (
+    TopicPartition,
+    grow_refused,
+    partitions_to_add,
+    staging_partition,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -54,27 +59,41 @@ def test_parse_round_trip(topic: str, partition: int) -> None:
     assert TopicPartition.parse(str(tp)) == tp
 
 
-class TestCheckPartitionCounts:
+class TestPartitionsToAdd:
     @pytest.mark.parametrize(("source", "target"), [(3, 3), (3, 6), (1, 1)])
-    def test_ok(self, source: int, target: int) -> None:
-        assert check_partition_counts(source, target, topic="orders") is None
+    def test_a_target_with_as_many_or_more_stays(self, source: int, target: int) -> None:
+        assert partitions_to_add(source, target) == 0
 
-    def test_fewer_target_partitions_explained(self) -> None:
-        message = check_partition_counts(6, 3, topic="orders")
-        assert message is not None
-        assert "'orders'" in message
-        assert "3 partition(s)" in message and "has 6" in message
-        assert "increase" in message and "--partitions 6" in message
+    def test_a_target_with_fewer_gains_the_difference(self) -> None:
+        assert partitions_to_add(4, 2) == 2
+        assert partitions_to_add(6, 1) == 5
 
-    def test_names_renamed_target(self) -> None:
-        message = check_partition_counts(2, 1, topic="orders", target_topic="dc-a.orders")
-        assert message is not None
-        assert "target topic 'dc-a.orders'" in message and "source topic 'orders'" in message
+    @given(st.integers(1, 10_000), st.integers(1, 10_000))
+    def test_the_target_ends_with_every_source_partition_and_never_shrinks(
+        self, source: int, target: int
+    ) -> None:
+        added = partitions_to_add(source, target)
+        assert added >= 0
+        assert target + added == max(source, target)
 
     @pytest.mark.parametrize(("source", "target"), [(0, 1), (1, 0), (-1, 3)])
     def test_nonsense_counts(self, source: int, target: int) -> None:
         with pytest.raises(ValueError):
-            check_partition_counts(source, target, topic="t")
+            partitions_to_add(source, target)
+
+
+class TestGrowRefused:
+    def test_one_line_saying_what_and_how_to_fix(self) -> None:
+        message = grow_refused(6, 3, "Authorization failed", topic="orders")
+        assert "\n" not in message
+        assert "'orders'" in message and "3 partition(s)" in message and "has 6" in message
+        assert "Authorization failed" in message
+        assert "Alter" in message and "--partitions 6" in message
+
+    def test_names_renamed_target(self) -> None:
+        message = grow_refused(2, 1, "policy", topic="orders", target_topic="dc-a.orders")
+        assert "target topic 'dc-a.orders'" in message and "source topic 'orders'" in message
+        assert "--topic dc-a.orders" in message
 
 
 class TestStagingPartition:

@@ -125,6 +125,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "checkpoint_ts_us": 1_700_000_000_000_500,
         "syncpoint_ts_us": 1_700_000_000_000_400,
         "syncpoint_at_ms": 1_700_000_002_000,
+        "notices": ["orders/3: offsets 120-199 (80 records) were deleted at the source"],
     },
     "FeedStatus": {
         "feed": "east-west",
