@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, Optional, TypeVar
+from urllib.parse import quote
 
 import typer
 from rich import box
@@ -25,6 +26,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from crossfeed.cli.common import clean_errors, fail, settings
+from crossfeed.cli.takeover_render import primary_line
 from crossfeed.client.rest import ApiError, CoordinatorClient
 from crossfeed.extras import require
 from crossfeed.feeds import load_feed_file
@@ -251,8 +253,20 @@ def get(
         rows.append(("source", _idle(status)))
     elif status.get("held_back_by"):
         rows.append(("held back by", _held_back(status)))
+    if feed["state"] == "failed_over" and feed["mode"] == "ordered":
+        rows.append(("primary", _primary(server, name)))
     for key, value in rows:
         out.print(f"{key + ':':<16}{value}")
+
+
+def _primary(server: str | None, name: str) -> str:
+    """Who is the primary of a failed-over ordered feed (its report kept on the target)."""
+    try:
+        with client(server) as api:
+            kept = api.request("GET", f"/v1/failover/{quote(name, safe='')}")
+    except ApiError as err:
+        return f"the target (its failover report cannot be read: {err})"
+    return primary_line(kept) if kept else "the target"
 
 
 def _act(verb: str) -> Callable[..., None]:

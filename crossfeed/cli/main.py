@@ -99,7 +99,8 @@ def failover(
     as_json: bool = admin.JsonOpt,
     server: Optional[str] = admin.ServerOpt,  # noqa: UP045
 ) -> None:
-    """Stop a feed and move its consumer groups to the destination at their exact records."""
+    """Stop a feed and move its consumer groups to the destination at their exact records;
+    an ordered feed: fence its target and report what it holds and what was lost."""
     from crossfeed.cli import translation as commands
 
     commands.failover(feed, feed_file, as_json, server)

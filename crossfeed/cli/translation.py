@@ -18,6 +18,7 @@ from rich.console import RenderableType
 
 from crossfeed.cli.admin import console
 from crossfeed.cli.common import fail, settings
+from crossfeed.cli.takeover_render import is_ordered, ordered_failover_report
 from crossfeed.cli.translation_render import (
     failback_report,
     failover_report,
@@ -76,7 +77,8 @@ def translate(
 
 def failover(feed: str, feed_file: str | None, as_json: bool, server: str | None) -> None:
     body = feed_ref(feed, feed_file)
-    show(call(server, "POST", "/v1/failover", body), as_json, failover_report)
+    report = call(server, "POST", "/v1/failover", body)
+    show(report, as_json, ordered_failover_report if is_ordered(report) else failover_report)
 
 
 def failback(

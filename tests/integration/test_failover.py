@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -32,6 +32,7 @@ from crossfeed.services.coordinator.failover import FailoverHooks, TranslatorLoo
 from crossfeed.services.coordinator.rest_server import RestServer
 from crossfeed.translation.kafka_io import shared_admin
 from tests.support.verify import Record, read_many
+from tests.support.wait import wait_for
 from tests.support.workload import produce_mixed
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -95,17 +96,6 @@ def reread_bounds(report: Any, group: str) -> dict[int, int]:
     mine = [g for g in report["groups"] if g["group"] == group]
     assert len(mine) == 1, report["groups"]
     return {p["partition"]: p["position"]["reread_max"] for p in mine[0]["partitions"]}
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not after {timeout_s}s (last: {last})")
 
 
 # -- consumers ------------------------------------------------------------------------------

@@ -35,6 +35,10 @@ from crossfeed.services.coordinator.failover.models import (
     FeedRef,
     GroupOut,
 )
+from crossfeed.services.coordinator.failover.ordered import (
+    OrderedFailoverReport,
+    failover_record,
+)
 from crossfeed.services.coordinator.lifecycle import LifecycleError
 from crossfeed.translation.kafka_io import Unreachable
 from crossfeed.translation.translator import Translator, translate_once
@@ -84,7 +88,11 @@ def make_router(hooks: FailoverHooks) -> APIRouter:
         """The same for a feed run from a feed file (its spec in the body)."""
         return translate(group, body.feed, body.feed_spec)
 
-    @router.post("/v1/failover", response_model=FailoverReport, dependencies=mutating)
+    @router.post(
+        "/v1/failover",
+        response_model=FailoverReport | OrderedFailoverReport,
+        dependencies=mutating,
+    )
     def failover(body: Annotated[FailoverRequest, Body()], request: Request) -> Any:
         """Stop a feed, move its groups to the target at their exact records, report the RPO."""
         moved = hooks.leader_only(request) if hooks.leader_only else None
@@ -96,6 +104,14 @@ def make_router(hooks: FailoverHooks) -> APIRouter:
             except (Unreachable, KafkaException) as err:
                 message = f"failover of {body.feed} did not complete: {err}"
                 raise HTTPException(503, message) from None
+
+    @router.get("/v1/failover/{feed}", response_model=OrderedFailoverReport | None)
+    def failover_kept(feed: str) -> Any:
+        """An ordered feed's newest failover report, as kept on its target (null: none)."""
+        found = hooks.find_feed(feed)
+        if found is None:
+            raise LifecycleError(404, f"no changefeed named {feed!r}", "feed_not_found")
+        return failover_record(found)
 
     @router.post("/v1/failback", response_model=FailbackReport, dependencies=mutating)
     def failback(body: Annotated[FailbackRequest, Body()], request: Request) -> Any:

@@ -19,9 +19,10 @@ STAGING_SCAN_LIMIT = 100_000
 
 
 def resolve_feed(
-    hooks: FailoverHooks, name: str, spec: dict[str, Any] | None
+    hooks: FailoverHooks, name: str, spec: dict[str, Any] | None, *, ordered: bool = False
 ) -> tuple[FeedSpec, bool]:
-    """(the feed, whether the coordinator runs it): a stored feed wins over a given spec."""
+    """(the feed, whether the coordinator runs it): a stored feed wins over a given spec.
+    ``ordered``: an ordered feed is taken too (failover: ordered.py)."""
     stored = hooks.find_feed(name)
     if stored is not None:
         return stored, True
@@ -39,6 +40,8 @@ def resolve_feed(
     if given.name != name:
         message = f"feed_spec names feed {given.name!r}, not {name!r}"
         raise LifecycleError(400, message, "name_mismatch")
+    if ordered and given.mode == "ordered":
+        return given, False
     if given.mode != "mirror" or given.sink.scheme != "kafka":
         raise HTTPException(
             400, f"feed {name!r} is not a mirror feed into Kafka: it has no consumer groups to move"

@@ -30,13 +30,21 @@ from crossfeed.services.coordinator.failover.common import grouped, resolve_feed
 from crossfeed.services.coordinator.failover.fence import fence_pullers
 from crossfeed.services.coordinator.failover.hooks import FailoverHooks
 from crossfeed.services.coordinator.failover.models import FailoverReport, FailoverRequest, RpoOut
+from crossfeed.services.coordinator.failover.ordered import (
+    OrderedFailoverReport,
+    run_ordered_failover,
+)
 from crossfeed.translation.translator import Translator
 
 log = logging.getLogger(__name__)
 
 
-def run_failover(hooks: FailoverHooks, request: FailoverRequest) -> FailoverReport:
-    feed, managed = resolve_feed(hooks, request.feed, request.feed_spec)
+def run_failover(
+    hooks: FailoverHooks, request: FailoverRequest
+) -> FailoverReport | OrderedFailoverReport:
+    feed, managed = resolve_feed(hooks, request.feed, request.feed_spec, ordered=True)
+    if feed.mode == "ordered":
+        return run_ordered_failover(hooks, feed, managed)
     target = str(feed.sink.cluster)
     notes: list[str] = []
     stopped_by: Literal["coordinator", "operator"] = "operator"

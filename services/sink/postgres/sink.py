@@ -49,6 +49,7 @@ import psycopg
 from confluent_kafka import OFFSET_BEGINNING
 from confluent_kafka import TopicPartition as KafkaTP
 
+from crossfeed import fencing
 from crossfeed.config.settings import resolve_references
 from crossfeed.dlq import FeedStopped
 from crossfeed.kafka import clients
@@ -111,6 +112,7 @@ class PostgresSink(OrderedSink):
         self.failures = 0
         self.careful_until = -1  # write change by change (savepoints) below this offset
         self.syncpoint = (0, 0)  # newest (consistency_ts µs, target time ms)
+        self.epoch = 0  # the position row's fencing epoch when this instance took the feed
         self.last_syncpoint = 0.0
 
     def _reset_txn(self) -> None:
@@ -194,6 +196,7 @@ class PostgresSink(OrderedSink):
                     conn.commit()
                 except psycopg.errors.UniqueViolation:  # created by someone else just now
                     conn.rollback()
+            fencing.ensure_columns(conn, self.schema)
             self._prepare_session(conn)
             position = mapping.qualified(self.schema, mapping.POSITION_TABLE)
             conn.execute(
@@ -202,8 +205,8 @@ class PostgresSink(OrderedSink):
                 (self.feed.name,),
             )
             row = conn.execute(
-                f"SELECT commit_ts, txn, checkpoint_ts, sorted_offset FROM {position} "
-                "WHERE feed = %s",
+                f"SELECT commit_ts, txn, checkpoint_ts, sorted_offset, epoch, failed_over_at "
+                f"FROM {position} WHERE feed = %s",
                 (self.feed.name,),
             ).fetchone()
             conn.commit()
@@ -211,7 +214,19 @@ class PostgresSink(OrderedSink):
             conn.close()
             raise
         assert row is not None
+        if row[5] is not None:  # failed over (crossfeed/fencing.py)
+            conn.close()  # the lock goes with the session
+            message = (
+                f"feed {self.feed.name} was failed over at {row[5]:%Y-%m-%d %H:%M:%S%z}: its "
+                "target is the primary now; this sink applies nothing (fenced)"
+            )
+            if self.last_error != message:
+                log.error("%s", message)
+            self.state, self.last_error = "fenced", message
+            stop.wait(5.0)
+            return
         self.conn = conn
+        self.epoch = int(row[4])
         self.committed = Applied(Position(row[0], row[1]), row[2])
         self.committed_offset = row[3]
         self._reposition()
@@ -524,7 +539,8 @@ class PostgresSink(OrderedSink):
         position = mapping.qualified(self.schema, mapping.POSITION_TABLE)
         moved = self.conn.execute(
             f"UPDATE {position} SET commit_ts = %s, txn = %s, checkpoint_ts = %s, "
-            "sorted_offset = %s, updated_at = now() WHERE feed = %s AND sorted_offset = %s",
+            "sorted_offset = %s, updated_at = now() WHERE feed = %s AND sorted_offset = %s "
+            "AND epoch = %s",
             (
                 applied.position.commit_ts,
                 applied.position.txn,
@@ -532,12 +548,14 @@ class PostgresSink(OrderedSink):
                 self.next_offset,
                 self.feed.name,
                 self.committed_offset,
+                self.epoch,
             ),
         ).rowcount
         if moved != 1:
             raise Fenced(
                 f"the position row of feed {self.feed.name} is no longer at sorted offset "
-                f"{self.committed_offset}: another sink instance applied the feed"
+                f"{self.committed_offset} under epoch {self.epoch}: another sink instance "
+                "applied the feed, or it was failed over"
             )
         syncpoint = None
         now = time.monotonic()

@@ -90,12 +90,16 @@ def test_unknown_feeds_and_bad_specs_are_refused_with_what_to_do() -> None:
     )
     assert bad.status_code == 400 and "topics" in bad.json()["message"]
     ordered = {**FEED, "mode": "ordered", "sink-uri": "kafka://dc-b/all"}
+    no_topic = {**ordered, "sink-uri": "kafka://dc-b"}
     labels = {"operation": "failover", "outcome": "refused"}
     runs = "crossfeed_coordinator_failover_duration_seconds_count"
     before = REGISTRY.get_sample_value(runs, labels) or 0.0
-    refused = client.post("/v1/failover", json={"feed": "orders", "feed_spec": ordered})
+    refused = client.post("/v1/failover", json={"feed": "orders", "feed_spec": no_topic})
     assert REGISTRY.get_sample_value(runs, labels) == before + 1  # timed, as refused
-    assert refused.status_code == 400 and "not a mirror feed" in refused.json()["message"]
+    assert refused.status_code == 400 and "names its target topic" in refused.json()["message"]
+    body = {"feed": "orders", "feed_spec": ordered}
+    translated = client.post("/v1/groups/g/translate", json=body)
+    assert translated.status_code == 400 and "not a mirror feed" in translated.json()["message"]
 
 
 def test_mutations_go_to_the_leader_and_need_the_token() -> None:

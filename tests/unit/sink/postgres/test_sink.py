@@ -10,6 +10,7 @@ code against a real server."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -43,6 +44,8 @@ class FakeDatabase:
         self.lock: FakeConnection | None = None
         self.connections: list[FakeConnection] = []
         self.lose_at_commit = 0  # COMMITs that fail with a lost connection, from now on
+        self.epoch = 0  # the position row's fencing epoch (crossfeed/fencing.py)
+        self.failed_over_at: datetime | None = None
 
     def connect(self, *args: Any, **kwargs: Any) -> FakeConnection:
         conn = FakeConnection(self)
@@ -95,15 +98,18 @@ class FakeConnection:
                 self.db.position = (-1, "", 0, -1)
             return FakeResult([])
         if sql.startswith("SELECT commit_ts, txn, checkpoint_ts, sorted_offset"):
-            return FakeResult([self.db.position] if self.db.position else [])
+            fence = (self.db.epoch, self.db.failed_over_at)
+            return FakeResult([(*self.db.position, *fence)] if self.db.position else [])
+        if sql.startswith("SELECT attname FROM pg_attribute"):  # the fence's columns are there
+            return FakeResult([("epoch",), ("failed_over_at",)])
         if "FROM pg_attribute" in sql and "pg_index" not in sql:
             return FakeResult([*COLUMNS, ("_crossfeed_commit_ts", "bigint")])
         if "pg_index" in sql:
             return FakeResult([("id",)])
         if sql.startswith("UPDATE") and "crossfeed_position" in sql:
-            ts, txn, checkpoint, offset, _, expected = params
+            ts, txn, checkpoint, offset, _, expected, epoch = params
             current = self._position()
-            if current is None or current[3] != expected:
+            if current is None or current[3] != expected or epoch != self.db.epoch:
                 return FakeResult([], 0)
             self.pending.append(("position", (ts, txn, checkpoint, offset)))
             return FakeResult([], 1)
@@ -390,3 +396,24 @@ def test_one_instance_applies_and_a_moved_position_row_fences_it(db):
     assert first.state == "error" and "another sink instance" in (first.last_error or "")
     assert first.conn is None and db.accounts == {1: 10}
     assert db.lock is None  # its lock went with its connection
+
+
+def test_a_failover_fences_the_sink_that_applies_and_every_later_one(db):
+    log = stream(("t1", 100, [(1, 10)]), ("t2", 200, [(2, 20)]), ("t3", 300, [(3, 30)]))
+    late = new_sink(log, per_read=4)
+    late.step(NoWait())  # type: ignore[arg-type]  # connects under epoch 0
+    late.step(NoWait())  # type: ignore[arg-type]  # t1
+    assert db.accounts == {1: 10}
+    # A failover (crossfeed/fencing.py) while it is paused: the epoch moves, the row is
+    # marked; its connection was not ended (say the failover could not signal it).
+    db.epoch, db.failed_over_at = 1, datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    late.step(NoWait())  # type: ignore[arg-type]  # t2: its commit finds no row to move
+    assert db.accounts == {1: 10} and late.conn is None
+    assert "under epoch 0" in (late.last_error or "")
+    run(late, 5)  # it comes back: the row says failed over, it applies nothing
+    assert late.state == "fenced" and late.conn is None and db.lock is None
+    assert "was failed over at 2026-01-02 03:04:05" in (late.last_error or "")
+    fresh = new_sink(log)
+    run(fresh, 5)
+    assert fresh.state == "fenced" and db.accounts == {1: 10}
+    assert db.position is not None and db.position[:2] == (100, "t1")
