@@ -84,6 +84,22 @@ def _remove_connector(db: CapturedDatabase, timeout_s: float = 120.0) -> None:
             time.sleep(1.0)
 
 
+def drop_origins(conn: psycopg.Connection[Any], names: list[str], timeout_s: float = 30.0) -> None:
+    """Drop those of the replication origins ``names`` that exist (a sink's, once it has
+    stopped: each holds one of the server's max_replication_slots states until dropped)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            conn.execute(
+                "SELECT pg_replication_origin_drop(roname) FROM pg_replication_origin "
+                "WHERE roname = ANY(%s)",
+                (names,),
+            )
+            return
+        except psycopg.errors.ObjectInUse:  # the sink's session is still ending
+            time.sleep(0.5)
+
+
 def drop_slots(conn: psycopg.Connection[Any], slots: list[str], timeout_s: float = 30.0) -> None:
     """Drop those of ``slots`` that exist, waiting while a removed connector's task still
     holds one."""

@@ -36,6 +36,7 @@ from crossfeed.demo.ordered import BankDemo, _feed_status, demo_processes, start
 from crossfeed.demo.scenario import Processes
 from crossfeed.kafka import clients
 from crossfeed.local import postgres, stack
+from crossfeed.pair import sql
 from crossfeed.wire import debezium, topics
 from crossfeed.workload import sql_bank
 
@@ -283,9 +284,10 @@ class ActiveActiveDemo(BankDemo):
                 psycopg.connect(_on_server(server.uri, "postgres"), autocommit=True) as conn,
             ):
                 captured.drop_slots(conn, slots)
+                captured.drop_origins(conn, [sql.origin(f) for f in feed_names(self.name)])
         self.say(
-            f"removed the pair's connectors and replication slots; database {self.database} "
-            "stays on both servers"
+            f"removed the pair's connectors, replication slots and origins; database "
+            f"{self.database} stays on both servers"
         )
 
 

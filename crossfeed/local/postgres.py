@@ -23,7 +23,8 @@ URI = f"postgresql://{USER}@127.0.0.1:{PORT}/{DATABASE}"
 SOURCE_URI = f"postgresql://{USER}@127.0.0.1:{SOURCE_PORT}/{DATABASE}"
 LOGICAL_SETTINGS = {
     "wal_level": "logical",
-    "max_replication_slots": "10",
+    # Debezium's slots, and the replication origins of active-active sinks (one state each)
+    "max_replication_slots": "32",
     "max_wal_senders": "10",
     # an active-active pair compares a row's last write by its commit time
     "track_commit_timestamp": "on",

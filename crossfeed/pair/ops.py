@@ -449,10 +449,17 @@ def _left_in_database(plan: PairPlan, side: Side, drop_hidden: bool) -> tuple[li
             if conn.execute(
                 "SELECT 1 FROM pg_replication_origin WHERE roname = %s", (origin,)
             ).fetchone():
-                left.append(
-                    f"{where}: replication origin {origin}: "
-                    f"SELECT pg_replication_origin_drop({sql.literal(origin)})"
-                )
+                # Each origin holds one of the server's max_replication_slots states for
+                # good: dropped here unless its sink still runs.
+                try:
+                    with conn.transaction():
+                        conn.execute("SELECT pg_replication_origin_drop(%s)", (origin,))
+                    dropped.append(f"{where}: replication origin {origin}")
+                except Exception as err:  # psycopg's, imported lazily (_psycopg)
+                    left.append(
+                        f"{where}: replication origin {origin} ({_first_line(err)}): "
+                        f"SELECT pg_replication_origin_drop({sql.literal(origin)})"
+                    )
             for table in plan.tables:
                 statements = sql.remove_ddl(plan.schema, table)
                 if drop_hidden:

@@ -15,6 +15,7 @@ import time
 import uuid
 from typing import Any
 
+import psycopg
 import pytest
 
 from crossfeed.cdc import captured
@@ -64,6 +65,13 @@ def two_sides(both_sides: tuple[str, str]) -> Any:
     finally:
         captured.drop(a)
         captured.drop(b)
+        for db in (a, b):  # the sinks' origins (the feeds are named aa-*-to-*-<run>)
+            with psycopg.connect(db.admin_uri, autocommit=True) as conn:
+                names = conn.execute(
+                    "SELECT array_agg(roname) FROM pg_replication_origin "
+                    "WHERE roname LIKE 'crossfeed:aa-%-to-%'"
+                ).fetchone()
+                captured.drop_origins(conn, list(names[0] or []) if names else [])
 
 
 def _feed(services: Any, clusters: Any, name: str, source: Any, target: Any, sides: tuple) -> Any:
