@@ -32,10 +32,10 @@ E. ``count`` is the END's ``event_count`` when the feed reads every table the EN
    (``seq`` = ``total_order``); otherwise only the events of the feed's tables are
    counted and numbered in the order they are emitted.
 F. A transaction that a crossfeed sink wrote (its events' ``source.origin`` is a crossfeed
-   replication origin, crossfeed/pair/sql.py) is an *echo*: it is ordered and completed
-   like any other, but none of its events is written, so an active-active pair never
-   sends a change back where it came from. Every event of a transaction carries the same
-   origin, so the whole transaction goes or none of it.
+   replication origin, crossfeed/wire/debezium.py) is an *echo*: it is ordered and
+   completed like any other, but none of its events is written, so an active-active pair
+   never sends a change back where it came from. Every event of a transaction carries
+   the same origin, so the whole transaction goes or none of it.
 """
 
 from __future__ import annotations
