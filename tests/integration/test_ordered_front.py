@@ -173,11 +173,20 @@ def test_ordered_puller_stages_one_record_per_change_with_marks_that_never_go_ba
         (r.topic, r.partition, r.offset): r for r in flatten(source) if not _is_mark(r)
     }
     source_id, n = clusters.a.cluster_id, 3
+    final = headers.WATERMARK_FINAL.encode()
+    closed_at = {  # source partition -> the final watermark its producer wrote at close
+        f"{r.topic}/{r.partition}": _ts(r)
+        for r in flatten(source)
+        if _is_mark(r) and r.header(headers.WATERMARK) == final
+    }
 
     copies: dict[tuple[str, int, int], Record] = {}
     last_mark: dict[str, int] = {}
     for s, records in by_staging.items():
         promised: dict[str, int] = defaultdict(int)  # source partition -> resolved so far
+        # the bank's producer closed at the end (a final watermark): its partitions follow
+        # the clock from then on, never back to watermarks
+        on_clock: set[str] = set()
         for record in records:
             if _is_mark(record):
                 value = codec.decode("ResolvedMark", record.value)
@@ -190,7 +199,12 @@ def test_ordered_puller_stages_one_record_per_change_with_marks_that_never_go_ba
                 promised[where] = resolved
                 last_mark[where] = resolved
                 from_watermarks = record.header(headers.RESOLVED_FROM) == b"watermarks"
-                assert from_watermarks == (value["topic"] == bank_topic) or resolved == 0
+                if value["topic"] == bank_topic and not from_watermarks and resolved:
+                    # only once the producer has gone, and never below its final mark
+                    assert resolved >= closed_at[where], (where, record.offset)
+                    on_clock.add(where)
+                expected_from = value["topic"] == bank_topic and where not in on_clock
+                assert from_watermarks == expected_from or resolved == 0
                 continue
             src = record.header(headers.PROV).decode().split("/")  # a first hop
             topic, partition, offset = src[1], int(src[2]), int(src[3])
