@@ -204,8 +204,14 @@ def test_oversized_and_filtered_records_go_to_the_dlq_and_the_feed_goes_on(
     producer.produce(name, key=b"bad", value=b"v", partition=1, headers=[("reject-me", b"1")])
     producer.produce(name, key=b"ok-3", value=b"small", partition=1)
     producer.flush(10)
+    # the target's own max.message.bytes makes the big record too large there: no config
+    # sync, which would set the target's configs to the source's
     feed = services.start_feed(
-        "dlq", clusters, [name], config={"filter.reject.header": "reject-me"}
+        "dlq",
+        clusters,
+        [name],
+        config={"filter.reject.header": "reject-me"},
+        settings={"puller": {"config_sync_interval_s": 0}},
     )
     target = read_many(clusters.b.config, [name], expect=3, timeout_s=60)
     assert sorted(r.key for r in flatten(target)) == [b"ok-1", b"ok-2", b"ok-3"]
