@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, Producer
 
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
-from tests.support.cdc import captured_db, cdc_stack  # noqa: F401  (fixtures)
+from tests.support.cdc import both_sides, captured_db, cdc_stack  # noqa: F401  (fixtures)
 from tests.support.clusters import Cluster, Clusters, two_clusters
 from tests.support.secured import secure, secure_home  # noqa: F401  (fixtures)
 from tests.support.services import services  # noqa: F401  (fixture)

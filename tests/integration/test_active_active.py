@@ -34,24 +34,6 @@ SETTINGS = {
 }
 
 
-@pytest.fixture(scope="module")
-def both_sides(clusters: Any) -> Any:
-    """Both servers captured: postgres-a by Connect into dc-a, postgres by Connect-B into
-    dc-b (``crossfeed local up --active-active``)."""
-    if clusters.backend != "local":
-        pytest.skip("both capture sides run in the local stack only")
-    started = stack.up_active_active()
-    try:
-        yield stack.connect_worker().url, stack.connect_worker_b().url
-    finally:
-        if "connect-b" in started:
-            stack.connect_worker_b().stop()
-        if "connect" in started:
-            stack.connect_worker().stop()
-        if "postgres-a" in started:
-            postgres.source().stop()
-
-
 @pytest.fixture
 def two_sides(both_sides: tuple[str, str]) -> Any:
     """A database on each server, each captured by a connector of its own into its own

@@ -42,23 +42,6 @@ HIDDEN_ON_NOTES = (
 
 
 @pytest.fixture(scope="module")
-def both_sides(clusters: Clusters) -> Iterator[tuple[str, str]]:
-    """The Connect URLs of dc-a and dc-b, with both servers ready for a pair."""
-    if clusters.backend != "local":
-        pytest.skip("both capture sides run in the local stack only")
-    started = stack.up_active_active()
-    try:
-        yield stack.connect_worker().url, stack.connect_worker_b().url
-    finally:
-        if "connect-b" in started:
-            stack.connect_worker_b().stop()
-        if "connect" in started:
-            stack.connect_worker().stop()
-        if "postgres-a" in started:
-            postgres.source().stop()
-
-
-@pytest.fixture(scope="module")
 def coordinator(clusters: Clusters, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     yield from coordinator_group(clusters, tmp_path_factory.mktemp("pair"), 1)
 

@@ -31,6 +31,25 @@ def cdc_stack(clusters: Any) -> Iterator[str]:
             postgres.source().stop()
 
 
+@pytest.fixture(scope="module")
+def both_sides(clusters: Any) -> Iterator[tuple[str, str]]:
+    """Both servers captured (``crossfeed local up --active-active``): postgres-a by Connect
+    into dc-a, postgres by Connect-B into dc-b; their Connect URLs. What was started here
+    is stopped afterwards."""
+    if clusters.backend != "local":
+        pytest.skip("both capture sides run in the local stack only")
+    started = stack.up_active_active()
+    try:
+        yield stack.connect_worker().url, stack.connect_worker_b().url
+    finally:
+        if "connect-b" in started:
+            stack.connect_worker_b().stop()
+        if "connect" in started:
+            stack.connect_worker().stop()
+        if "postgres-a" in started:
+            postgres.source().stop()
+
+
 @pytest.fixture
 def captured_db(cdc_stack: str) -> Iterator[CapturedDatabase]:
     """A fresh database on the source server, and (once ``register()`` is called) its
