@@ -64,7 +64,7 @@ def connector_config(
     database = parsed.path.lstrip("/")
     if not database:
         raise ValueError(f"database URI {_masked(database_uri)!r} names no database")
-    slot = "crossfeed_" + re.sub(r"[^a-z0-9_]", "_", prefix.lower())
+    slot = slot_name(prefix)
     config = {
         "connector.class": CONNECTOR_CLASS,
         "tasks.max": "1",
@@ -95,6 +95,11 @@ def connector_config(
     if tables:
         config["table.include.list"] = ",".join(tables)
     return config
+
+
+def slot_name(prefix: str) -> str:
+    """The connector's replication slot and publication, named after its topic prefix."""
+    return "crossfeed_" + re.sub(r"[^a-z0-9_]", "_", prefix.lower())
 
 
 def _masked(uri: str) -> str:

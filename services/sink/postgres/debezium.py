@@ -27,6 +27,7 @@ from typing import Any, Final
 
 import orjson
 
+from crossfeed.services.sink.postgres import mapping
 from crossfeed.services.sink.postgres.mapping import Column, Misfit, RowChange
 
 EPOCH: Final = dt.datetime(1970, 1, 1)  # naive: MicroTimestamp columns have no zone
@@ -370,6 +371,10 @@ def _make_shape(schema: dict[str, Any], key: bytes | None, version: int) -> _Sha
     converters: dict[str, Convert] = {}
     for field in row.get("fields") or ():
         name = str(field.get("field"))
+        if name == mapping.COMMIT_TS_COLUMN:
+            # a sink's bookkeeping in a database that was a target before (a reverse feed
+            # after a switchover): never replicated, each target keeps its own
+            continue
         kind, convert = column_type(field)
         columns.append(Column(name, kind, name in key_names, bool(field.get("optional", True))))
         converters[name] = convert

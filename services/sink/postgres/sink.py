@@ -172,7 +172,14 @@ class PostgresSink(OrderedSink):
 
     def _connect(self, stop: threading.Event) -> None:
         """Connect, take the feed's lock, read the position and read the stream from it."""
-        conn = psycopg.connect(self.dsn, autocommit=False, connect_timeout=5)
+        # Never read-only: a database that a switchover made read-only for applications
+        # (docs/disaster-recovery.md) is still this feed's target.
+        conn = psycopg.connect(
+            self.dsn,
+            autocommit=False,
+            connect_timeout=5,
+            options="-c default_transaction_read_only=off",
+        )
         try:
             # A session lock: it stays through commits and rollbacks, and goes with the
             # connection (a dead instance's is released when its connection closes).

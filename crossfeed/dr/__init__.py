@@ -1,0 +1,1 @@
+"""Disaster recovery of database feeds: switchover and failback (docs/disaster-recovery.md)."""
