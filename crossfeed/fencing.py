@@ -185,3 +185,33 @@ def latest(dsn: str, schema: str, feed: str) -> dict[str, Any] | None:
             (feed,),
         ).fetchone()
     return dict(row[0]) if row else None
+
+
+def advance_sequences(dsn: str, schema: str) -> list[str]:
+    """Move each sequence of the schema's tables (serial, identity) past the largest value
+    its column holds: the target becomes the primary, and logical decoding carried rows,
+    not sequences — without this its first inserts would take ids already used.
+    ``table.column=value`` for each one moved."""
+    moved = []
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        found = conn.execute(
+            "SELECT c.relname, a.attname, pg_get_serial_sequence("
+            "format('%%I.%%I', n.nspname, c.relname), a.attname) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_attribute a "
+            "ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+            "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND pg_get_serial_sequence("
+            "format('%%I.%%I', n.nspname, c.relname), a.attname) IS NOT NULL",
+            (schema,),
+        ).fetchall()
+        for table, column, sequence in found:
+            top = conn.execute(
+                f"SELECT max({_ident(column)}) FROM {_qualified(schema, table)}"
+            ).fetchone()
+            if top is None or top[0] is None:
+                continue
+            conn.execute(
+                f"SELECT setval(%s, greatest(%s, (SELECT last_value FROM {sequence})))",
+                (sequence, top[0]),
+            )
+            moved.append(f"{table}.{column}={top[0]}")
+    return moved

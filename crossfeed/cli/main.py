@@ -106,11 +106,71 @@ def failover(
     commands.failover(feed, feed_file, as_json, server)
 
 
+_SourceDbOpt = typer.Option(
+    None,
+    "--source-database",
+    help="a database feed: the captured database, postgresql://USER[:PASSWORD]@HOST:PORT/DB "
+    "(default: the local stack's for the feed's side)",
+)
+_SourceConnectOpt = typer.Option(
+    None, "--source-connect", help="a database feed: Connect REST URL running its connector"
+)
+_ReverseConnectOpt = typer.Option(
+    None,
+    "--reverse-connect",
+    help="a database feed: Connect REST URL on the target's side, for the reverse capture",
+)
+_ReverseClusterOpt = typer.Option(
+    "", "--reverse-cluster", help="the cluster alias --reverse-connect writes to"
+)
+
+
+@app.command()
+@admin.api_errors
+def switchover(
+    feed: str = _FeedOpt,
+    source_database: Optional[str] = _SourceDbOpt,  # noqa: UP045
+    source_connect: Optional[str] = _SourceConnectOpt,  # noqa: UP045
+    reverse_connect: Optional[str] = _ReverseConnectOpt,  # noqa: UP045
+    reverse_cluster: str = _ReverseClusterOpt,
+    reverse_name: str = typer.Option(
+        "", "--reverse-name", help="the reverse feed's name (default: FEED-r1, FEED-r2, ...)"
+    ),
+    drain_timeout: float = typer.Option(
+        120.0, "--drain-timeout", help="seconds to wait for the target to apply everything"
+    ),
+    as_json: bool = admin.JsonOpt,
+    server: Optional[str] = admin.ServerOpt,  # noqa: UP045
+) -> None:
+    """A database feed changes direction with nothing lost: the source turns read-only,
+    the target takes the writes, a reverse feed carries them back."""
+    from crossfeed.cli import dr
+
+    places = dr.sides(
+        dr.feed_source(server, feed), source_database, source_connect, reverse_connect
+    )
+    options = {
+        "reverse_cluster": reverse_cluster,
+        "reverse_name": reverse_name,
+        "drain_timeout_s": drain_timeout,
+    }
+    dr.switchover(feed, places, options, as_json, server)
+
+
 @app.command()
 @admin.api_errors
 def failback(
     feed: str = _FeedOpt,
     feed_file: Optional[str] = _FeedFileOpt,  # noqa: UP045
+    source_database: Optional[str] = _SourceDbOpt,  # noqa: UP045
+    source_connect: Optional[str] = _SourceConnectOpt,  # noqa: UP045
+    reverse_connect: Optional[str] = _ReverseConnectOpt,  # noqa: UP045
+    reverse_cluster: str = _ReverseClusterOpt,
+    switch_back: bool = typer.Option(
+        True,
+        "--switch-back/--no-switch-back",
+        help="a database feed: switch the direction back once the old primary caught up",
+    ),
     replay_extra: bool = typer.Option(
         False, "--replay-extra", help="copy the old primary's unreplicated records over first"
     ),
@@ -137,8 +197,21 @@ def failback(
     as_json: bool = admin.JsonOpt,
     server: Optional[str] = admin.ServerOpt,  # noqa: UP045
 ) -> None:
-    """Return to the old primary: report extra data, start the reverse feed, translate back."""
+    """Return to the old primary: report extra data, start the reverse feed, translate back.
+    A database feed: list the old primary's divergent tail, re-seed it, switch back."""
+    from crossfeed.cli import dr
     from crossfeed.cli import translation as commands
+
+    if source_database or (feed_file is None and dr.is_database_feed(server, feed)):
+        places = dr.sides(
+            dr.feed_source(server, feed), source_database, source_connect, reverse_connect
+        )
+        options = {"reverse_cluster": reverse_cluster, "switch_back": switch_back}
+        options["reverse_name"] = reverse_feed or ""
+        if wait:
+            options["catch_up_timeout_s"] = wait
+        dr.failback(feed, places, options, as_json, server)
+        return
 
     commands.failback(
         feed,

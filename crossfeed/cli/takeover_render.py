@@ -11,7 +11,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 
-def _ts(us: int | None) -> str:
+def ts_text(us: int | None) -> str:
     if not us or us <= 0:
         return "-"
     return datetime.fromtimestamp(us / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
@@ -25,8 +25,8 @@ def primary_line(report: Mapping[str, Any]) -> str:
     """One line for ``changefeed get``: the target is the primary, since when, holding what."""
     rpo = report["rpo"]
     return (
-        f"the target, since {_ts(report['failed_over_at_ms'] * 1000)} (failover epoch "
-        f"{report['epoch']}); it holds the source as of {_ts(report['consistency_ts_us'])}; "
+        f"the target, since {ts_text(report['failed_over_at_ms'] * 1000)} (failover epoch "
+        f"{report['epoch']}); it holds the source as of {ts_text(report['consistency_ts_us'])}; "
         f"lost: {rpo['text']}"
     )
 
@@ -41,7 +41,7 @@ def ordered_failover_report(report: Mapping[str, Any]) -> Iterator[RenderableTyp
         style="bold",
     )
     yield Text(
-        f"consistency_ts: {_ts(report['consistency_ts_us'])} "
+        f"consistency_ts: {ts_text(report['consistency_ts_us'])} "
         f"({report['consistency_ts_us']}): the target holds the source's state exactly as "
         "of that commit"
     )
@@ -54,6 +54,8 @@ def ordered_failover_report(report: Mapping[str, Any]) -> Iterator[RenderableTyp
         f"RPO: {rpo['text']}", style="red" if lost else ("green" if rpo["exact"] else "yellow")
     )
     if rpo["first_lost_us"]:
-        yield Text(f"lost commits from {_ts(rpo['first_lost_us'])} to {_ts(rpo['last_lost_us'])}")
+        yield Text(
+            f"lost commits from {ts_text(rpo['first_lost_us'])} to {ts_text(rpo['last_lost_us'])}"
+        )
     for note in report["notes"]:
         yield Text(f"note: {note}", style="dim")

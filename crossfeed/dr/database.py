@@ -21,7 +21,10 @@ Conn = psycopg.Connection[Any]
 
 
 def connect(uri: str) -> Conn:
-    return psycopg.connect(uri, autocommit=True, connect_timeout=10)
+    """An operator's session: never read-only (it works on a frozen database too)."""
+    return psycopg.connect(
+        uri, autocommit=True, connect_timeout=10, options="-c default_transaction_read_only=off"
+    )
 
 
 def now_us(conn: Conn) -> int:
@@ -238,3 +241,87 @@ def wal_level(conn: Conn) -> str:
 
 def _qualified(schema: str, table: str) -> str:
     return '"' + schema.replace('"', '""') + '"."' + table.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True, slots=True)
+class Reseeded:
+    table: str
+    deleted: int
+    written: int
+
+
+def reseed(
+    source: Conn, source_schema: str, target_dsn: str, target_schema: str, tables: list[str]
+) -> list[Reseeded]:
+    """Make the source's tables equal to one snapshot of the target's (REPEATABLE READ,
+    taken now): rows only the source has are deleted, rows missing or different are
+    written; equal rows are left alone. One transaction on the source; crossfeed's
+    ``_crossfeed_commit_ts`` of a written row is 0, so the reverse feed's changes (newer)
+    apply over it."""
+    done = []
+    with psycopg.connect(target_dsn, connect_timeout=10) as snap:
+        snap.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        with source.transaction():
+            for table in tables:
+                done.append(_reseed_table(source, source_schema, snap, target_schema, table))
+        snap.rollback()
+    return done
+
+
+def _reseed_table(
+    source: Conn, source_schema: str, snap: Conn, target_schema: str, table: str
+) -> Reseeded:
+    source_columns = columns(source, source_schema, table)
+    wanted = comparable_columns(source_columns, columns(snap, target_schema, table), HIDDEN_COLUMNS)
+    if wanted is None:
+        raise ValueError(f"{target_schema}.{table} lacks columns of {source_schema}.{table}")
+    key = primary_key(source, source_schema, table)
+    at = [wanted.index(k) for k in key]
+    listed = sql.SQL(", ").join(map(sql.Identifier, wanted))
+
+    def rows(conn: Conn, schema: str) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+        query = sql.SQL("SELECT {} FROM {}").format(listed, sql.Identifier(schema, table))
+        return {tuple(r[i] for i in at): tuple(r) for r in conn.execute(query)}
+
+    theirs, ours = rows(snap, target_schema), rows(source, source_schema)
+    gone = [k for k in ours if k not in theirs]
+    changed = [row for k, row in theirs.items() if ours.get(k) != row]
+    where = sql.SQL(" AND ").join(sql.SQL("{} = %s").format(sql.Identifier(k)) for k in key)
+    with source.cursor() as cur:
+        if gone:
+            cur.executemany(
+                sql.SQL("DELETE FROM {} WHERE {}").format(
+                    sql.Identifier(source_schema, table), where
+                ),
+                gone,
+            )
+        if changed:
+            stamped = "_crossfeed_commit_ts" in source_columns
+            names = [*wanted, *(["_crossfeed_commit_ts"] if stamped else [])]
+            updates = sql.SQL(", ").join(
+                sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in names
+            )
+            cur.executemany(
+                sql.SQL(
+                    "INSERT INTO {} ({}) OVERRIDING SYSTEM VALUE VALUES ({}) "
+                    "ON CONFLICT ({}) DO UPDATE SET {}"
+                ).format(
+                    sql.Identifier(source_schema, table),
+                    sql.SQL(", ").join(map(sql.Identifier, names)),
+                    sql.SQL(", ").join(sql.Placeholder() * len(names)),
+                    sql.SQL(", ").join(map(sql.Identifier, key)),
+                    updates,
+                ),
+                [(*row, 0) if stamped else row for row in changed],
+            )
+    return Reseeded(table, len(gone), len(changed))
+
+
+def emit_marker(conn: Conn, prefix: str, content: str) -> str:
+    """A logical decoding message in the WAL (Debezium writes it to ``<prefix>.message``):
+    once it is there, so is every change committed before it. Its LSN."""
+    row = conn.execute(
+        "SELECT pg_logical_emit_message(true, %s, %s)::text", (prefix, content)
+    ).fetchone()
+    assert row is not None
+    return str(row[0])

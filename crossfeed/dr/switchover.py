@@ -124,12 +124,16 @@ def run(
     spec = feeds.spec(request.feed)
     if spec is None:
         raise SwitchoverError(f"no feed {request.feed!r}")
-    plan = _plan(request, spec, staging_alias(spec))
+    plan = Plan(request, spec, staging_alias(spec))
     with (
         database.connect(request.source_database) as source,
         database.connect(plan.target_dsn) as target,
     ):
-        tables = _check(plan, request, source, target)
+        tables, problems = check(plan, request.reverse_connect, source, target)
+        if database.is_frozen(source):
+            problems.append("the source database is already read-only (a switchover done before?)")
+        if problems:
+            raise SwitchoverError("\n".join(problems))
         say(f"freezing {plan.source_masked}: read-only, client sessions ended")
         freezing = time.monotonic()
         frozen = database.freeze(source)
@@ -163,13 +167,15 @@ def run(
             position = fencing.fence(plan.target_dsn, plan.target_schema, spec.name)
             unfrozen = False  # from here the switchover goes on: S stays read-only
             slot_lsn = database.make_capture(target, plan.reverse_slot, plan.target_schema, tables)
+            if database.is_frozen(target):  # the old primary, back after a failback
+                database.thaw(target)
             writable = time.monotonic()
             say(f"{plan.target_masked} takes writes (captured from {slot_lsn})")
         finally:
             if unfrozen:
                 database.thaw(source)
-        notes = [_reverse(plan, request, feeds, tables)]
-        removed = _remove_forward(plan, request, source)
+        notes = [start_reverse(plan, request.reverse_connect, feeds, tables)]
+        removed = remove_forward(plan, request.source_connect, source)
     report = SwitchoverReport(
         feed=spec.name,
         reverse_feed=plan.reverse_name,
@@ -193,10 +199,10 @@ def run(
     return report
 
 
-class _Plan:
+class Plan:
     """Names and places, worked out before connecting anywhere."""
 
-    def __init__(self, request: SwitchoverRequest, spec: FeedSpec, staging: str) -> None:
+    def __init__(self, request: SwitchoverRequest | Any, spec: FeedSpec, staging: str) -> None:
         if spec.mode != "ordered" or spec.config.input != "debezium":
             raise SwitchoverError(
                 f"feed {spec.name} is not a Debezium feed (mode {spec.mode}, input "
@@ -223,14 +229,10 @@ class _Plan:
         self.spec = spec
 
 
-def _plan(request: SwitchoverRequest, spec: FeedSpec, staging: str) -> _Plan:
-    return _Plan(request, spec, staging)
-
-
-def _check(
-    plan: _Plan, request: SwitchoverRequest, source: database.Conn, target: database.Conn
-) -> list[str]:
-    """The captured tables (one schema); SwitchoverError with every reason not to start."""
+def check(
+    plan: Plan, reverse_connect: str, source: database.Conn, target: database.Conn
+) -> tuple[list[str], list[str]]:
+    """The captured tables (one schema), and every reason not to reverse the feed."""
     problems = []
     published = database.published_tables(source, plan.publication)
     schemas = sorted({s for s, _ in published})
@@ -254,20 +256,16 @@ def _check(
             problems.append(f"the target has no table {plan.target_schema}.{table}")
         elif database.primary_key(target, plan.target_schema, table) != key:
             problems.append(f"{table}: the target's primary key is not the source's ({key})")
-    if _position(target, plan.target_schema, plan.feed) is None:
+    if position(target, plan.target_schema, plan.feed) is None:
         problems.append(f"the target holds no position of feed {plan.feed}: it never applied")
-    if database.is_frozen(source):
-        problems.append("the source database is already read-only (a switchover done before?)")
     try:
-        connector.names(request.reverse_connect)
+        connector.names(reverse_connect)
     except ConnectError as err:
         problems.append(f"the reverse side's Connect does not answer: {err}")
-    if problems:
-        raise SwitchoverError("\n".join(problems))
-    return tables
+    return tables, problems
 
 
-def _position(conn: database.Conn, schema: str, feed: str) -> tuple[int, str, int] | None:
+def position(conn: database.Conn, schema: str, feed: str) -> tuple[int, str, int] | None:
     with contextlib.suppress(Exception):
         row = conn.execute(
             f'SELECT commit_ts, txn, checkpoint_ts FROM "{schema}".{fencing.POSITION_TABLE} '
@@ -279,13 +277,13 @@ def _position(conn: database.Conn, schema: str, feed: str) -> tuple[int, str, in
 
 
 def _drain(
-    plan: _Plan, target: database.Conn, frozen_at_us: int, request: SwitchoverRequest
+    plan: Plan, target: database.Conn, frozen_at_us: int, request: SwitchoverRequest
 ) -> tuple[int, str]:
     """Until the target's consistency_ts passes the freeze: (consistency_ts, last txn)."""
     deadline = time.monotonic() + request.drain_timeout_s
     consistency, last_txn = 0, ""
     while time.monotonic() < deadline:
-        found = _position(target, plan.target_schema, plan.feed)
+        found = position(target, plan.target_schema, plan.feed)
         if found is not None:
             consistency = takeover.consistency_of(found[0], found[2])
             last_txn = found[1]
@@ -299,13 +297,13 @@ def _drain(
     )
 
 
-def _reverse(plan: _Plan, request: SwitchoverRequest, feeds: Feeds, tables: list[str]) -> str:
+def start_reverse(plan: Plan, reverse_connect: str, feeds: Feeds, tables: list[str]) -> str:
     """The reverse connector (on the slot made for it) and feed; a note for the report."""
     included = [f"{re.escape(plan.target_schema)}\\.{re.escape(t)}" for t in tables]
     config = connector.connector_config(
         plan.target_dsn, plan.reverse_name, tables=included, snapshot_mode="no_data"
     )
-    connector.register(request.reverse_connect, plan.reverse_name, config)
+    connector.register(reverse_connect, plan.reverse_name, config)
     options = plan.spec.config.model_dump(by_alias=True, exclude_none=True)
     options["debezium.topic.prefix"] = plan.reverse_name
     body = {
@@ -323,15 +321,16 @@ def _reverse(plan: _Plan, request: SwitchoverRequest, feeds: Feeds, tables: list
     answer = feeds.put_feed(body)
     return (
         f"reverse feed {plan.reverse_name} {answer}: {plan.reverse_cluster} -> "
-        f"{plan.source_masked}; connector {plan.reverse_name} on {request.reverse_connect}"
+        f"{plan.source_masked}; connector {plan.reverse_name} on {reverse_connect}"
     )
 
 
-def _remove_forward(plan: _Plan, request: SwitchoverRequest, source: database.Conn) -> list[str]:
+def remove_forward(plan: Plan, source_connect: str, source: database.Conn) -> list[str]:
+    """Remove the old direction's connector, its slot and its publication on the source."""
     removed = []
     try:
-        connector.remove(request.source_connect, plan.connector)
-        removed.append(f"connector {plan.connector} on {request.source_connect}")
+        connector.remove(source_connect, plan.connector)
+        removed.append(f"connector {plan.connector} on {source_connect}")
     except ConnectError as err:
         removed.append(f"connector {plan.connector}: not removed ({err}): remove it by hand")
     try:
@@ -341,7 +340,7 @@ def _remove_forward(plan: _Plan, request: SwitchoverRequest, source: database.Co
     return removed
 
 
-def _record(plan: _Plan, position: fencing.Position, report: SwitchoverReport) -> None:
+def _record(plan: Plan, position: fencing.Position, report: SwitchoverReport) -> None:
     fencing.record(
         plan.target_dsn,
         plan.target_schema,

@@ -26,6 +26,7 @@ from crossfeed.kafka.diagnose import diagnose
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
 from crossfeed.services.coordinator import lifecycle, metrics, restarts, scheduler, updates
 from crossfeed.services.coordinator.api import leader_only, make_app, token_check
+from crossfeed.services.coordinator.dr import dr_routes
 from crossfeed.services.coordinator.failover import FailoverHooks, TranslatorLoop, make_router
 from crossfeed.services.coordinator.fold import StateView
 from crossfeed.services.coordinator.leadership import LeaderInfo, Leadership, now_ms
@@ -115,6 +116,9 @@ class Coordinator:
                     dependencies=[Depends(token_check(settings.api_token))],
                 )
             )
+        )
+        app.include_router(
+            dr_routes(self, settings, token_check(settings.api_token), leader_only(self))
         )
         self.rest = RestServer(app, host, port, tls_files=tls)
         self.heartbeats: HeartbeatSender | None = None

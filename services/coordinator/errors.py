@@ -35,6 +35,9 @@ CODES: Final[dict[str, str]] = {
     "unavailable": "the control or a data cluster did not answer; retry",
     "pair_refused": "an active-active pair cannot be made as asked: one line per reason",
     "pair_not_found": "neither feed of that active-active pair exists",
+    "switchover_refused": "a database feed cannot be reversed as asked (or was undone): one "
+    "line per reason",
+    "failback_refused": "a database feed's failback cannot go on: one line per reason",
     "internal_error": "a bug: the coordinator's log has the traceback",
 }
 """Every ``error_code`` the API answers with, and what it means (also in the OpenAPI)."""
@@ -74,7 +77,7 @@ def responses(*status_codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` for routes: each status with the ErrorBody model."""
     described = {
         400: "invalid input (invalid_request, unknown_cluster, cluster_unreachable, "
-        "name_mismatch, pair_refused)",
+        "name_mismatch, pair_refused, switchover_refused, failback_refused)",
         401: "token_required or token_rejected",
         404: "feed_not_found, task_not_found, pair_not_found",
         409: "feed_exists, target_taken, invalid_state or immutable_field",

@@ -14,16 +14,14 @@ time, by record timestamp: a later commit is written later) to the end, read_com
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from confluent_kafka import KafkaException
-from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed.core.takeover import Known, debezium_order
 from crossfeed.feeds import FeedSpec
-from crossfeed.kafka import clients
+from crossfeed.kafka import clients, scan
 from crossfeed.wire import debezium, headers, topics
 from crossfeed.wire.changes import parse_txn
 from crossfeed.wire.debezium import NotDebezium
@@ -32,7 +30,6 @@ log = logging.getLogger(__name__)
 
 LOOKBACK_MS = 300_000
 PROBE_S = 5.0
-READ_TIMEOUT_S = 60.0
 
 
 class Unanswered(RuntimeError):
@@ -40,48 +37,11 @@ class Unanswered(RuntimeError):
 
 
 def _records(conf: dict[str, Any], topic_names: list[str], since_ms: int) -> Iterator[Any]:
-    """Every committed record of ``topic_names`` from ``since_ms`` (record time) to the end."""
-    consumer = clients.consumer(conf, **{"group.id": "crossfeed-failover-scan"})
-    try:
-        metadata = consumer.list_topics(timeout=PROBE_S)
-        wanted = [
-            KafkaTP(t, p, since_ms)
-            for t in topic_names
-            if t in metadata.topics
-            for p in sorted(metadata.topics[t].partitions)
-        ]
-        if not wanted:
-            return
-        starts = consumer.offsets_for_times(wanted, timeout=READ_TIMEOUT_S)
-        for tp in starts:
-            low, high = consumer.get_watermark_offsets(
-                KafkaTP(tp.topic, tp.partition), timeout=READ_TIMEOUT_S
-            )
-            start = tp.offset if tp.offset >= 0 else high
-            yield from _scan(consumer, KafkaTP(tp.topic, tp.partition), max(start, low), high)
-    finally:
-        consumer.close()
-
-
-def _scan(consumer: Any, where: KafkaTP, start: int, end: int) -> Iterator[Any]:
-    if start >= end:
-        return
-    consumer.assign([KafkaTP(where.topic, where.partition, start)])
-    deadline = time.monotonic() + READ_TIMEOUT_S
-    try:
-        while consumer.position([where])[0].offset < end:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{where.topic}/{where.partition}: not read to {end} in time")
-            for msg in consumer.consume(1000, timeout=0.2):
-                if msg.error() is None and msg.offset() < end:
-                    yield msg
-    finally:
-        consumer.unassign()
+    return scan.records_since(conf, topic_names, since_ms, "crossfeed-failover-scan")
 
 
 def _answers(conf: dict[str, Any]) -> bool:
-    answered, _ = clients.probe(conf, PROBE_S)
-    return answered is not None
+    return scan.answers(conf)
 
 
 def _header(hdrs: list[tuple[str, bytes | None]] | None, name: str) -> bytes | None:

@@ -90,6 +90,8 @@ class Held:
     epoch: int
     failed_over_at_ms: int
     sinks_ended: int
+    sequences: tuple[str, ...] = ()
+    """Sequences moved past their columns' values on a PostgreSQL target."""
 
 
 def run_ordered_failover(
@@ -120,6 +122,11 @@ def run_ordered_failover(
         )
     if postgres:
         held = _fence_database(feed)
+        if held.sequences:
+            notes.append(
+                "sequences moved past the values their columns hold (logical decoding does "
+                "not carry them): " + ", ".join(held.sequences)
+            )
     else:
         held = _topic_end(settings.cluster(str(sink.cluster)).client_config(), feed)
         notes.append(
@@ -196,7 +203,10 @@ def _fence_database(feed: FeedSpec) -> Held:
         ) from None
     except TimeoutError as err:
         raise HTTPException(503, f"feed {feed.name!r}: {err}") from None
-    return Held(p.commit_ts, p.txn, p.checkpoint_ts, p.epoch, p.failed_over_at_ms, p.terminated)
+    moved = tuple(fencing.advance_sequences(dsn, sink.schema_name or "public"))
+    return Held(
+        p.commit_ts, p.txn, p.checkpoint_ts, p.epoch, p.failed_over_at_ms, p.terminated, moved
+    )
 
 
 def _record(feed: FeedSpec, report: OrderedFailoverReport) -> None:

@@ -22,14 +22,21 @@ from typing import Any
 
 import psycopg
 import pytest
+from fastapi import FastAPI
+from typer.testing import CliRunner
 
 from crossfeed.cdc import captured, connect_api, connector
 from crossfeed.cdc.captured import CapturedDatabase
 from crossfeed.cdc.connect_api import ConnectError
+from crossfeed.cli.main import app as cli
 from crossfeed.core.switchover import reverse_name
-from crossfeed.dr import database, switchover
+from crossfeed.dr import database, failback, switchover
+from crossfeed.dr.failback import FailbackRequest
 from crossfeed.dr.switchover import SwitchoverError, SwitchoverRequest
 from crossfeed.feeds import FeedSpec, load_feed_file, parse_feed
+from crossfeed.local import postgres
+from crossfeed.services.coordinator.failover import FailoverHooks, make_router
+from crossfeed.services.coordinator.rest_server import RestServer
 from crossfeed.workload import sql_bank
 from tests.support.postgres import drop_schema_after_restarts
 from tests.support.verify import read_many
@@ -43,56 +50,54 @@ WRITE_ERRORS = (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction)
 
 
 class Bank(threading.Thread):
-    """An application: transfers in one session against the primary of the moment. A
-    refused write (the freeze) sends it to wait for ``moved``, then to ``new_uri``. It keeps
-    the id of each transfer it saw commit, by database."""
+    """An application: transfers in one session against the primary of the moment
+    (``primary``: uri, schema, side). A refused write (a freeze, a server gone) sends it to
+    wait until the test names another primary. It keeps the id of each transfer it saw
+    commit, by side."""
 
-    def __init__(self, uri: str, schema: str) -> None:
+    def __init__(self, uri: str, schema: str, side: str) -> None:
         super().__init__(daemon=True)
-        self.uri, self.schema = uri, schema
-        self.moved = threading.Event()
+        self.primary = (uri, schema, side)
         self.stop = threading.Event()
-        self.new: tuple[str, str] | None = None
-        self.committed: dict[str, list[int]] = {"source": [], "target": []}
+        self.committed: dict[str, list[int]] = {}
         self.refused = 0
-        self.side = "source"
+
+    def move(self, uri: str, schema: str, side: str) -> None:
+        self.primary = (uri, schema, side)
 
     def run(self) -> None:
         n = 0
         while not self.stop.is_set():
+            here = self.primary
             try:
-                with psycopg.connect(self.uri, autocommit=True) as conn:
-                    while not self.stop.is_set():
+                with psycopg.connect(here[0], autocommit=True, connect_timeout=5) as conn:
+                    while not self.stop.is_set() and self.primary == here:
                         n += 1
-                        self._transfer(conn, n)
+                        self._transfer(conn, here, n)
                         time.sleep(0.01)
             except WRITE_ERRORS:
                 self.refused += 1
-                if self.side == "source":
-                    self.moved.wait()
-                    assert self.new is not None
-                    self.uri, self.schema = self.new
-                    self.side = "target"
-                else:
-                    time.sleep(0.2)
+                while self.primary == here and not self.stop.is_set():
+                    time.sleep(0.1)
 
-    def _transfer(self, conn: psycopg.Connection[Any], n: int) -> None:
+    def _transfer(self, conn: psycopg.Connection[Any], here: tuple[str, str, str], n: int) -> None:
+        schema = here[1]
         src, dst = 1 + n % ACCOUNTS, 1 + (n * 7 + 3) % ACCOUNTS
         if src == dst:
             dst = 1 + dst % ACCOUNTS
         with conn.transaction():
             for account, delta in sorted([(src, -5), (dst, 5)]):
                 conn.execute(
-                    f'UPDATE "{self.schema}".accounts SET balance = balance + %s WHERE id = %s',
+                    f'UPDATE "{schema}".accounts SET balance = balance + %s WHERE id = %s',
                     (delta, account),
                 )
             row = conn.execute(
-                f'INSERT INTO "{self.schema}".transfers (src, dst, amount, memo, ref) '
+                f'INSERT INTO "{schema}".transfers (src, dst, amount, memo, ref) '
                 "VALUES (%s, %s, 5, '{}', gen_random_uuid()) RETURNING id",
                 (src, dst),
             ).fetchone()
         assert row is not None
-        self.committed[self.side].append(int(row[0]))
+        self.committed.setdefault(here[2], []).append(int(row[0]))
 
 
 class FileFeeds:
@@ -101,12 +106,13 @@ class FileFeeds:
     def __init__(self, services: Any, clusters: Any) -> None:
         self.services, self.clusters = services, clusters
         self.running: dict[str, Any] = {}
+        self.named: dict[str, str] = {}  # a feed's name as asked -> as started (suffixed)
 
     def add(self, feed: Any) -> None:
         self.running[feed.name] = feed
 
     def spec(self, name: str) -> FeedSpec | None:
-        feed = self.running.get(name)
+        feed = self.running.get(self.named.get(name, name))
         return None if feed is None else load_feed_file(str(feed.feed_file))
 
     def stop(self, name: str) -> None:
@@ -119,7 +125,7 @@ class FileFeeds:
             self.clusters,
             spec.topics,
             source=spec.source,
-            target=spec.source,
+            target="dc-b",  # the control cluster, where a database feed stages
             mode="ordered",
             sink_uri=spec.sink_uri,
             sorters=1,
@@ -128,16 +134,29 @@ class FileFeeds:
             timeout=150,
         )
         self.add(feed)
+        self.named[spec.name] = feed.name
         self.reverse = feed
         return "created"
 
 
 @pytest.fixture
 def source_db(both_sides: tuple[str, str]) -> Iterator[CapturedDatabase]:
+    """A database on the source server, captured; afterwards, with every connector made for
+    it (a switch back makes a new one) and every slot on it."""
     db = captured.create(f"sw_{uuid.uuid4().hex[:10]}", both_sides[0])
     try:
         yield db
     finally:
+        with contextlib.suppress(ConnectError):
+            for name in connector.names(both_sides[0]):
+                config = connect_api.request(both_sides[0], "GET", f"/connectors/{name}/config")
+                if config.get("database.dbname") == db.name and name != db.name:
+                    connector.remove(both_sides[0], name)
+        with psycopg.connect(db.admin_uri, autocommit=True) as conn:
+            slots = conn.execute(
+                "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (db.name,)
+            ).fetchall()
+            captured.drop_slots(conn, [str(s) for (s,) in slots], timeout_s=60)
         captured.drop(db)
 
 
@@ -179,14 +198,13 @@ def read_only(uri: str) -> bool:
         return bool(row and row[0] == "on")
 
 
-def test_switchover_under_a_running_workload_loses_nothing_and_reverses_without_a_snapshot(
-    clusters, both_sides, services, source_db, target_schema
-):
-    connect_a, connect_b = both_sides
-    db, target = source_db, clusters.postgres_uri
-    # The same tables on both sides (with their sequences), as a team sets them up.
+def forward_feed(
+    services: Any, clusters: Any, db: CapturedDatabase, target: str, schema: str
+) -> tuple[Any, FileFeeds]:
+    """The bank's tables on both sides (with their sequences, as a team sets them up), the
+    source's connector, and a feed from it into the target schema."""
     sql_bank.create(db.uri, ACCOUNTS)
-    sql_bank.create(target, ACCOUNTS, target_schema)
+    sql_bank.create(target, ACCOUNTS, schema)
     db.register(heartbeat_ms=500)
     db.wait_running()
     feeds = FileFeeds(services, clusters)
@@ -195,14 +213,23 @@ def test_switchover_under_a_running_workload_loses_nothing_and_reverses_without_
         clusters,
         [rf"{db.prefix}\.public\.(accounts|transfers)"],
         mode="ordered",
-        sink_uri=f"{target}?schema={target_schema}",
+        sink_uri=f"{target}?schema={schema}",
         sorters=1,
         config={"input": "debezium", "debezium.topic.prefix": db.prefix},
         settings=SETTINGS,
         timeout=150,
     )
     feeds.add(forward)
-    bank = Bank(db.uri, "public")
+    return forward, feeds
+
+
+def test_switchover_under_a_running_workload_loses_nothing_and_reverses_without_a_snapshot(
+    clusters, both_sides, services, source_db, target_schema
+):
+    connect_a, connect_b = both_sides
+    db, target = source_db, clusters.postgres_uri
+    forward, feeds = forward_feed(services, clusters, db, target, target_schema)
+    bank = Bank(db.uri, "public", "source")
     bank.start()
     wait_for("200 transfers applied", lambda: len(ids(target, target_schema)) >= 200, 240)
 
@@ -216,8 +243,7 @@ def test_switchover_under_a_running_workload_loses_nothing_and_reverses_without_
     lines: list[str] = []
     report = switchover.run(request, feeds, lambda spec: "dc-b", lines.append)
     print(report.model_dump_json(indent=1), *lines, sep="\n")
-    bank.new = (target, target_schema)
-    bank.moved.set()  # the application moves to the new primary once it is told
+    bank.move(target, target_schema, "target")  # the application moves once it is told
 
     # RPO 0: everything the application saw commit on the source is on the target, once.
     on_source = bank.committed["source"]
@@ -233,7 +259,11 @@ def test_switchover_under_a_running_workload_loses_nothing_and_reverses_without_
     assert any("connector" in r for r in report.removed)
 
     # The application goes on at the new primary; the reverse feed brings it to the source.
-    wait_for("100 transfers on the new primary", lambda: len(bank.committed["target"]) >= 100, 120)
+    wait_for(
+        "100 transfers on the new primary",
+        lambda: len(bank.committed.get("target", ())) >= 100,
+        120,
+    )
     bank.stop.set()
     bank.join(30)
     on_target = bank.committed["target"]
@@ -262,3 +292,108 @@ def test_switchover_under_a_running_workload_loses_nothing_and_reverses_without_
     # A second switchover of the old direction is refused before anything is touched.
     with pytest.raises(SwitchoverError, match=r"already read-only|no publication"):
         switchover.run(request, feeds, lambda spec: "dc-b")
+
+
+def failover_cli(clusters: Any, feed: Any) -> dict[str, Any]:
+    """``crossfeed failover --json`` of a feed-file feed, against the failover routes of a
+    coordinator of the test's own; its report."""
+    spec = load_feed_file(str(feed.feed_file))
+    hooks = FailoverHooks(clusters.settings(), find_feed=lambda n: spec if n == spec.name else None)
+    app = FastAPI()
+    app.include_router(make_router(hooks))
+    server = RestServer(app, "127.0.0.1", 0).start()
+    try:
+        result = CliRunner().invoke(
+            cli,
+            [
+                *("--config", str(feed.config_file), "failover", "--feed", feed.name),
+                *("--feed-file", str(feed.feed_file)),
+                *("--server", f"http://127.0.0.1:{server.port}", "--json"),
+            ],
+            catch_exceptions=False,
+        )
+    finally:
+        server.stop()
+    assert result.exit_code == 0, result.output
+    return dict(json.loads(result.stdout))
+
+
+def test_failback_lists_the_divergent_tail_reseeds_the_old_primary_and_switches_back(
+    clusters, both_sides, services, source_db, target_schema
+):
+    connect_a, connect_b = both_sides
+    db, target = source_db, clusters.postgres_uri
+    forward, feeds = forward_feed(services, clusters, db, target, target_schema)
+    bank = Bank(db.uri, "public", "source")
+    bank.start()
+    wait_for("100 transfers applied", lambda: len(ids(target, target_schema)) >= 100, 240)
+
+    # dc-a is cut off: nothing more crosses, while the source still commits (the tail);
+    # then the source server goes down too.
+    forward.pullers[0].kill()
+    time.sleep(3)
+    source = postgres.source()
+    source.stop()
+    lost = failover_cli(clusters, forward)
+    forward.stop_all()
+    held = set(ids(target, target_schema))
+    tail = set(bank.committed["source"]) - held
+    assert tail, "the test needs transactions that never reached the target"
+    assert any(n.startswith("sequences moved") for n in lost["notes"]), lost["notes"]
+
+    bank.move(target, target_schema, "target")  # the new primary takes the writes
+    wait_for("50 transfers on the new primary", lambda: len(bank.committed.get("target", ())) >= 50)
+    source.start()  # the old primary is back, with its tail
+    wait_for("the old primary answers", source.answers, 120)
+
+    request = FailbackRequest(
+        feed=forward.name,
+        source_database=db.uri,
+        source_connect=connect_a,
+        reverse_connect=connect_b,
+        reverse_cluster="dc-b",
+        source_connector=db.name,
+    )
+    lines: list[str] = []
+    report = failback.run(
+        request,
+        feeds,
+        lambda spec: "dc-b",
+        lambda alias: clusters.by_alias(alias).config,
+        lines.append,
+    )
+    print(report.model_dump_json(indent=1), *lines, sep="\n")
+    bank.move(db.uri, "public", "source again")  # the original direction is back
+
+    # The tail, exactly: one transaction per transfer the target never got, each listed.
+    assert report.divergent_transactions == len(tail)
+    with psycopg.connect(db.uri, autocommit=True) as conn:
+        listed = conn.execute(
+            "SELECT (after->>'id')::bigint FROM public.crossfeed_divergent "
+            "WHERE tbl = 'public.transfers' AND op = 'c'"
+        ).fetchall()
+        kept = conn.execute(
+            "SELECT count(DISTINCT commit_lsn), count(*) FROM public.crossfeed_divergent"
+        ).fetchone()
+    assert {i for (i,) in listed} == tail
+    assert kept == (len(tail), 3 * len(tail))  # two accounts and the transfer each
+    assert report.switchover is not None and report.switchover.rpo_transactions == 0
+    assert not read_only(db.uri) and read_only(target)
+
+    # The old primary equals the new one, without its tail; the new forward feed carries
+    # what the application writes there now.
+    wait_for(
+        "20 transfers on the old primary again",
+        lambda: len(bank.committed.get("source again", ())) >= 20,
+    )
+    bank.stop.set()
+    bank.join(30)
+    wait_for(
+        "the new forward feed caught up",
+        lambda: ids(db.uri, "public") == ids(target, target_schema),
+        240,
+    )
+    assert balances(db.uri, "public") == balances(target, target_schema)
+    final = set(ids(db.uri, "public"))
+    assert not final & tail
+    assert final == held | set(bank.committed["target"]) | set(bank.committed["source again"])
