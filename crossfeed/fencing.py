@@ -36,6 +36,14 @@ def _qualified(schema: str, table: str) -> str:
     return f"{_ident(schema)}.{_ident(table)}"
 
 
+def _connect(dsn: str) -> psycopg.Connection[Any]:
+    """Never read-only: a target a switchover made read-only for applications is fenced
+    and written here all the same."""
+    return psycopg.connect(
+        dsn, autocommit=True, connect_timeout=10, options="-c default_transaction_read_only=off"
+    )
+
+
 def ensure_columns(conn: psycopg.Connection[Any], schema: str) -> None:
     """Add the fence's columns to a position table made before them (committed)."""
     have = {
@@ -74,7 +82,7 @@ def fence(dsn: str, schema: str, feed: str, *, take_lock_s: float = TAKE_LOCK_S)
 
     LookupError: the target has no position row for the feed (no sink ever applied it);
     TimeoutError: the lock could not be taken within ``take_lock_s``."""
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+    with _connect(dsn) as conn:
         conn.execute("SET lock_timeout = '10s'")
         terminated = 0
         deadline = time.monotonic() + take_lock_s
@@ -146,7 +154,7 @@ def failover_ddl(schema: str) -> str:
 def record(dsn: str, schema: str, feed: str, epoch: int, report: dict[str, Any]) -> None:
     """The failover's report as a row of ``S.crossfeed_failover`` (once per epoch)."""
     rpo = report["rpo"]
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+    with _connect(dsn) as conn:
         conn.execute(failover_ddl(schema))
         conn.execute(
             f"INSERT INTO {_qualified(schema, FAILOVER_TABLE)} (feed, epoch, failed_over_at, "
@@ -174,7 +182,7 @@ def record(dsn: str, schema: str, feed: str, epoch: int, report: dict[str, Any])
 
 def latest(dsn: str, schema: str, feed: str) -> dict[str, Any] | None:
     """The newest failover report of ``feed`` on the target, or None."""
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+    with _connect(dsn) as conn:
         if conn.execute(
             "SELECT to_regclass(%s)", (_qualified(schema, FAILOVER_TABLE),)
         ).fetchone() == (None,):
@@ -193,7 +201,7 @@ def advance_sequences(dsn: str, schema: str) -> list[str]:
     not sequences — without this its first inserts would take ids already used.
     ``table.column=value`` for each one moved."""
     moved = []
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+    with _connect(dsn) as conn:
         found = conn.execute(
             "SELECT c.relname, a.attname, pg_get_serial_sequence("
             "format('%%I.%%I', n.nspname, c.relname), a.attname) FROM pg_class c "

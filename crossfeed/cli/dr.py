@@ -127,7 +127,8 @@ def failback_report(report: Mapping[str, Any]) -> Iterator[RenderableType]:
         "re-seeded from the new primary: "
         + ", ".join(f"{r['table']} -{r['deleted']} +{r['written']}" for r in report["reseeded"])
     )
-    yield Text(f"{report['reverse_feed']} caught up in {report['caught_up_s']:.1f}s")
+    if report["caught_up_s"] is not None:
+        yield Text(f"{report['reverse_feed']} caught up in {report['caught_up_s']:.1f}s")
     back = report.get("switchover")
     if back:
         yield from switchover_report(back)

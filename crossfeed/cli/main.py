@@ -167,9 +167,10 @@ def failback(
     reverse_connect: Optional[str] = _ReverseConnectOpt,  # noqa: UP045
     reverse_cluster: str = _ReverseClusterOpt,
     switch_back: bool = typer.Option(
-        True,
-        "--switch-back/--no-switch-back",
-        help="a database feed: switch the direction back once the old primary caught up",
+        False,
+        "--switch-back",
+        help="a database feed: wait until the reverse feed (its services running) caught up, "
+        "then switch the direction back",
     ),
     replay_extra: bool = typer.Option(
         False, "--replay-extra", help="copy the old primary's unreplicated records over first"
@@ -388,8 +389,14 @@ def demo(
         help="two PostgreSQL databases both writing instead: the SQL bank on both at once, "
         "an active-active pair keeping them equal (last writer wins, balances as counters)",
     ),
+    dr: bool = typer.Option(
+        False,
+        "--dr",
+        help="a database feed across a lost data center instead: dc-a killed under the SQL "
+        "bank, failover to dc-b, failback listing the lost tail, switchover back",
+    ),
     seconds: float = typer.Option(
-        30.0, help="--ordered, --cdc, --active-active: how long the bank workload runs"
+        30.0, help="--ordered, --cdc, --active-active, --dr: how long the bank workload runs"
     ),
 ) -> None:
     """The main job, end to end: replicate, lose dc-a, fail consumers over (or, with
@@ -405,11 +412,11 @@ def demo(
     from crossfeed.local.kafka import SetupMissing
     from crossfeed.local.stack import StackError
 
-    if sum((ordered, cdc, active_active)) > 1:
-        fail("--ordered, --cdc and --active-active are separate demos: choose one")
+    if sum((ordered, cdc, active_active, dr)) > 1:
+        fail("--ordered, --cdc, --active-active and --dr are separate demos: choose one")
     # The demo runs coordinators and the local stack's PostgreSQL; --ordered and --cdc the
     # sorter too.
-    bank = ordered or cdc or active_active
+    bank = ordered or cdc or active_active or dr
     for extra in ("coordinator", "postgres", *(("sorter",) if bank else ())):
         clean_errors(require)(extra, "crossfeed demo")
     logsetup.setup("WARNING")  # the demo tells its own story; keep library chatter out
@@ -418,15 +425,19 @@ def demo(
         raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C: services stopped, dc-a back
 
     signal.signal(signal.SIGTERM, on_term)
-    view = "cdc" if cdc else "ordered" if ordered else "active-active" if active_active else ""
+    view = (
+        "cdc" if cdc or dr else "ordered" if ordered else "active-active" if active_active else ""
+    )
     display = Display(tty=not no_tty, view=view or "mirror")
     try:
-        if active_active:
+        if dr:
+            from crossfeed.demo.dr import DrDemo
+
+            summary: Any = DrDemo(seconds, rate or 20.0, display.say, display.progress).run()
+        elif active_active:
             from crossfeed.demo.active_active import ActiveActiveDemo
 
-            summary: Any = ActiveActiveDemo(
-                seconds, rate or 50.0, display.say, display.progress
-            ).run()
+            summary = ActiveActiveDemo(seconds, rate or 50.0, display.say, display.progress).run()
         elif cdc:
             from crossfeed.demo.cdc import CdcDemo
 

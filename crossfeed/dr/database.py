@@ -277,7 +277,9 @@ def _reseed_table(
         raise ValueError(f"{target_schema}.{table} lacks columns of {source_schema}.{table}")
     key = primary_key(source, source_schema, table)
     at = [wanted.index(k) for k in key]
-    listed = sql.SQL(", ").join(map(sql.Identifier, wanted))
+    # As text both ways: compared as the server prints them, written back for the server
+    # to read (psycopg sends text untyped), whatever the column types.
+    listed = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c)) for c in wanted)
 
     def rows(conn: Conn, schema: str) -> dict[tuple[Any, ...], tuple[Any, ...]]:
         query = sql.SQL("SELECT {} FROM {}").format(listed, sql.Identifier(schema, table))

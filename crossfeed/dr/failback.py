@@ -17,10 +17,12 @@ one T, and (unless told otherwise) switch the direction back to S with nothing l
    — what differs only (``database.reseed``). Changes T committed between the slot and
    the snapshot reach S again through the reverse feed; applying them in order ends at
    the same rows.
-5. The reverse connector (no snapshot) and feed R (T into S) start; failback waits until
-   R's consistency_ts on S passes the moment it started waiting (S caught up).
-6. ``switch_back``: a switchover of R (``switchover.run``): T frozen, drained, compared by
-   digest, and a new forward feed from S — S is the primary again, RPO 0.
+5. The reverse connector (no snapshot) and feed R (T into S) are created; R's puller,
+   sorter and sink are the operator's to start, like any feed's.
+6. ``switch_back``: failback waits until R's consistency_ts on S passes the moment it
+   started waiting (S caught up), then switches R over (``switchover.run``): T frozen,
+   drained, compared by digest, and a new forward feed from S — S is the primary again,
+   RPO 0. Without it, ``crossfeed switchover --feed R`` does that step when you choose.
 """
 
 from __future__ import annotations
@@ -70,7 +72,11 @@ class FailbackRequest(BaseModel):
     reverse_name: str = Field("", description="the reverse feed's name (default: F-r1, ...)")
     catch_up_timeout_s: float = Field(600.0, gt=0)
     marker_timeout_s: float = Field(180.0, gt=0)
-    switch_back: bool = Field(True, description="switch the direction back once caught up")
+    switch_back: bool = Field(
+        False,
+        description="wait until the reverse feed caught up (its puller, sorter and sink "
+        "must be running) and switch the direction back",
+    )
 
 
 class DivergentSummary(BaseModel):
@@ -92,7 +98,7 @@ class FailbackReport(BaseModel):
     divergent: list[DivergentSummary] = Field(description="the first 100, in commit order")
     reseeded: list[dict[str, Any]] = Field(description="per table: rows deleted, rows written")
     removed: list[str]
-    caught_up_s: float
+    caught_up_s: float | None = Field(description="the reverse feed's catch-up (switch_back)")
     switchover: SwitchoverReport | None
     took_s: float
     notes: list[str]
@@ -140,10 +146,12 @@ def run(
             switchover.start_reverse(plan, request.reverse_connect, feeds, tables),
             f"reverse capture from {slot_lsn}",
         ]
-        waiting = time.monotonic()
-        _catch_up(plan, feeds, source, target, request.catch_up_timeout_s)
-        caught_up_s = time.monotonic() - waiting
-    say(f"{plan.reverse_name} caught up in {caught_up_s:.1f}s")
+        caught_up_s = None
+        if request.switch_back:
+            waiting = time.monotonic()
+            _catch_up(plan, feeds, source, target, request.catch_up_timeout_s)
+            caught_up_s = round(time.monotonic() - waiting, 3)
+            say(f"{plan.reverse_name} caught up in {caught_up_s:.1f}s")
     back = None
     if request.switch_back:
         reverse_spec = feeds.spec(plan.reverse_name)
@@ -182,7 +190,7 @@ def run(
         ],
         reseeded=[{"table": r.table, "deleted": r.deleted, "written": r.written} for r in reseeded],
         removed=removed,
-        caught_up_s=round(caught_up_s, 3),
+        caught_up_s=caught_up_s,
         switchover=back,
         took_s=round(time.monotonic() - started, 3),
         notes=notes,

@@ -319,9 +319,11 @@ def start_reverse(plan: Plan, reverse_connect: str, feeds: Feeds, tables: list[s
         "config": options,
     }
     answer = feeds.put_feed(body)
+    name = plan.reverse_name
     return (
-        f"reverse feed {plan.reverse_name} {answer}: {plan.reverse_cluster} -> "
-        f"{plan.source_masked}; connector {plan.reverse_name} on {reverse_connect}"
+        f"reverse feed {name} {answer}: {plan.reverse_cluster} -> {plan.source_masked}; "
+        f"connector {name} on {reverse_connect}; start its services: crossfeed puller run "
+        f"--feed {name}, crossfeed sorter run --feed {name}, crossfeed sink run --feed {name}"
     )
 
 

@@ -141,6 +141,69 @@ class Transfers:
             self.errors.append(f"session {n}: {err}")
 
 
+class FollowingTransfers(threading.Thread):
+    """An application that follows the primary: transfers in one session against the
+    database of the moment (:meth:`move`). A refused write (a freeze, a server gone) makes
+    it wait until it is told another primary (or the same one again), as an application
+    would wait for its operator. It keeps the ledger id of each transfer it saw commit, by
+    the name given with the primary: what each side must hold."""
+
+    REFUSED = (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction)
+
+    def __init__(self, uri: str, schema: str, side: str, accounts: int, pause_s: float = 0.01):
+        super().__init__(daemon=True)
+        self.primary = (uri, schema, side)
+        self.accounts = accounts
+        self.pause_s = pause_s
+        self.stop = threading.Event()
+        self.committed: dict[str, list[int]] = {}
+        self.refused = 0
+        self.errors: list[str] = []
+
+    def move(self, uri: str, schema: str, side: str) -> None:
+        self.primary = (uri, schema, side)
+
+    def on(self, side: str) -> list[int]:
+        return list(self.committed.get(side, ()))
+
+    def run(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            here = self.primary
+            try:
+                with psycopg.connect(here[0], autocommit=True, connect_timeout=5) as conn:
+                    while not self.stop.is_set() and self.primary == here:
+                        n += 1
+                        self._transfer(conn, here, n)
+                        time.sleep(self.pause_s)
+            except self.REFUSED:
+                self.refused += 1
+                while self.primary == here and not self.stop.is_set():
+                    time.sleep(0.1)
+            except psycopg.Error as err:
+                self.errors.append(str(err))
+                return
+
+    def _transfer(self, conn: psycopg.Connection[Any], here: tuple[str, str, str], n: int) -> None:
+        schema = here[1]
+        src, dst = 1 + n % self.accounts, 1 + (n * 7 + 3) % self.accounts
+        if src == dst:
+            dst = 1 + dst % self.accounts
+        with conn.transaction():
+            for account, delta in sorted([(src, -5), (dst, 5)]):
+                conn.execute(
+                    f'UPDATE "{schema}".accounts SET balance = balance + %s WHERE id = %s',
+                    (delta, account),
+                )
+            row = conn.execute(
+                f'INSERT INTO "{schema}".transfers (src, dst, amount, memo, ref) '
+                "VALUES (%s, %s, 5, '{}', gen_random_uuid()) RETURNING id",
+                (src, dst),
+            ).fetchone()
+        assert row is not None
+        self.committed.setdefault(here[2], []).append(int(row[0]))
+
+
 @dataclass
 class Sample:
     total: int | None  # None: the tables are not there yet

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,6 +37,7 @@ from crossfeed.local import postgres
 from crossfeed.services.coordinator.failover import FailoverHooks, make_router
 from crossfeed.services.coordinator.rest_server import RestServer
 from crossfeed.workload import sql_bank
+from crossfeed.workload.sql_bank import FollowingTransfers
 from tests.support.postgres import drop_schema_after_restarts
 from tests.support.verify import read_many
 from tests.support.wait import wait_for
@@ -46,58 +46,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.e2e]
 
 ACCOUNTS = 30
 SETTINGS = {"puller": {"resolved_interval_ms": 100}, "sorter": {"trigger_interval_ms": 200}}
-WRITE_ERRORS = (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction)
-
-
-class Bank(threading.Thread):
-    """An application: transfers in one session against the primary of the moment
-    (``primary``: uri, schema, side). A refused write (a freeze, a server gone) sends it to
-    wait until the test names another primary. It keeps the id of each transfer it saw
-    commit, by side."""
-
-    def __init__(self, uri: str, schema: str, side: str) -> None:
-        super().__init__(daemon=True)
-        self.primary = (uri, schema, side)
-        self.stop = threading.Event()
-        self.committed: dict[str, list[int]] = {}
-        self.refused = 0
-
-    def move(self, uri: str, schema: str, side: str) -> None:
-        self.primary = (uri, schema, side)
-
-    def run(self) -> None:
-        n = 0
-        while not self.stop.is_set():
-            here = self.primary
-            try:
-                with psycopg.connect(here[0], autocommit=True, connect_timeout=5) as conn:
-                    while not self.stop.is_set() and self.primary == here:
-                        n += 1
-                        self._transfer(conn, here, n)
-                        time.sleep(0.01)
-            except WRITE_ERRORS:
-                self.refused += 1
-                while self.primary == here and not self.stop.is_set():
-                    time.sleep(0.1)
-
-    def _transfer(self, conn: psycopg.Connection[Any], here: tuple[str, str, str], n: int) -> None:
-        schema = here[1]
-        src, dst = 1 + n % ACCOUNTS, 1 + (n * 7 + 3) % ACCOUNTS
-        if src == dst:
-            dst = 1 + dst % ACCOUNTS
-        with conn.transaction():
-            for account, delta in sorted([(src, -5), (dst, 5)]):
-                conn.execute(
-                    f'UPDATE "{schema}".accounts SET balance = balance + %s WHERE id = %s',
-                    (delta, account),
-                )
-            row = conn.execute(
-                f'INSERT INTO "{schema}".transfers (src, dst, amount, memo, ref) '
-                "VALUES (%s, %s, 5, '{}', gen_random_uuid()) RETURNING id",
-                (src, dst),
-            ).fetchone()
-        assert row is not None
-        self.committed.setdefault(here[2], []).append(int(row[0]))
 
 
 class FileFeeds:
@@ -173,7 +121,8 @@ def target_schema(clusters: Any, both_sides: tuple[str, str]) -> Iterator[str]:
             config = connect_api.request(connect_b, "GET", f"/connectors/{name}/config")
             if f"{schema}\\." in str(config.get("table.include.list", "")):
                 connector.remove(connect_b, name)
-    with psycopg.connect(clusters.postgres_uri, autocommit=True) as conn:
+    with database.connect(clusters.postgres_uri) as conn:
+        database.thaw(conn)  # a switch back leaves the test's shared target read-only
         names = conn.execute(
             "SELECT pubname FROM pg_publication_tables WHERE schemaname = %s", (schema,)
         ).fetchall()
@@ -229,7 +178,7 @@ def test_switchover_under_a_running_workload_loses_nothing_and_reverses_without_
     connect_a, connect_b = both_sides
     db, target = source_db, clusters.postgres_uri
     forward, feeds = forward_feed(services, clusters, db, target, target_schema)
-    bank = Bank(db.uri, "public", "source")
+    bank = FollowingTransfers(db.uri, "public", "source", ACCOUNTS)
     bank.start()
     wait_for("200 transfers applied", lambda: len(ids(target, target_schema)) >= 200, 240)
 
@@ -324,7 +273,7 @@ def test_failback_lists_the_divergent_tail_reseeds_the_old_primary_and_switches_
     connect_a, connect_b = both_sides
     db, target = source_db, clusters.postgres_uri
     forward, feeds = forward_feed(services, clusters, db, target, target_schema)
-    bank = Bank(db.uri, "public", "source")
+    bank = FollowingTransfers(db.uri, "public", "source", ACCOUNTS)
     bank.start()
     wait_for("100 transfers applied", lambda: len(ids(target, target_schema)) >= 100, 240)
 
@@ -353,6 +302,7 @@ def test_failback_lists_the_divergent_tail_reseeds_the_old_primary_and_switches_
         reverse_connect=connect_b,
         reverse_cluster="dc-b",
         source_connector=db.name,
+        switch_back=True,  # the test's FileFeeds starts the reverse feed's services
     )
     lines: list[str] = []
     report = failback.run(
@@ -369,13 +319,13 @@ def test_failback_lists_the_divergent_tail_reseeds_the_old_primary_and_switches_
     assert report.divergent_transactions == len(tail)
     with psycopg.connect(db.uri, autocommit=True) as conn:
         listed = conn.execute(
-            "SELECT (after->>'id')::bigint FROM public.crossfeed_divergent "
+            "SELECT (after->>'id')::bigint, after->>'ref' FROM public.crossfeed_divergent "
             "WHERE tbl = 'public.transfers' AND op = 'c'"
         ).fetchall()
         kept = conn.execute(
             "SELECT count(DISTINCT commit_lsn), count(*) FROM public.crossfeed_divergent"
         ).fetchone()
-    assert {i for (i,) in listed} == tail
+    assert {i for (i, _ref) in listed} == tail
     assert kept == (len(tail), 3 * len(tail))  # two accounts and the transfer each
     assert report.switchover is not None and report.switchover.rpo_transactions == 0
     assert not read_only(db.uri) and read_only(target)
@@ -395,5 +345,7 @@ def test_failback_lists_the_divergent_tail_reseeds_the_old_primary_and_switches_
     )
     assert balances(db.uri, "public") == balances(target, target_schema)
     final = set(ids(db.uri, "public"))
-    assert not final & tail
+    with psycopg.connect(db.uri, autocommit=True) as conn:
+        refs = {str(r) for (r,) in conn.execute("SELECT ref FROM public.transfers")}
+    assert not refs & {ref for (_id, ref) in listed}, "a tail transfer survived the re-seed"
     assert final == held | set(bank.committed["target"]) | set(bank.committed["source again"])
