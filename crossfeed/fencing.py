@@ -152,7 +152,8 @@ def failover_ddl(schema: str) -> str:
 
 
 def record(dsn: str, schema: str, feed: str, epoch: int, report: dict[str, Any]) -> None:
-    """The failover's report as a row of ``S.crossfeed_failover`` (once per epoch)."""
+    """The failover's report as a row of ``S.crossfeed_failover`` (once per epoch); a
+    switchover keeps its report the same way (``kind`` switchover, RPO 0)."""
     rpo = report["rpo"]
     with _connect(dsn) as conn:
         conn.execute(failover_ddl(schema))
@@ -181,7 +182,8 @@ def record(dsn: str, schema: str, feed: str, epoch: int, report: dict[str, Any])
 
 
 def latest(dsn: str, schema: str, feed: str) -> dict[str, Any] | None:
-    """The newest failover report of ``feed`` on the target, or None."""
+    """The newest failover report of ``feed`` on the target, or None (a switchover's row
+    is not one: the feed was paused, not failed over)."""
     with _connect(dsn) as conn:
         if conn.execute(
             "SELECT to_regclass(%s)", (_qualified(schema, FAILOVER_TABLE),)
@@ -189,7 +191,7 @@ def latest(dsn: str, schema: str, feed: str) -> dict[str, Any] | None:
             return None
         row = conn.execute(
             f"SELECT report FROM {_qualified(schema, FAILOVER_TABLE)} WHERE feed = %s "
-            "ORDER BY epoch DESC LIMIT 1",
+            "AND coalesce(report->>'kind', 'ordered') = 'ordered' ORDER BY epoch DESC LIMIT 1",
             (feed,),
         ).fetchone()
     return dict(row[0]) if row else None

@@ -31,13 +31,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psycopg
+from confluent_kafka import KafkaException
 
-from crossfeed.cdc import captured, connector
+from crossfeed.cdc import captured, connect_api, connector
 from crossfeed.cdc.connect_api import ConnectError
 from crossfeed.client.rest import CoordinatorClient
+from crossfeed.core import takeover
 from crossfeed.demo.ordered import BankDemo, _feed_status, demo_processes, start_coordinator
 from crossfeed.demo.scenario import Processes, wait_until
+from crossfeed.kafka import clients, scan
 from crossfeed.local import postgres, stack
+from crossfeed.wire import debezium
 from crossfeed.workload import sql_bank
 from crossfeed.workload.sql_bank import FollowingTransfers
 
@@ -138,6 +142,7 @@ class DrDemo(BankDemo):
                 "config": {"debezium.topic.prefix": a.prefix},
             }
         )
+        procs.created(api, self.feed)
         self._start(procs, api, self.feed)
         self.say(
             f"database {self.database} on both servers; dc-a's captured by Debezium, feed "
@@ -188,9 +193,12 @@ class DrDemo(BankDemo):
         app.move(b_uri, "public", "dc-b")
         self.say(f"the bank writes to dc-b for {self.seconds:.0f} s; dc-a comes back ...")
         time.sleep(self.seconds)
-        stack.start("dc-a")
+        _regain_dc_a()
         source.start()
         wait_until(source.answers, 120, "dc-a's database")
+        self.say("waiting for Debezium to deliver what dc-a's database committed meanwhile ...")
+        applied = takeover.debezium_order(str(report["last_txn"])) or 0
+        wait_until(lambda: _delivered(a, applied) >= summary.lost, TIMEOUT_S, "Debezium on dc-a")
         exact = api.request("POST", "/v1/failover", {"feed": self.feed})
         summary.rpo_exact_later = int(exact["rpo"]["transactions"])
         self.say(f"with dc-a back the failover report is exact: RPO {exact['rpo']['text']}")
@@ -220,7 +228,12 @@ class DrDemo(BankDemo):
         reverse = back["reverse_feed"]
         procs.created(api, reverse)
         self._start(procs, api, reverse)
-        wait_until(lambda: _ids(a.uri) == _ids(b_uri), TIMEOUT_S, f"{reverse} to bring dc-a level")
+        since_us = int(time.time() * 1e6)
+        wait_until(
+            lambda: int(_feed_status(api, reverse).get("consistency_ts_us") or 0) >= since_us,
+            TIMEOUT_S,
+            f"{reverse} to bring dc-a level",
+        )
         self.say(f"{reverse} runs dc-b -> dc-a; switching over back to dc-a ...")
         switched = api.request(
             "POST",
@@ -292,6 +305,36 @@ def _ids(uri: str) -> list[int]:
     ):
         return [i for (i,) in conn.execute("SELECT id FROM public.transfers ORDER BY id")]
     return []
+
+
+def _regain_dc_a() -> None:
+    """Start dc-a's killed broker again. On a busy machine its JVM can take minutes, and it
+    is refused while the controller still holds the killed one's registration."""
+    try:
+        stack.start("dc-a")
+    except stack.StackError:
+        conf = {"bootstrap.servers": stack.node("dc-a").bootstrap}
+        wait_until(lambda: clients.cluster_id(conf, 2.0) is not None, 300, "dc-a to answer")
+
+
+def _delivered(a: captured.CapturedDatabase, applied_lsn: int) -> int:
+    """Transactions in dc-a's Debezium transaction topic committed after ``applied_lsn``
+    (a connector task that failed while dc-a was away is started again)."""
+    with contextlib.suppress(ConnectError):
+        tasks = connector.status(a.connect_url, a.name).get("tasks", [])
+        if not tasks or any(t.get("state") == "FAILED" for t in tasks):
+            path = f"/connectors/{a.name}/restart?includeTasks=true&onlyFailed=true"
+            connect_api.request(a.connect_url, "POST", path)
+    conf = {"bootstrap.servers": stack.node("dc-a").bootstrap}
+    ends = set()
+    with contextlib.suppress(KafkaException, TimeoutError):
+        topic = [debezium.transaction_topic(a.prefix)]
+        for msg in scan.records_since(conf, topic, 0, "crossfeed-demo-dr"):
+            with contextlib.suppress(debezium.NotDebezium):
+                end = debezium.txn_record(msg.value())
+                if end is not None and end.lsn > applied_lsn:
+                    ends.add(end.txn_id)
+    return len(ends)
 
 
 def _differences(uri_a: str, uri_b: str) -> list[str]:

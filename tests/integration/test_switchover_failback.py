@@ -28,6 +28,7 @@ from crossfeed.cdc import captured, connect_api, connector
 from crossfeed.cdc.captured import CapturedDatabase
 from crossfeed.cdc.connect_api import ConnectError
 from crossfeed.cli.main import app as cli
+from crossfeed.client.rest import CoordinatorClient
 from crossfeed.core.switchover import reverse_name
 from crossfeed.dr import database, failback, switchover
 from crossfeed.dr.failback import FailbackRequest
@@ -38,6 +39,7 @@ from crossfeed.services.coordinator.failover import FailoverHooks, make_router
 from crossfeed.services.coordinator.rest_server import RestServer
 from crossfeed.workload import sql_bank
 from crossfeed.workload.sql_bank import FollowingTransfers
+from tests.integration.test_coordinator_process import TOKEN, coordinator_group, remove_feed_quietly
 from tests.support.postgres import drop_schema_after_restarts
 from tests.support.verify import read_many
 from tests.support.wait import wait_for
@@ -349,3 +351,52 @@ def test_failback_lists_the_divergent_tail_reseeds_the_old_primary_and_switches_
         refs = {str(r) for (r,) in conn.execute("SELECT ref FROM public.transfers")}
     assert not refs & {ref for (_id, ref) in listed}, "a tail transfer survived the re-seed"
     assert final == held | set(bank.committed["target"]) | set(bank.committed["source again"])
+
+
+@pytest.fixture(scope="module")
+def coordinator(clusters: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    yield from coordinator_group(clusters, tmp_path_factory.mktemp("dr"), 1)
+
+
+def test_the_commands_refuse_through_the_coordinator_with_every_reason_and_change_nothing(
+    clusters, both_sides, coordinator, source_db, target_schema
+):
+    """``crossfeed switchover`` and ``crossfeed failback`` of a database feed, through a
+    real coordinator: a feed that never applied and a source that is not captured are
+    refused, one line per reason, and the source stays writable."""
+    connect_a, connect_b = both_sides
+    db, target = source_db, clusters.postgres_uri
+    sql_bank.create(db.uri, ACCOUNTS)
+    name = f"dr-{uuid.uuid4().hex[:6]}"
+    with CoordinatorClient(coordinator.leader().url, TOKEN) as api:
+        api.create_feed(
+            {
+                "name": name,
+                "source": "dc-a",
+                "sink-uri": f"{target}?schema={target_schema}",
+                "topics": [rf"{db.prefix}\.public\..*"],
+                "mode": "ordered",
+                "input": "debezium",
+            }
+        )
+    places = [
+        *("--source-database", db.uri, "--source-connect", connect_a),
+        *("--reverse-connect", connect_b, "--server", coordinator.leader().url),
+    ]
+    try:
+        common = ["--config", str(coordinator.config_file)]
+        switched = CliRunner().invoke(
+            cli, [*common, "switchover", "--feed", name, *places], terminal_width=400
+        )
+        failed_back = CliRunner().invoke(
+            cli, [*common, "failback", "--feed", name, *places], terminal_width=400
+        )
+    finally:
+        remove_feed_quietly(coordinator, name)
+    assert switched.exit_code == 1, switched.output
+    assert f"no publication crossfeed_{db.prefix}" in switched.output
+    assert f"no table {target_schema}.accounts" not in switched.output  # none published
+    assert f"holds no position of feed {name}" in switched.output
+    assert failed_back.exit_code == 1, failed_back.output
+    assert "was not failed over" in failed_back.output
+    assert not read_only(db.uri)
