@@ -220,7 +220,9 @@ def test_kill_9_and_database_restart_lose_nothing(clusters, services, restartabl
     bad = {s for s in sampler.sums if s not in (None, bank.total)}
     assert not bad, f"a reader saw totals other than {bank.total}: {sorted(bad)[:5]}"
     assert len(events) == 2 and sink.exit_codes == [-9]
-    assert (sink.metric("crossfeed_sink_database_retries_total") or 0) >= 1
+    # What a user sees: the same sink process is alive and caught up after the database
+    # restart, by itself. (Whether it had to retry a write depends on where the restart
+    # fell between its writes: a counter of retries is not the behaviour.)
     sink.assert_alive()
 
 
