@@ -11,7 +11,8 @@ one T, and (unless told otherwise) switch the direction back to S with nothing l
    F's tables are read there — Debezium's transaction topic and data events — and kept in
    ``<schema>.crossfeed_divergent`` on S, a row per change: xid, commit LSN and time,
    table, operation, key, and the row before and after (Debezium's JSON encoding).
-3. F's connector is removed from the source side, its slot and publication dropped on S.
+3. F's connector is removed from the source side, its slot and publication dropped on S,
+   and F retired (the coordinator removes it: the switch back makes a new forward feed).
 4. **Re-seed:** the reverse capture is made on T (publication, then slot: from here T's
    writes are kept), then S's tables are made equal to one snapshot of T's taken after it
    — what differs only (``database.reseed``). Changes T committed between the slot and
@@ -137,6 +138,7 @@ def run(
         kept_in = _keep(source, plan, txns)
         say(f"divergent tail: {len(txns)} transactions, kept in {kept_in}")
         removed = switchover.remove_forward(plan, request.source_connect, source)
+        feeds.retire(plan.feed)  # it cannot run again; its target gets the reverse's reverse
         slot_lsn = database.make_capture(target, plan.reverse_slot, plan.target_schema, tables)
         reseeded = database.reseed(
             source, plan.source_schema, plan.target_dsn, plan.target_schema, tables

@@ -9,7 +9,8 @@
 3. Drain: wait until T's consistency_ts passes the freeze (T holds every transaction S
    committed), then compare each captured table by digest; equal or the switchover is
    undone (S thawed) and the tables that differ are named.
-4. Carry S's sequences over to T (logical decoding does not), stop F and fence it on T.
+4. Carry S's sequences over to T (logical decoding does not), retire F (the coordinator
+   removes it) and fence it on T.
 5. Make the reverse capture on T — publication and slot — while nothing writes to T: the
    slot starts where both databases are equal, so the reverse connector needs no snapshot.
    From here applications may write to T: the write-unavailability ends.
@@ -54,8 +55,10 @@ class Feeds(Protocol):
 
     def spec(self, name: str) -> FeedSpec | None: ...
 
-    def stop(self, name: str) -> None:
-        """Stop the feed's pullers, sorters and sinks (for the coordinator: pause it)."""
+    def retire(self, name: str) -> None:
+        """The feed is done for good — its connector and slot are about to go, and a new
+        feed takes its target (for the coordinator: remove it; its history stays in the
+        target's ``crossfeed_failover``)."""
         ...
 
     def put_feed(self, body: dict[str, Any]) -> str: ...
@@ -163,7 +166,7 @@ def run(
             sequences = database.carry_sequences(
                 source, plan.source_schema, target, plan.target_schema, tables
             )
-            feeds.stop(spec.name)
+            feeds.retire(spec.name)
             position = fencing.fence(plan.target_dsn, plan.target_schema, spec.name)
             unfrozen = False  # from here the switchover goes on: S stays read-only
             slot_lsn = database.make_capture(target, plan.reverse_slot, plan.target_schema, tables)

@@ -91,6 +91,10 @@ class ConnectWorker:
                 "value.converter.schemas.enable=true",
                 # Source offsets flushed often: after a crash Debezium re-sends less.
                 "offset.flush.interval.ms=1000",
+                # One worker: when it loses its cluster (dc-a killed) and joins again, its
+                # connectors come back at once, not after the 5-minute default meant for
+                # a worker of many that may return.
+                "scheduled.rebalance.max.delay.ms=3000",
                 f"listeners=http://127.0.0.1:{self.port}",
                 "rest.advertised.host.name=127.0.0.1",
                 f"rest.advertised.port={self.port}",

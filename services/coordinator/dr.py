@@ -2,7 +2,7 @@
 feed, planned or after a failover (crossfeed/dr/, docs/disaster-recovery.md).
 
 * ``POST /v1/switchover`` (body ``SwitchoverRequest``): freezes the source database,
-  drains the feed, compares the tables by digest, pauses the feed and creates its reverse
+  drains the feed, compares the tables by digest, removes the feed and creates its reverse
   (a Debezium connector on the target's side, no snapshot). 200 with the report; 400
   ``switchover_refused`` with one line per reason, nothing changed (or undone).
 * ``POST /v1/failback/database`` (body ``FailbackRequest``): after a failover, lists the
@@ -45,8 +45,8 @@ class DrFeeds(CoordinatorFeeds):
         spec: FeedSpec = view.feeds[name].spec
         return spec
 
-    def stop(self, name: str) -> None:
-        self.control.act(name, "pause")
+    def retire(self, name: str) -> None:
+        self.control.act(name, "remove")
 
 
 def dr_routes(

@@ -65,7 +65,7 @@ class FileFeeds:
         feed = self.running.get(self.named.get(name, name))
         return None if feed is None else load_feed_file(str(feed.feed_file))
 
-    def stop(self, name: str) -> None:
+    def retire(self, name: str) -> None:
         self.running[name].stop_all()
 
     def put_feed(self, body: dict[str, Any]) -> str:
