@@ -29,8 +29,8 @@ status: setup ## what runs where
 	@$(BIN)/crossfeed local status
 
 .PHONY: demo
-demo: setup ## the main job: replicate dc-a -> dc-b, lose dc-a, fail consumers over; then an ordered feed into PostgreSQL; then PostgreSQL captured by Debezium; then two databases both writing
-	@$(BIN)/crossfeed demo && $(BIN)/crossfeed demo --ordered && $(BIN)/crossfeed demo --cdc && $(BIN)/crossfeed demo --active-active
+demo: setup ## the main job: replicate dc-a -> dc-b, lose dc-a, fail consumers over; then an ordered feed into PostgreSQL; then PostgreSQL captured by Debezium; then two databases both writing; then a database feed across a lost data center and back
+	@$(BIN)/crossfeed demo && $(BIN)/crossfeed demo --ordered && $(BIN)/crossfeed demo --cdc && $(BIN)/crossfeed demo --active-active && $(BIN)/crossfeed demo --dr
 
 .PHONY: lint
 lint: setup ## ruff, mypy (strict for the crossfeed package) and the import layers (pyproject.toml)

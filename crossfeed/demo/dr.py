@@ -76,16 +76,21 @@ class DrSummary:
         )
 
     def lines(self) -> list[str]:
-        lines = [f"transfers written on {side:<22} {n:>8,}" for side, n in self.committed.items()]
+        def row(label: str, value: str) -> str:
+            return f"{label:<40}{value:>10}"
+
+        lines = [
+            row(f"transfers written on {side}", f"{n:,}") for side, n in self.committed.items()
+        ]
         lines += [
-            f"lost at the failover (the app's log) {self.lost:>8,}",
-            f"RPO reported with dc-a gone          {self.rpo_at_failover}",
-            f"RPO reported with dc-a back (exact)  {self.rpo_exact_later:>8,}",
-            f"divergent tail listed by failback    {self.tail_listed:>8,}"
-            f"  ({'exactly the lost transfers' if self.tail_matches else 'NOT the lost ones'})",
-            f"failover took                        {self.failover_s:>8.1f} s",
-            f"switch back: writes refused          {self.writes_refused_s:>8.1f} s",
-            f"databases equal, row for row         {'yes' if self.equal else 'NO':>8}",
+            row("lost at the failover (the app's log)", f"{self.lost:,}"),
+            f"{'RPO reported with dc-a gone':<40}{self.rpo_at_failover}",
+            row("RPO reported with dc-a back (exact)", f"{self.rpo_exact_later:,}"),
+            row("divergent tail listed by failback", f"{self.tail_listed:,}")
+            + ("  (exactly the lost transfers)" if self.tail_matches else "  (NOT the lost ones)"),
+            row("failover took", f"{self.failover_s:.1f} s"),
+            row("switch back: writes refused", f"{self.writes_refused_s:.1f} s"),
+            row("databases equal, row for row", "yes" if self.equal else "NO"),
         ]
         lines += [f"differs: {line}" for line in self.differs]
         lines += [f"workload error: {err}" for err in self.errors]
@@ -145,8 +150,8 @@ class DrDemo(BankDemo):
         procs.created(api, self.feed)
         self._start(procs, api, self.feed)
         self.say(
-            f"database {self.database} on both servers; dc-a's captured by Debezium, feed "
-            f"{self.feed} into dc-b's"
+            f"database {self.database} on both servers; dc-a's captured by Debezium; "
+            f"created ordered feed {self.feed} into dc-b's"
         )
         app = FollowingTransfers(a.uri, "public", "dc-a", ACCOUNTS, pause_s=1 / self.rate)
         app.start()
@@ -227,6 +232,7 @@ class DrDemo(BankDemo):
         )
         reverse = back["reverse_feed"]
         procs.created(api, reverse)
+        self.say(f"failback created ordered feed {reverse} (dc-b -> dc-a); starting it")
         self._start(procs, api, reverse)
         since_us = int(time.time() * 1e6)
         wait_until(
@@ -250,6 +256,7 @@ class DrDemo(BankDemo):
         summary.writes_refused_s = float(switched["writes_refused_s"])
         forward = switched["reverse_feed"]
         procs.created(api, forward)
+        self.say(f"the switchover created ordered feed {forward} (dc-a -> dc-b); starting it")
         self._start(procs, api, forward)
         self.say(
             f"switched back: dc-a is the primary, writes refused {summary.writes_refused_s:.1f} s, "

@@ -29,7 +29,7 @@ from typing import Any
 from confluent_kafka import KafkaError, TopicPartition
 
 from crossfeed.client.consumer import TimestampedConsumer
-from crossfeed.client.rest import CoordinatorClient
+from crossfeed.client.rest import ApiError, CoordinatorClient
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
 from crossfeed.local import stack
@@ -110,6 +110,8 @@ class Processes:
                     say(f"removed feed {feed} (the data it wrote stays)")
                     break
                 except Exception as err:  # a coordinator still electing itself: retry
+                    if isinstance(err, ApiError) and err.error_code == "feed_not_found":
+                        break  # removed already (a switchover retires the old direction)
                     if time.monotonic() > deadline:
                         say(
                             f"could not remove feed {feed} ({err}): crossfeed changefeed "

@@ -21,14 +21,14 @@ from crossfeed.wire import codec, topics
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 
-def _demo(*args: str, shows: str = "feed state: normal") -> dict[str, Any]:
+def _demo(*args: str, shows: str = "feed state: normal", timeout: float = 400) -> dict[str, Any]:
     """``crossfeed demo --no-tty --json ARGS``: it exits 0, its output ``shows`` that, and
     the summary it prints last."""
     run = subprocess.run(
         [sys.executable, "-m", "crossfeed.cli.main", "demo", "--no-tty", "--json", *args],
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=timeout,
         check=False,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -118,5 +118,27 @@ def test_demo_active_active_keeps_both_databases_equal_and_cleans_up(clusters):
             left = conn.execute(
                 "SELECT count(*) FROM pg_replication_slots "
                 "WHERE slot_name LIKE 'crossfeed_demo_aa_%'"
+            ).fetchone()
+        assert left == (0,)
+
+
+@pytest.mark.spark
+@pytest.mark.slow  # make slow: tests/integration/test_switchover_failback.py covers it in make test
+def test_demo_dr_fails_over_fails_back_and_switches_back_with_both_databases_equal(clusters):
+    """crossfeed demo --dr, shortened: the RPO reported with dc-a gone is a lower bound of
+    what the application lost, exact once dc-a is back; failback lists exactly the lost
+    transfers; the switch back leaves both databases equal and every slot of the drill
+    gone."""
+    if clusters.backend != "local":
+        pytest.skip("the demo runs on the local stack")
+    summary = _demo("--dr", "--seconds", "10", shows="switched back", timeout=1200)
+    assert summary["ok"] and summary["equal"] and summary["tail_matches"]
+    assert 0 < summary["rpo_reported"] <= summary["lost"] == summary["rpo_exact_later"]
+    assert summary["writes_refused_s"] > 0
+    for server in (postgres.source(), postgres.target()):
+        with psycopg.connect(server.uri, autocommit=True) as conn:
+            left = conn.execute(
+                "SELECT count(*) FROM pg_replication_slots s JOIN pg_database d "
+                "ON d.datname = s.database WHERE s.database LIKE 'demo_dr_%'"
             ).fetchone()
         assert left == (0,)
