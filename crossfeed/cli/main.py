@@ -531,5 +531,55 @@ def bench(
     typer.echo(report.summary(path))
 
 
+SHORT_HELP = {
+    "settings": "Print the settings reference (Markdown).",
+    "failover": "Fail a feed over: its consumers, or its database target.",
+    "switchover": "Reverse a database feed with nothing lost.",
+    "failback": "Return to the old primary after a failover.",
+    "demo": "Run the demo: replicate, lose dc-a, fail over.",
+    "bench": "Benchmark beside MirrorMaker 2 and the brokers.",
+    "local": "Run dc-a, dc-b and PostgreSQL on this machine.",
+    "local up": "Start the local clusters and PostgreSQL.",
+    "local down": "Stop every part of the local stack.",
+    "local stop": "Stop one cluster (losing a data center).",
+    "cdc config": "Print the connector's configuration.",
+    "cdc remove": "Delete the connector (its slot stays).",
+    "pair": "Active-active: two PostgreSQL databases writing.",
+    "pair create": "Join two databases both ways.",
+    "pair status": "Both directions, connectors and checks.",
+    "pair remove": "Remove both feeds and connectors.",
+    "changefeed": "Create and manage changefeeds.",
+    "changefeed create": "Create a changefeed.",
+    "changefeed update": "Change a changefeed's topics or options.",
+    "changefeed ack-gap": "Acknowledge records lost at the source.",
+    "changefeed restart": "Restart a changefeed's tasks.",
+    "puller": "Copy source partitions into the target cluster.",
+    "puller run": "Run one puller instance.",
+    "sink": "Apply an ordered feed's sorted changes.",
+    "sink run": "Run one sink instance of an ordered feed.",
+    "sorter run": "Run the sorter of an ordered feed.",
+    "coordinator": "Run feeds, assign tasks, serve the REST API.",
+    "workload bank": "Bank transfers across partitions.",
+}
+"""The line a command list shows for a command whose first sentence is too long for it
+(click would cut it mid-phrase), by its path; its own --help keeps the whole text."""
+
+
+def _shorten(typer_app: typer.Typer, path: str = "") -> None:
+    for command in typer_app.registered_commands:
+        name = command.name or (command.callback.__name__ if command.callback else "")
+        short = SHORT_HELP.get(f"{path}{name}".replace("_", "-"))
+        if short and not command.short_help:
+            command.short_help = short
+    for group in typer_app.registered_groups:
+        short = SHORT_HELP.get(f"{path}{group.name}")
+        if short and not group.short_help:
+            group.short_help = short
+        if group.typer_instance is not None:
+            _shorten(group.typer_instance, f"{path}{group.name} ")
+
+
+_shorten(app)
+
 if __name__ == "__main__":
     app()

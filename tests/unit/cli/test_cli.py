@@ -130,3 +130,13 @@ def test_the_cdc_add_hint_names_the_topics_the_docs_use() -> None:
         "pg1\\.app\\..*",
         "pg1\\.audit\\..*",
     ]
+
+
+def test_no_command_list_cuts_a_sentence_short() -> None:
+    """Click shortens a command's help to a cut sentence ending in "..." when its first
+    sentence is long; every listed command reads as a whole sentence instead."""
+    for path in _command_paths():
+        output = runner.invoke(app, [*path, "--help"], terminal_width=80).output
+        listed = output.split("Commands:", 1)[1] if "Commands:" in output else ""
+        cut = [line.strip() for line in listed.splitlines() if line.rstrip().endswith("...")]
+        assert not cut, (path, cut)
