@@ -131,9 +131,11 @@ class Display:
 
     def progress(self, update: dict[str, Any]) -> None:
         if not self.tty:
+            # One line per update, never wrapped: a log or a file reads it as one record.
             self.console.print(
                 "  ".join(f"{h}: {v}" for h, v in zip(self.headers, self.row(update), strict=True)),
                 highlight=False,
+                soft_wrap=True,
             )
             return
         table = Table(*self.headers, title=self.title)

@@ -145,3 +145,23 @@ def test_the_live_table_leaves_no_stale_frame_when_a_log_line_interrupts_it(
     title = next(i for i, line in enumerate(lines) if "crossfeed demo" in line)
     assert warned < said < title
     assert any(line.startswith("│ 2 ") for line in lines)
+
+
+def test_without_a_terminal_each_update_is_one_line_whatever_its_width() -> None:
+    """Written to a file or a log, a progress update is one record: never wrapped at the
+    console's width."""
+    view = display.Display(tty=False, view="cdc")
+    out = io.StringIO()
+    view.console = Console(file=out, width=80)
+    view.progress(
+        {
+            "elapsed": 12.0,
+            "feed": _status("demo-cdc", "normal", 0.5, NOW_US),
+            "source": (100, 20_000),
+            "target": (100, 19_990),
+            "samples": 10,
+            "torn": 0,
+        }
+    )
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1 and len(lines[0]) > 80, lines
