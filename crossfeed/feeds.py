@@ -89,6 +89,13 @@ class FeedOptions(BaseModel):
         description="--input debezium: the connector's topic.prefix (its transaction topic is "
         "<prefix>.transaction); default: the topics' first name up to its first '.'",
     )
+    schema_registry_url: str | None = Field(
+        None,
+        alias="schema.registry.url",
+        description="--input debezium written in Avro (crossfeed cdc add --format avro): the "
+        "Confluent-compatible API of the schema registry its records name their schemas in "
+        "(Apicurio: http://HOST:PORT/apis/ccompat/v7); each schema is fetched once by id",
+    )
     syncpoint_interval_s: float = Field(
         10.0,
         alias="syncpoint.interval",
