@@ -48,6 +48,7 @@ CLUSTERS = (
 READY_TIMEOUT_S = 60.0
 CONNECT_READY_TIMEOUT_S = 240.0  # a JVM loading Connect and its plugins on 2 busy cores
 REGISTRY_READY_TIMEOUT_S = 120.0
+REGISTRY_B_PORT = 28081 + _OFF
 
 
 def connect_worker() -> ConnectWorker:
@@ -58,6 +59,22 @@ def connect_worker() -> ConnectWorker:
 def registry() -> Registry:
     """The capture side's schema registry (Debezium in Avro)."""
     return Registry()
+
+
+def registry_b() -> Registry:
+    """dc-b's side's schema registry: a copy of dc-a's that a mirror feed keeps
+    (schema.registry.target_url); started by :func:`up_registry_b`."""
+    return Registry(REGISTRY_B_PORT, "registry-b")
+
+
+def up_registry_b() -> bool:
+    """Start dc-b's side's registry unless it runs; True if it was started here."""
+    schemas = registry_b()
+    if schemas.pid() is not None:
+        return False
+    schemas.start()
+    _wait_registry(schemas)
+    return True
 
 
 def connect_worker_b() -> ConnectWorker:
@@ -302,7 +319,7 @@ def stop(alias: str, *, hard: bool = False, secure_pair: bool = False) -> bool:
 def down() -> list[str]:
     """Stop everything (both pairs); returns what was stopped."""
     stopped = [w.name for w in (connect_worker(), connect_worker_b()) if w.stop()]
-    stopped += [registry().name] if registry().stop() else []
+    stopped += [r.name for r in (registry(), registry_b()) if r.stop()]
     stopped += [k.alias for k in CLUSTERS if k.stop()]
     stopped += [f"{k.alias} (secure)" for k in SecureStack.local().nodes() if k.stop()]
     for pg in (Postgres(), postgres.source()):
@@ -373,9 +390,10 @@ def status() -> list[PartStatus]:
                 str(worker.log_file),
             )
         )
-    schemas = registry()
-    pid = schemas.pid()
-    if pid is not None or schemas.dir.exists():
+    for schemas, side in ((registry(), "dc-a"), (registry_b(), "dc-b")):
+        pid = schemas.pid()
+        if pid is None and not schemas.dir.exists():
+            continue  # never started
         answering = pid is not None and schemas.answers()
         parts.append(
             PartStatus(
@@ -383,7 +401,7 @@ def status() -> list[PartStatus]:
                 f"127.0.0.1:{schemas.port}",
                 pid,
                 answering,
-                f"schema registry (Apicurio), {schemas.url}" if answering else "",
+                f"schema registry (Apicurio) of {side}'s side, {schemas.url}" if answering else "",
                 str(schemas.log_file),
             )
         )

@@ -4,22 +4,33 @@ database password by reference, read by the Connect worker's config providers.""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import os
+import signal
 import struct
+import time
 import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import psycopg
 import pytest
+from confluent_kafka import KafkaException
 from psycopg import sql
 
 from crossfeed.cdc import captured, connector
 from crossfeed.cdc.connect_api import ConnectError
+from crossfeed.dlq import ERROR_CLASS, ERROR_MESSAGE, STAGE
 from crossfeed.kafka import clients
 from crossfeed.local import stack
+from crossfeed.workload import sql_bank
+from tests.integration.test_cdc import ACCOUNTS, _dead_letters, _start_feed, bank_across_kills
+from tests.integration.test_cdc import pg_schema as pg_schema
 from tests.support.cdc import CapturedDatabase
+from tests.support.verify import read_many
 
 pytestmark = [pytest.mark.integration]
 
@@ -121,3 +132,231 @@ def test_the_connectors_password_is_a_reference_the_worker_reads(
             conn.execute("SELECT pg_reload_conf()")
             captured.drop_slots(conn, [db.slot])
             conn.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def _avro_feed(services: Any, clusters: Any, db: CapturedDatabase, schema: str) -> Any:
+    """The connector in Avro against the local registry, and the feed reading it."""
+    db.register(heartbeat_ms=500, format="avro", registry_url=stack.registry().url)
+    db.wait_running()
+    config = {"schema.registry.url": stack.registry().url}
+    return _start_feed(services, clusters, db, schema, config=config)
+
+
+@pytest.mark.spark
+@pytest.mark.e2e
+def test_sql_bank_in_avro_arrives_whole_across_kills_and_a_new_column(
+    clusters, captured_db, pg_schema, services
+):
+    db = captured_db
+    total = sql_bank.create(db.uri, ACCOUNTS)
+    feed = _avro_feed(services, clusters, db, pg_schema)
+    bank_across_kills(clusters, db, pg_schema, feed, total, transfers=4_000)
+    # the column added mid-run registered a new version of the table's value schema
+    subject = f"{stack.registry().url}/subjects/{db.prefix}.public.transfers-value/versions"
+    versions = [_get(f"{subject}/{v}")["schema"] for v in _get(subject)]
+    assert len(versions) >= 2
+    assert '"note"' not in versions[0] and '"note"' in versions[-1]
+
+
+TYPES_TABLE = """
+CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+CREATE TABLE things (
+    id integer PRIMARY KEY, small smallint, big bigint, f4 real, f8 double precision,
+    flag boolean, name text, tag varchar(20), raw bytea, amount numeric(12, 2), free numeric,
+    day date, tod time, ts timestamp, tz timestamptz, ref uuid, doc jsonb, feeling mood
+)"""
+TYPES_ROWS = [
+    (
+        1,
+        3,
+        2**40,
+        1.5,
+        2.25,
+        True,
+        'a "quoted" name',
+        "tag",
+        b"\x00\xff",
+        "-10.50",
+        "123.456789",
+        "2022-01-08",
+        "01:02:03.000004",
+        "2023-11-14 22:13:20.123456",
+        "2026-11-27 10:00:00.5+00",
+        "2c078ecc-4ae6-413d-99e0-74fe9986ae8d",
+        '{"a": [1, 2]}',
+        "happy",
+    ),
+    (2, *([None] * 17)),
+    (
+        3,
+        -32768,
+        -(2**63),
+        -0.25,
+        1e300,
+        False,
+        "",
+        "",
+        b"",
+        "0.00",
+        "-0.5",
+        "1970-01-01",
+        "23:59:59.999999",
+        "1999-12-31 23:59:59",
+        "2000-01-01 00:00:00+05",
+        "00000000-0000-0000-0000-000000000000",
+        "[]",
+        "sad",
+    ),
+]
+TYPE_COLUMNS = (
+    "id", "small", "big", "f4", "f8", "flag", "name", "tag", "raw", "amount", "free", "day",
+    "tod", "ts", "tz", "ref", "doc", "feeling",
+)  # fmt: skip
+
+
+@pytest.mark.spark
+@pytest.mark.e2e
+def test_every_mapped_type_round_trips_in_avro_and_an_unknown_schema_id_is_a_dead_letter(
+    clusters, captured_db, pg_schema, services
+):
+    db = captured_db
+    with psycopg.connect(db.uri, autocommit=True) as conn:
+        conn.execute(TYPES_TABLE)
+        placeholders = ", ".join(["%s"] * len(TYPE_COLUMNS))
+        conn.cursor().executemany(f"INSERT INTO things VALUES ({placeholders})", TYPES_ROWS[:1])
+    feed = _avro_feed(services, clusters, db, pg_schema)  # row 1 by the snapshot
+    with psycopg.connect(db.uri, autocommit=True) as conn:  # rows 2, 3 streamed
+        conn.cursor().executemany(f"INSERT INTO things VALUES ({placeholders})", TYPES_ROWS[1:])
+    # A record whose schema id the registry does not know, on a captured topic
+    producer = clients.producer(clusters.a.config)
+    producer.produce(
+        f"{db.prefix}.public.things", value=b"\x00" + (999_999).to_bytes(4, "big") + b"junk",
+        key=b"junk",
+    )  # fmt: skip
+    producer.flush(10)
+    with psycopg.connect(db.uri, autocommit=True) as conn:  # and a change after it
+        conn.execute("UPDATE things SET name = 'after the bad one' WHERE id = 2")
+    deadline = time.monotonic() + 180
+    source: list[Any] = []
+    target: list[Any] = []
+    while time.monotonic() < deadline:
+        source = sql_bank.rows(db.uri, "public", "things", TYPE_COLUMNS)
+        with contextlib.suppress(psycopg.errors.UndefinedTable):
+            target = sql_bank.rows(clusters.postgres_uri, pg_schema, "things", TYPE_COLUMNS)
+        if source == target:
+            break
+        time.sleep(1)
+    assert target == source, f"{feed.logs()}"
+    letters: list[Any] = []
+    while not letters and time.monotonic() < deadline + 30:
+        letters = _dead_letters(clusters, feed.name)
+        time.sleep(0.5)
+    assert len(letters) == 1, letters
+    letter = letters[0]
+    assert letter.header(ERROR_CLASS) == b"UnknownSchema"
+    assert b"999999" in (letter.header(ERROR_MESSAGE) or b"")
+    assert letter.header(STAGE) == b"sink"
+    assert letter.value == b"\x00" + (999_999).to_bytes(4, "big") + b"junk"
+    feed.assert_running()
+
+
+def _register(registry_url: str, subject: str, schema: dict[str, Any]) -> int:
+    body = json.dumps({"schema": json.dumps(schema)}).encode()
+    req = urllib.request.Request(
+        f"{registry_url}/subjects/{subject}/versions",
+        data=body,
+        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as answer:
+        return int(json.loads(answer.read())["id"])
+
+
+def _confluent(sid: int, schema: dict[str, Any], record: dict[str, Any]) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    return b"\x00" + struct.pack(">I", sid) + out.getvalue()
+
+
+class ConfluentDeserializer:
+    """What a consumer with Confluent's wire-format deserializer does: the schema by id
+    from the registry it is given (once), the body with fastavro."""
+
+    def __init__(self, registry_url: str) -> None:
+        self.url = registry_url
+        self.schemas: dict[int, Any] = {}
+
+    def __call__(self, value: bytes) -> Any:
+        assert value[0] == 0
+        (sid,) = struct.unpack(">I", value[1:5])
+        if sid not in self.schemas:
+            found = _get(f"{self.url}/schemas/ids/{sid}")
+            self.schemas[sid] = fastavro.parse_schema(json.loads(found["schema"]))
+        return fastavro.schemaless_reader(io.BytesIO(value[5:]), self.schemas[sid], None)
+
+
+ORDER_V1 = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [{"name": "id", "type": "long"}, {"name": "item", "type": "string"}],
+}
+ORDER_V2 = ORDER_V1 | {
+    "fields": [*ORDER_V1["fields"], {"name": "cents", "type": "long", "default": 0}]
+}
+
+
+@pytest.mark.e2e
+def test_schemas_follow_a_mirrored_avro_topic_and_decode_on_dc_b_without_dc_a(
+    clusters, cdc_stack, services, topic_factory
+):
+    """A mirror feed of Avro records (Confluent's wire format) keeps dc-b's registry a copy
+    of dc-a's, ids kept; after dc-a and its registry are lost, a consumer on dc-b decodes
+    every record with dc-b's registry alone."""
+    registry_a, started_b = stack.registry(), stack.up_registry_b()
+    registry_b = stack.registry_b()
+    try:
+        topic = topic_factory(clusters.a, partitions=2)
+        v1 = _register(registry_a.url, f"{topic}-value", ORDER_V1)
+        producer = clients.producer(clusters.a.config)
+        sent = []
+        for n in range(100):
+            record = {"id": n, "item": f"item-{n}"}
+            sent.append(record)  # read with its writer schema: no cents
+            producer.produce(topic, key=b"%d" % n, value=_confluent(v1, ORDER_V1, record))
+        producer.flush(10)
+        config = {
+            "schema.registry.url": registry_a.url,
+            "schema.registry.target_url": registry_b.url,
+        }
+        feed = services.start_feed("avro-mirror", clusters, [topic], config=config)
+        v2 = _register(registry_a.url, f"{topic}-value", ORDER_V2)  # a version after the start
+        for n in range(100, 200):
+            record = {"id": n, "item": f"item-{n}", "cents": n * 10}
+            sent.append(record)
+            producer.produce(topic, key=b"%d" % n, value=_confluent(v2, ORDER_V2, record))
+        producer.flush(10)
+        assert v1 != v2
+        deadline = time.monotonic() + 90
+        copied: list[Any] = []
+        while time.monotonic() < deadline and len(copied) < len(sent):
+            with contextlib.suppress(KafkaException):  # not created on dc-b yet
+                found = read_many(clusters.b.config, [topic])[topic]
+                copied = [r for part in found.values() for r in part]
+            time.sleep(1)
+        assert len(copied) == len(sent), feed.logs()
+        # dc-a and its registry lost: the registry paused (it keeps its in-memory schemas
+        # for the tests after this one), dc-a's broker killed
+        os.kill(registry_a.pid() or 0, signal.SIGSTOP)
+        clusters.stop("dc-a")
+        try:
+            feed.stop_all(hard=True)
+            decode = ConfluentDeserializer(registry_b.url)
+            decoded = sorted((decode(r.value) for r in copied), key=lambda r: r["id"])
+            assert decoded == sent
+            assert set(decode.schemas) == {v1, v2}, "the ids are dc-a's, kept"
+        finally:
+            os.kill(registry_a.pid() or 0, signal.SIGCONT)
+            clusters.start("dc-a")
+    finally:
+        if started_b:
+            registry_b.stop()
