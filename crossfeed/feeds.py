@@ -99,7 +99,7 @@ class FeedOptions(BaseModel):
     schema_registry_target_url: str | None = Field(
         None,
         alias="schema.registry.target_url",
-        description="mirror feeds of records in Confluent's wire format: the target side's "
+        description="feeds into Kafka of records in Confluent's wire format: the target side's "
         "schema registry, kept a copy of schema.registry.url's (Apicurio Registry on both "
         "sides, ids kept) so that every record's schema is there before the record is "
         "committed on the target (docs/cdc.md)",
@@ -379,8 +379,11 @@ class FeedSpec(BaseModel):
                     "leave staging.partitions out (it is 1)"
                 )
         if self.config.schema_registry_target_url is not None:
-            if self.mode != "mirror":
-                raise ValueError("schema.registry.target_url is for mirror feeds")
+            if sink.scheme != "kafka":
+                raise ValueError(
+                    "schema.registry.target_url is for feeds into Kafka (mirror, or ordered "
+                    "into kafka://CLUSTER/TOPIC)"
+                )
             if not self.config.schema_registry_url:
                 raise ValueError(
                     "schema.registry.target_url needs schema.registry.url: the registry to copy"

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from crossfeed.wire import confluent_avro
+from crossfeed.wire import confluent_avro, debezium
 from crossfeed.wire.confluent_avro import AvroSchema
 
 TIMEOUT_S = 10.0
+T = TypeVar("T")
 
 
 class UnknownSchemaId(LookupError):
@@ -79,3 +81,27 @@ class SchemaRegistry:
             raise RegistryUnavailable(
                 f"the schema registry {self.url} answered no JSON for {what}: {err}"
             ) from None
+
+
+def read_debezium(
+    value: bytes | None,
+    registry: SchemaRegistry | None,
+    of_json: Callable[[bytes | None], T],
+    of_record: Callable[[Any], T],
+) -> T:
+    """What ``of_json`` reads of a Debezium record written by the JSON converter, or
+    ``of_record`` of one in Confluent's wire format, decoded with its schema from
+    ``registry`` (crossfeed/wire/debezium.py has both kinds of function). NotDebezium for
+    an Avro record whose schema the registry does not know (or with no registry);
+    RegistryUnavailable if the registry does not answer."""
+    if confluent_avro.schema_id(value) is None:
+        return of_json(value)
+    assert value is not None
+    if registry is None:
+        raise debezium.NotDebezium(
+            "an Avro record (Confluent's wire format), but the feed names no schema.registry.url"
+        )
+    try:
+        return of_record(registry.decode(value))
+    except (UnknownSchemaId, ValueError) as err:
+        raise debezium.NotDebezium(str(err)) from None

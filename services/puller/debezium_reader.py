@@ -29,12 +29,12 @@ from typing import Any, TypeVar
 from confluent_kafka import OFFSET_BEGINNING, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
-from crossfeed.cdc.registry import SchemaRegistry, UnknownSchemaId
+from crossfeed.cdc.registry import SchemaRegistry, read_debezium
 from crossfeed.core.debezium_order import RECENT_XIDS, Emit, Joiner, Waiting, drain
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
-from crossfeed.wire import confluent_avro, debezium, headers, ids, records, topics
+from crossfeed.wire import debezium, headers, ids, records, topics
 
 log = logging.getLogger(__name__)
 
@@ -126,22 +126,10 @@ class DebeziumReader:
         of_json: Callable[[bytes | None], T],
         of_record: Callable[[Any], T],
     ) -> T:
-        """What ``of_json`` reads of a JSON-converter value, or ``of_record`` of an Avro one
-        (Confluent's wire format) decoded with its schema from the registry. NotDebezium for
-        an Avro value whose schema the registry does not know (or a feed without one);
-        RegistryUnavailable if it does not answer (the reader restarts and reads again)."""
-        if confluent_avro.schema_id(value) is None:
-            return of_json(value)
-        assert value is not None
-        if self.registry is None:
-            raise debezium.NotDebezium(
-                "an Avro record (Confluent's wire format), but the feed names no "
-                "schema.registry.url"
-            )
-        try:
-            return of_record(self.registry.decode(value))
-        except (UnknownSchemaId, ValueError) as err:
-            raise debezium.NotDebezium(str(err)) from None
+        """``of_json`` or ``of_record`` of a Debezium record in either format
+        (crossfeed/cdc/registry.py: read_debezium); RegistryUnavailable makes the reader
+        restart and read again."""
+        return read_debezium(value, self.registry, of_json, of_record)
 
     def status(self) -> dict[str, Any]:
         return {

@@ -360,3 +360,57 @@ def test_schemas_follow_a_mirrored_avro_topic_and_decode_on_dc_b_without_dc_a(
     finally:
         if started_b:
             registry_b.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.e2e
+def test_debezium_avro_into_a_kafka_topic_decodes_on_dc_b_with_dc_bs_registry_alone(
+    clusters, captured_db, services, unique
+):
+    """An ordered feed of Debezium in Avro into kafka://dc-b/TOPIC with the schemas
+    following into dc-b's registry: a consumer on dc-b decodes every row with dc-b's
+    registry alone while dc-a's does not answer; the bytes are Debezium's."""
+    db = captured_db
+    started_b = stack.up_registry_b()
+    registry_a, registry_b = stack.registry(), stack.registry_b()
+    try:
+        sql_bank.create(db.uri, ACCOUNTS)
+        db.register(heartbeat_ms=500, format="avro", registry_url=registry_a.url)
+        db.wait_running()
+        target = unique("cdc-avro-ledger")
+        config = {
+            "schema.registry.url": registry_a.url,
+            "schema.registry.target_url": registry_b.url,
+        }
+        feed = _start_feed(
+            services, clusters, db, "", f"kafka://{clusters.b.alias}/{target}", config=config
+        )
+        workload = sql_bank.Transfers(db.uri, ACCOUNTS, sessions=3, total=200).start()
+        workload.join(120)
+        assert not workload.errors and workload.done == 200
+        expected = ACCOUNTS + 3 * 200
+        arrived = read_many(clusters.b.config, [target], expect=expected, timeout_s=180)
+        assert target in arrived, f"nothing reached {target}\n{feed.logs()}"
+        records = [r for part in arrived[target].values() for r in part]
+        assert len(records) == expected, f"{len(records)} of {expected}\n{feed.logs()}"
+        source = read_many(
+            clusters.a.config, [f"{db.prefix}.public.accounts", f"{db.prefix}.public.transfers"]
+        )
+        source_records = [r for topic in source.values() for part in topic.values() for r in part]
+        assert sorted(r.value for r in records) == sorted(r.value for r in source_records)
+        os.kill(registry_a.pid() or 0, signal.SIGSTOP)  # dc-a's registry does not answer
+        try:
+            decode = ConfluentDeserializer(registry_b.url)
+            rows = [decode(r.value)["after"] for r in records]
+            keys = [decode(r.key) for r in records]
+        finally:
+            os.kill(registry_a.pid() or 0, signal.SIGCONT)
+        balances = {row["id"]: row["balance"] for row in rows if "balance" in row}
+        assert balances == dict(sql_bank.rows(db.uri, "public", "accounts", ("id", "balance")))
+        ledger = sorted(row["id"] for row in rows if "src" in row)
+        assert ledger == [r[0] for r in sql_bank.rows(db.uri, "public", "transfers", ("id",))]
+        assert all(set(k) == {"id"} for k in keys)
+        feed.assert_running()
+    finally:
+        if started_b:
+            registry_b.stop()
