@@ -71,6 +71,21 @@ ORDER_V1 = {
 ORDER_V2 = ORDER_V1 | {
     "fields": [*ORDER_V1["fields"], {"name": "cents", "type": "long", "default": 0}]
 }
+ORDER_V3 = ORDER_V2 | {
+    "fields": [*ORDER_V2["fields"], {"name": "note", "type": "string", "default": ""}]
+}
+
+
+def _copies(clusters: Any, topic: str, wanted: int, timeout_s: float) -> list[Any]:
+    """The topic's records on dc-b, once there are ``wanted`` or ``timeout_s`` is up."""
+    deadline = time.monotonic() + timeout_s
+    copied: list[Any] = []
+    while time.monotonic() < deadline and len(copied) < wanted:
+        with contextlib.suppress(KafkaException):  # not created on dc-b yet
+            found = read_many(clusters.b.config, [topic])[topic]
+            copied = [r for part in found.values() for r in part]
+        time.sleep(1)
+    return copied
 
 
 @pytest.mark.e2e
@@ -104,13 +119,23 @@ def test_schemas_follow_a_mirrored_avro_topic_and_decode_on_dc_b_without_dc_a(
             producer.produce(topic, key=b"%d" % n, value=_confluent(v2, ORDER_V2, record))
         producer.flush(10)
         assert v1 != v2
-        deadline = time.monotonic() + 90
-        copied: list[Any] = []
-        while time.monotonic() < deadline and len(copied) < len(sent):
-            with contextlib.suppress(KafkaException):  # not created on dc-b yet
-                found = read_many(clusters.b.config, [topic])[topic]
-                copied = [r for part in found.values() for r in part]
-            time.sleep(1)
+        copied = _copies(clusters, topic, len(sent), 90)
+        assert len(copied) == len(sent), feed.logs()
+        # A new version while dc-a's registry does not answer: its records wait on dc-a
+        # (never on dc-b without their schema), and follow once the registry is back.
+        v3 = _register(registry_a.url, f"{topic}-value", ORDER_V3)
+        os.kill(registry_a.pid() or 0, signal.SIGSTOP)
+        try:
+            for n in range(200, 220):
+                record = {"id": n, "item": f"item-{n}", "cents": n, "note": "v3"}
+                sent.append(record)
+                producer.produce(topic, key=b"%d" % n, value=_confluent(v3, ORDER_V3, record))
+            producer.flush(10)
+            held = _copies(clusters, topic, len(sent), 25)
+            assert len(held) == len(copied), "records reached dc-b before their schema"
+        finally:
+            os.kill(registry_a.pid() or 0, signal.SIGCONT)
+        copied = _copies(clusters, topic, len(sent), 120)
         assert len(copied) == len(sent), feed.logs()
         # dc-a and its registry lost: the registry paused (it keeps its in-memory schemas
         # for the tests after this one), dc-a's broker killed
@@ -121,7 +146,7 @@ def test_schemas_follow_a_mirrored_avro_topic_and_decode_on_dc_b_without_dc_a(
             decode = ConfluentDeserializer(registry_b.url)
             decoded = sorted((decode(r.value) for r in copied), key=lambda r: r["id"])
             assert decoded == sent
-            assert set(decode.schemas) == {v1, v2}, "the ids are dc-a's, kept"
+            assert set(decode.schemas) == {v1, v2, v3}, "the ids are dc-a's, kept"
         finally:
             os.kill(registry_a.pid() or 0, signal.SIGCONT)
             clusters.start("dc-a")
