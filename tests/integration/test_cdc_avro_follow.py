@@ -12,6 +12,7 @@ import signal
 import struct
 import time
 import urllib.request
+import uuid
 from typing import Any
 
 import fastavro
@@ -123,13 +124,16 @@ def test_schemas_follow_a_mirrored_avro_topic_and_decode_on_dc_b_without_dc_a(
         assert len(copied) == len(sent), feed.logs()
         # A new version while dc-a's registry does not answer: its records wait on dc-a
         # (never on dc-b without their schema), and follow once the registry is back.
-        v3 = _register(registry_a.url, f"{topic}-value", ORDER_V3)
+        # a schema no earlier run registered (the registries dedupe equal content: an id
+        # from a run before would be on dc-b's registry already)
+        order_v3 = ORDER_V3 | {"namespace": f"shop.run_{uuid.uuid4().hex[:12]}"}
+        v3 = _register(registry_a.url, f"{topic}-value", order_v3)
         os.kill(registry_a.pid() or 0, signal.SIGSTOP)
         try:
             for n in range(200, 220):
                 record = {"id": n, "item": f"item-{n}", "cents": n, "note": "v3"}
                 sent.append(record)
-                producer.produce(topic, key=b"%d" % n, value=_confluent(v3, ORDER_V3, record))
+                producer.produce(topic, key=b"%d" % n, value=_confluent(v3, order_v3, record))
             producer.flush(10)
             held = _copies(clusters, topic, len(sent), 25)
             assert len(held) == len(copied), "records reached dc-b before their schema"
