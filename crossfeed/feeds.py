@@ -89,6 +89,21 @@ class FeedOptions(BaseModel):
         description="--input debezium: the connector's topic.prefix (its transaction topic is "
         "<prefix>.transaction); default: the topics' first name up to its first '.'",
     )
+    schema_registry_url: str | None = Field(
+        None,
+        alias="schema.registry.url",
+        description="--input debezium written in Avro (crossfeed cdc add --format avro): the "
+        "Confluent-compatible API of the schema registry its records name their schemas in "
+        "(Apicurio: http://HOST:PORT/apis/ccompat/v7); each schema is fetched once by id",
+    )
+    schema_registry_target_url: str | None = Field(
+        None,
+        alias="schema.registry.target_url",
+        description="feeds into Kafka of records in Confluent's wire format: the target side's "
+        "schema registry, kept a copy of schema.registry.url's (Apicurio Registry on both "
+        "sides, ids kept) so that every record's schema is there before the record is "
+        "committed on the target (docs/cdc.md)",
+    )
     syncpoint_interval_s: float = Field(
         10.0,
         alias="syncpoint.interval",
@@ -362,6 +377,16 @@ class FeedSpec(BaseModel):
                 raise ValueError(
                     "--input debezium is captured in commit order by one puller task: "
                     "leave staging.partitions out (it is 1)"
+                )
+        if self.config.schema_registry_target_url is not None:
+            if sink.scheme != "kafka":
+                raise ValueError(
+                    "schema.registry.target_url is for feeds into Kafka (mirror, or ordered "
+                    "into kafka://CLUSTER/TOPIC)"
+                )
+            if not self.config.schema_registry_url:
+                raise ValueError(
+                    "schema.registry.target_url needs schema.registry.url: the registry to copy"
                 )
         if self.config.active_active_side is not None:
             if sink.scheme != "postgresql" or self.input != "debezium":

@@ -4,15 +4,19 @@ one transaction per transfer, concurrent sessions) replicated from the source
 PostgreSQL to the target PostgreSQL by two sides, one after the other in one run:
 
 * ``crossfeed``: Debezium → ordered feed (puller + Debezium reader, Spark sorter, PostgreSQL
-  sink), see :mod:`crossfeed.bench.cdc_crossfeed`;
+  sink), see :mod:`crossfeed.bench.cdc_crossfeed`, with Connect's JSON converter;
+* ``crossfeed_avro``: the same with Debezium in Avro (Confluent's wire format, the local
+  schema registry);
 * ``native``: PostgreSQL's own logical replication, see :mod:`crossfeed.bench.cdc_native`.
 
 Per side: a backlog of transfers written with replication paused, then applied — rows/s
 from the first ledger row visible on the target to the last; then transfers at half
 that rate (for crossfeed, half the slower of that and Debezium's capture rate: the
 pipeline's sustainable rate) for ``lag_seconds``, each ledger row's commit→visible lag;
-a sampler on the target all along (torn samples), the peak RSS of every process, and at
-the end whether both tables on the target equal the source's.
+a sampler on the target all along (torn samples), the peak RSS of every process, the CPU
+the side's processes spent per row applied from the backlog (``cpu_ms_per_row``; the Spark
+sorter's JVM counted with its process), and at the end whether both tables on the target
+equal the source's.
 """
 
 from __future__ import annotations
@@ -22,11 +26,11 @@ import time
 from typing import Any, Protocol
 
 from crossfeed.bench.cdc_crossfeed import CrossfeedSide
-from crossfeed.bench.cdc_figures import apply_rate, capture_rate, goals, half_load
+from crossfeed.bench.cdc_figures import apply_rate, capture_rate, cpu_per_row, goals, half_load
 from crossfeed.bench.cdc_native import NativeSide
 from crossfeed.bench.cdc_watch import LagPoller, max_id, wait_transfers
 from crossfeed.bench.cleanup import Janitor
-from crossfeed.bench.measure import PeakRss
+from crossfeed.bench.measure import PeakRss, ProcessCost
 from crossfeed.workload import sql_bank
 
 ACCOUNTS = 1000
@@ -41,7 +45,7 @@ class Side(Protocol):
 
     def prepare(self, accounts: int) -> int: ...
     def capture_pids(self) -> dict[str, int]: ...
-    def after_backlog(self, transfers: int) -> dict[str, float]: ...
+    def after_backlog(self, transfers: int) -> dict[str, Any]: ...
     def start(self) -> dict[str, int]: ...
     def logs(self) -> str: ...
     def cleanup(self) -> None: ...
@@ -87,11 +91,14 @@ def measure(side: Side, *, transfers: int, lag_seconds: float, say: Any) -> dict
         sampler = sql_bank.Sampler(side.target_uri, side.schema, ACCOUNTS, total)
         sampler.start()
         began = time.monotonic()
-        rss = PeakRss(side.start())
+        pids = side.start()
+        rss = PeakRss(pids)
         rss.start()
+        cost = ProcessCost(pids, tree=True)
         try:
             first_at, last_at = wait_transfers(side.target_uri, side.schema, transfers, 1800)
             out |= apply_rate(transfers, first_at, last_at)
+            out |= cpu_per_row(cost.finish((first_at, last_at)), transfers)
             out["startup_s"] = round(first_at - began, 1)
             say(f"cdc {side.name}: {out['rows_per_s']:,} rows/s applied from the backlog")
             rate = half_load(min(out["rows_per_s"], out.get("capture_rows_per_s", math.inf)))
@@ -106,6 +113,7 @@ def measure(side: Side, *, transfers: int, lag_seconds: float, say: Any) -> dict
             }
             say(f"cdc {side.name}: lag at half load {out['lag']['lag_ms']}")
         finally:
+            cost.stop()
             sampler.stop()
             peaks = rss.finish()
             for label, mb in capture.finish().items():
@@ -141,7 +149,11 @@ def run(
         "sessions": SESSIONS,
         "lag_seconds": lag_seconds,
     }
-    sides: list[Side] = [NativeSide(), CrossfeedSide(janitor, a, b)]
+    sides: list[Side] = [
+        NativeSide(),
+        CrossfeedSide(janitor, a, b, "json"),
+        CrossfeedSide(janitor, a, b, "avro"),
+    ]
     for side in sides:
         out[side.name] = attempt(
             say,

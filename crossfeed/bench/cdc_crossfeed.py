@@ -5,7 +5,11 @@ with its Debezium reader, Spark sorter, PostgreSQL sink) into a schema of its ow
 The connector is registered before the backlog is written, so the backlog is streamed
 (only the opening accounts come by Debezium's snapshot); the feed's processes start once
 Debezium has published the whole backlog, so what is measured is crossfeed applying a
-backlog that waits in Kafka (``capture_s`` says how long Debezium trailed the writer)."""
+backlog that waits in Kafka (``capture_s`` says how long Debezium trailed the writer).
+
+``format``: the connector's, json (Connect's JSON converter, the schema in every event) or
+avro (Confluent's wire format against the local stack's schema registry); the side's
+``bytes_per_event`` are what Debezium wrote per event on each table's topic."""
 
 from __future__ import annotations
 
@@ -30,11 +34,17 @@ from crossfeed.workload import sql_bank
 ROLES = ("puller", "sorter", "sink")
 
 
-class CrossfeedSide:
-    name = "crossfeed"
+SAMPLED_EVENTS = 5000  # events read of each table's topic for bytes_per_event
 
-    def __init__(self, janitor: Janitor, a: dict[str, Any], b: dict[str, Any]) -> None:
+
+class CrossfeedSide:
+    def __init__(
+        self, janitor: Janitor, a: dict[str, Any], b: dict[str, Any], format: str = "json"
+    ) -> None:
         self.janitor, self.a, self.b = janitor, a, b
+        self.format = format
+        self.name = "crossfeed" if format == "json" else f"crossfeed_{format}"
+        self.registry = stack.registry().url
         self.db = f"bench_cdc_{uuid.uuid4().hex[:6]}"
         self.prefix = self.db.replace("_", "-")
         self.source_uri = _server(postgres.SOURCE_URI, self.db)
@@ -58,7 +68,13 @@ class CrossfeedSide:
         with psycopg.connect(_server(postgres.SOURCE_URI, "postgres"), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.db}"')
         total = sql_bank.create(self.source_uri, accounts)
-        config = connector.connector_config(self.source_uri, self.prefix, heartbeat_ms=1000)
+        config = connector.connector_config(
+            self.source_uri,
+            self.prefix,
+            heartbeat_ms=1000,
+            format=self.format,
+            registry_url=self.registry,
+        )
         connector.register(self.connect_url, self.db, config)
         connector.wait_running(self.connect_url, self.db, 90)
         return total
@@ -67,7 +83,7 @@ class CrossfeedSide:
         pid = stack.connect_worker().pid()
         return {"connect (Debezium)": pid} if pid else {}
 
-    def after_backlog(self, transfers: int) -> dict[str, float]:
+    def after_backlog(self, transfers: int) -> dict[str, Any]:
         """Until Debezium's transaction topic holds the backlog's BEGIN and END records."""
         began = time.monotonic()
         topic = f"{self.prefix}.transaction"
@@ -78,11 +94,34 @@ class CrossfeedSide:
                 with contextlib.suppress(Exception):  # not created yet
                     high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1]
                 if high >= 2 * transfers:
-                    return {"capture_s": round(time.monotonic() - began, 2)}
+                    return {
+                        "capture_s": round(time.monotonic() - began, 2),
+                        "bytes_per_event": self._bytes_per_event(),
+                    }
                 time.sleep(0.2)
         finally:
             consumer.close()
         raise RuntimeError(f"Debezium published {high // 2} of {transfers} transactions")
+
+    def _bytes_per_event(self) -> dict[str, float]:
+        """Key and value bytes per event on each table's topic (the first events)."""
+        out = {}
+        for table in ("accounts", "transfers"):
+            topic = f"{self.prefix}.public.{table}"
+            consumer = clients.consumer(self.a, **{"group.id": f"bench-cdc-bytes-{self.db}"})
+            try:
+                consumer.assign([TopicPartition(topic, 0, 0)])
+                sizes: list[int] = []
+                deadline = time.monotonic() + 60
+                while len(sizes) < SAMPLED_EVENTS and time.monotonic() < deadline:
+                    batch = consumer.consume(1000, 1.0)
+                    if not batch:
+                        break
+                    sizes += [len(m.value() or b"") + len(m.key() or b"") for m in batch]
+                out[table] = round(sum(sizes) / len(sizes), 1) if sizes else 0.0
+            finally:
+                consumer.close()
+        return out
 
     def start(self) -> dict[str, int]:
         self.pipeline = Pipeline(
@@ -92,7 +131,8 @@ class CrossfeedSide:
             rf"{self.prefix}\.public\..*",
             f"{self.target_uri}?schema={self.schema}",
             roles=ROLES,
-            options={"input": "debezium"},
+            options={"input": "debezium"}
+            | ({"schema.registry.url": self.registry} if self.format == "avro" else {}),
         )
         return self.pipeline.start() | self.capture_pids()
 

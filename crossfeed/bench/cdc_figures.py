@@ -31,6 +31,17 @@ def capture_rate(transfers: int, seconds: float) -> dict[str, float]:
     return {"capture_rows_per_s": round(transfers * ROWS_PER_TRANSFER / max(seconds, 1e-3), 1)}
 
 
+def cpu_per_row(cost: dict[str, dict[str, float]], transfers: int) -> dict[str, Any]:
+    """CPU milliseconds per row applied from the backlog, of every process in ``cost``
+    (ProcessCost.finish with the apply window) and per process."""
+    rows = max(transfers * ROWS_PER_TRANSFER, 1)
+    per = {
+        label: round(figures.get("cpu_window_s", 0.0) * 1000 / rows, 4)
+        for label, figures in cost.items()
+    }
+    return {"cpu_ms_per_row": round(sum(per.values()), 4), "cpu_ms_per_row_by_process": per}
+
+
 def half_load(rows_per_s: float) -> float:
     """Transactions/s for the lag phase: half the measured apply rate."""
     return max(rows_per_s / ROWS_PER_TRANSFER / 2, 1.0)

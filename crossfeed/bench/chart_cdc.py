@@ -12,12 +12,14 @@ from crossfeed.bench.chart import Panel, _bars, _darker, _one
 
 SIDES = (
     ("native", "PostgreSQL logical replication", "#777777"),
-    ("crossfeed", "crossfeed", "#2ca02c"),
+    ("crossfeed", "crossfeed (JSON)", "#2ca02c"),
+    ("crossfeed_avro", "crossfeed (Avro)", "#1f77b4"),
 )
 # A shade per process within a side's colour, so each bar has its own legend entry.
 SHADES = {
     "native": ("#777777", "#bbbbbb"),
     "crossfeed": ("#2ca02c", "#98df8a", "#1a651a", "#c7e9c0"),
+    "crossfeed_avro": ("#1f77b4", "#aec7e8", "#0e3d5e", "#c6dbef"),
 }
 
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-LABELS = {"native": "PostgreSQL logical replication", "crossfeed": "crossfeed (Debezium)"}
+LABELS = {
+    "native": "PostgreSQL logical replication",
+    "crossfeed": "crossfeed (Debezium, JSON)",
+    "crossfeed_avro": "crossfeed (Debezium, Avro)",
+}
 
 
 def _num(value: Any, digits: int = 0) -> str:
@@ -34,6 +38,11 @@ def _side(label: str, side: Mapping[str, Any]) -> list[str]:
         f"{_num(lag.get('p50_last_quarter_ms'))} ms)",
         f"    torn samples {side.get('torn_samples')} of {side.get('samples')}; target equals "
         f"source: {side.get('target_equals_source')}; peak RSS MB: {rss or 'n/a'}",
+        f"    CPU {_num(side.get('cpu_ms_per_row'), 3)} ms per row applied; bytes per event: "
+        + (
+            ", ".join(f"{k} {_num(v)}" for k, v in (side.get("bytes_per_event") or {}).items())
+            or "n/a"
+        ),
     ]
 
 
@@ -45,7 +54,8 @@ def lines(cdc: Mapping[str, Any]) -> list[str]:
         f"{cdc.get('sessions')} sessions):"
     ]
     for key, label in LABELS.items():
-        out += _side(label, cdc.get(key) or {})
+        if key in cdc or key != "crossfeed_avro":  # a result from before Avro has no such side
+            out += _side(label, cdc.get(key) or {})
     goals = cdc.get("goals") or {}
     out.append(
         f"  goals: crossfeed at {_num(goals.get('of_native'), 2)} of native (≥ "

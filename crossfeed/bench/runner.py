@@ -472,6 +472,8 @@ def _stop_cdc(started: list[str]) -> None:
     active-active part)."""
     if "connect" in started:
         stack.connect_worker().stop()
+    if stack.registry().name in started:
+        stack.registry().stop()
     if stack.connect_worker_b().name in started:
         stack.connect_worker_b().stop()
     if postgres.source().name in started:

@@ -8,8 +8,13 @@ What crossfeed relies on, and why each setting is here:
 * ``provide.transaction.metadata=true``: the transaction topic, whose END records give
   the commit order and each transaction's event count;
 * ``heartbeat.interval.ms``: an idle database still moves the feed's consistency_ts;
-* the JSON converter with schemas: the sink maps columns from the Connect schema in each
-  event, and no schema registry is needed;
+* the format (``format``): Connect's JSON converter with schemas (the default: the sink
+  maps columns from the Connect schema in each event, and no schema registry is needed),
+  or Apicurio Registry's Avro converter in Confluent's wire format (``avro``: a magic byte
+  0, the schema's 4-byte id in the registry, the Avro body), which Confluent's own clients
+  read too: see :func:`avro_converter`;
+* the database password by reference only (:func:`password_reference`): the worker's
+  config providers read it, so neither Connect's config topic nor its REST API holds it;
 * ``tombstones.on.delete=false``: a delete is one event (a tombstone carries nothing the
   sink applies);
 * ``skipped.operations=none``: a TRUNCATE is captured too (Debezium skips it by default);
@@ -28,14 +33,80 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from typing import Any
+from typing import Any, Final
 from urllib.parse import unquote, urlparse
 
 from crossfeed.cdc.connect_api import ConnectError, request
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
+AVRO_CONVERTER = "io.apicurio.registry.utils.converter.AvroConverter"
+FORMATS = ("json", "avro")
 PREFIX_RE = re.compile(r"^[A-Za-z0-9_-]{1,60}$")
+# crossfeed's secret references (docs/security.md), as a whole password
+_ENV_REF = re.compile(r"^\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}$")
+_FILE_REF = re.compile(r"^\$\{file:(/[^}]*[^/}])\}$")
+# The Connect worker's config providers these references are translated for (what the local
+# stack's worker declares; a Connect cluster of one's own needs the same two lines).
+WORKER_CONFIG_PROVIDERS: Final = {
+    "config.providers": "env,dir",
+    "config.providers.env.class": "org.apache.kafka.common.config.provider.EnvVarConfigProvider",
+    "config.providers.dir.class": "org.apache.kafka.common.config.provider.DirectoryConfigProvider",
+}
+
+
+def password_reference(password: str) -> str:
+    """The connector's ``database.password`` for a database URI's password, which must be
+    one of crossfeed's references: ``${env:NAME}`` stays as it is (Connect's
+    EnvVarConfigProvider reads the worker's environment), ``${file:/dir/name}`` becomes
+    ``${dir:/dir:name}`` (its DirectoryConfigProvider reads the file's content). A password in
+    clear is refused: Connect would store it in its config topic and show it in its REST API."""
+    if _ENV_REF.match(password):
+        return password
+    found = _FILE_REF.match(password)
+    if found:
+        directory, _, name = found.group(1).rpartition("/")
+        return f"${{dir:{directory or '/'}:{name}}}"
+    raise ValueError(
+        "the database URI holds a password in clear, which Kafka Connect would keep in its "
+        "config topic and show to anyone who may read a connector's config: give it by "
+        "reference instead, postgresql://USER:${env:NAME}@HOST/DB (an environment variable of "
+        "the Connect workers) or postgresql://USER:${file:/PATH}@HOST/DB (a file they can "
+        "read), with the workers' config.providers set (docs/cdc.md)"
+    )
+
+
+def avro_converter(registry_url: str) -> dict[str, str]:
+    """Apicurio Registry's Avro converter for the keys and values, in Confluent's wire
+    format: the schema's content id (the id the registry's Confluent-compatible API gives
+    it) in the 4-byte legacy id handler after a magic byte 0, nothing in headers; each
+    table's key and value schemas registered on first use under ``<topic>-key`` and
+    ``<topic>-value`` (Confluent's TopicNameStrategy), a new version when a column is
+    added. ``registry_url``: the registry's root (``http://HOST:PORT``) or either API's URL."""
+    native = registry_api_root(registry_url) + "/apis/registry/v2"
+    config: dict[str, str] = {}
+    for side in ("key", "value"):
+        config[f"{side}.converter"] = AVRO_CONVERTER
+        settings = {
+            "apicurio.registry.url": native,
+            "apicurio.registry.auto-register": "true",
+            "apicurio.registry.find-latest": "true",
+            "apicurio.registry.as-confluent": "true",
+            "apicurio.registry.use-id": "contentId",
+            "apicurio.registry.id-handler": "io.apicurio.registry.serde.Legacy4ByteIdHandler",
+            "apicurio.registry.headers.enabled": "false",
+        }
+        config.update({f"{side}.converter.{k}": v for k, v in settings.items()})
+    return config
+
+
+def registry_api_root(url: str) -> str:
+    """An Apicurio Registry's root URL from its root or either of its APIs' URLs."""
+    root = url.rstrip("/")
+    for suffix in ("/apis/registry/v2", "/apis/ccompat/v7", "/apis/ccompat/v6"):
+        if root.endswith(suffix):
+            return root[: -len(suffix)]
+    return root
 
 
 def connector_config(
@@ -47,9 +118,17 @@ def connector_config(
     replication_factor: int = 1,
     partitions: int = 1,
     snapshot_mode: str = "initial",
+    format: str = "json",
+    registry_url: str | None = None,
 ) -> dict[str, str]:
     """The connector's configuration for the database at ``database_uri``
-    (``postgresql://USER[:PASSWORD]@HOST:PORT/DB``); ValueError naming what is wrong."""
+    (``postgresql://USER[:PASSWORD]@HOST:PORT/DB``, a password only by reference: see
+    :func:`password_reference`), in ``format`` (``json``, or ``avro`` against the registry
+    at ``registry_url``); ValueError naming what is wrong."""
+    if format not in FORMATS:
+        raise ValueError(f"format {format!r}: json or avro")
+    if format == "avro" and not registry_url:
+        raise ValueError("the avro format needs a schema registry's URL (--registry)")
     if not PREFIX_RE.match(prefix):
         raise ValueError(
             f"topic prefix {prefix!r} must be 1-60 letters, digits, '_' or '-' (it starts "
@@ -71,7 +150,6 @@ def connector_config(
         "database.hostname": parsed.hostname,
         "database.port": str(parsed.port or 5432),
         "database.user": unquote(parsed.username or "postgres"),
-        "database.password": unquote(parsed.password or ""),
         "database.dbname": database,
         "topic.prefix": prefix,
         "plugin.name": "pgoutput",
@@ -85,13 +163,23 @@ def connector_config(
         "tombstones.on.delete": "false",
         "skipped.operations": "none",  # Debezium skips TRUNCATE by default
         "snapshot.mode": snapshot_mode,
-        "key.converter": JSON_CONVERTER,
-        "key.converter.schemas.enable": "true",
-        "value.converter": JSON_CONVERTER,
-        "value.converter.schemas.enable": "true",
         "topic.creation.default.replication.factor": str(replication_factor),
         "topic.creation.default.partitions": str(partitions),
     }
+    if parsed.password:
+        config["database.password"] = password_reference(unquote(parsed.password))
+    if format == "avro":
+        assert registry_url is not None
+        config.update(avro_converter(registry_url))
+    else:
+        config.update(
+            {
+                "key.converter": JSON_CONVERTER,
+                "key.converter.schemas.enable": "true",
+                "value.converter": JSON_CONVERTER,
+                "value.converter.schemas.enable": "true",
+            }
+        )
     if tables:
         config["table.include.list"] = ",".join(tables)
     return config

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from typing import Optional
+from urllib.parse import quote, urlparse
 
 import typer
 
@@ -14,6 +15,7 @@ from crossfeed.cdc.connect_api import ConnectError
 from crossfeed.cli.common import clean_errors, fail, out_console
 from crossfeed.local.connect import REST_PORT
 from crossfeed.local.postgres import SOURCE_URI
+from crossfeed.local.registry import PORT as REGISTRY_PORT
 
 app = typer.Typer(
     rich_markup_mode=None, help="Capture a PostgreSQL database with Debezium on Kafka Connect."
@@ -25,19 +27,41 @@ ConnectOpt = typer.Option(
 )
 
 
+DEFAULT_REGISTRY = f"http://127.0.0.1:{REGISTRY_PORT}"
+
+
 def _config(
-    database: str, prefix: str, tables: list[str], heartbeat_ms: int, replication_factor: int
+    database: str,
+    prefix: str,
+    tables: list[str],
+    heartbeat_ms: int,
+    replication_factor: int,
+    password: str | None,
+    format: str,
+    registry: str,
 ) -> dict[str, str]:
     try:
         return connector.connector_config(
-            database,
+            with_password(database, password) if password else database,
             prefix,
             tables=tables or None,
             heartbeat_ms=heartbeat_ms,
             replication_factor=replication_factor,
+            format=format,
+            registry_url=registry,
         )
     except ValueError as err:
         fail(str(err))
+
+
+def with_password(database: str, password: str) -> str:
+    """``database`` with ``password`` (a reference: ``${file:/path}`` holds slashes, which
+    a URI's user part cannot) in its user part, percent-encoded."""
+    parsed = urlparse(database)
+    user = parsed.username or "postgres"
+    host = parsed.netloc.rpartition("@")[2]
+    netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{host}"
+    return parsed._replace(netloc=netloc).geturl()
 
 
 DatabaseOpt = typer.Option(
@@ -52,6 +76,24 @@ HeartbeatOpt = typer.Option(1000, "--heartbeat-ms", help="heartbeat interval (id
 ReplicationOpt = typer.Option(
     1, "--replication-factor", help="replication factor of the topics Connect creates"
 )
+PasswordOpt = typer.Option(
+    None,
+    "--password",
+    help="the database password by reference, read by the Connect workers: ${env:NAME} or "
+    "${file:/PATH} (a password in clear is refused; the URI may hold the reference instead)",
+)
+FormatOpt = typer.Option(
+    "json",
+    "--format",
+    help="json (Connect's JSON converter, the schema in every event) or avro (Apicurio's Avro "
+    "converter against --registry, Confluent's wire format)",
+)
+RegistryOpt = typer.Option(
+    DEFAULT_REGISTRY,
+    "--registry",
+    help="--format avro: the Apicurio Registry the Connect workers register schemas in "
+    "(default: the local stack's)",
+)
 
 
 @app.command()
@@ -63,10 +105,14 @@ def add(
     tables: list[str] = TablesOpt,
     heartbeat_ms: int = HeartbeatOpt,
     replication_factor: int = ReplicationOpt,
+    password: Optional[str] = PasswordOpt,  # noqa: UP045
+    format: str = FormatOpt,
+    registry: str = RegistryOpt,
     connect: str = ConnectOpt,
 ) -> None:
     """Register the Debezium connector for a database (or update it)."""
-    config = _config(database, prefix, tables, heartbeat_ms, replication_factor)
+    options = (heartbeat_ms, replication_factor, password, format, registry)
+    config = _config(database, prefix, tables, *options)
     try:
         connector.register(connect, name, config)
     except ConnectError as err:
@@ -97,9 +143,14 @@ def show_config(
     tables: list[str] = TablesOpt,
     heartbeat_ms: int = HeartbeatOpt,
     replication_factor: int = ReplicationOpt,
+    password: Optional[str] = PasswordOpt,  # noqa: UP045
+    format: str = FormatOpt,
+    registry: str = RegistryOpt,
 ) -> None:
-    """Print the connector's JSON configuration, for a Connect cluster of your own."""
-    config = _config(database, prefix, tables, heartbeat_ms, replication_factor)
+    """Print the connector's JSON configuration, for a Connect cluster of your own (its
+    workers need the config providers env and dir: docs/cdc.md)."""
+    options = (heartbeat_ms, replication_factor, password, format, registry)
+    config = _config(database, prefix, tables, *options)
     typer.echo(json.dumps(config, indent=2))
 
 

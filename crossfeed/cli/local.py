@@ -34,7 +34,8 @@ def up(
         False,
         "--cdc",
         help="the capture side too: a source PostgreSQL (127.0.0.1:15432, wal_level=logical) "
-        "and Kafka Connect with Debezium (REST 127.0.0.1:18083) writing to dc-a",
+        "Kafka Connect with Debezium (REST 127.0.0.1:18083) writing to dc-a, and a schema "
+        "registry (Apicurio, 127.0.0.1:18081) for Debezium in Avro",
     ),
     active_active: bool = typer.Option(
         False,
@@ -64,7 +65,7 @@ def up(
     if cdc or active_active:
         out_console.print(
             f"postgres-a (source) up on 127.0.0.1:{SOURCE_PORT}; Kafka Connect with Debezium "
-            f"on {stack.connect_worker().url}",
+            f"on {stack.connect_worker().url}; schema registry on {stack.registry().url}",
             highlight=False,
             soft_wrap=True,
         )

@@ -398,6 +398,12 @@ def demo(
     seconds: float = typer.Option(
         30.0, help="--ordered, --cdc, --active-active, --dr: how long the bank workload runs"
     ),
+    format: str = typer.Option(
+        "json",
+        "--format",
+        help="--cdc: the connector's format, json or avro (Confluent's wire format, with the "
+        "local stack's schema registry)",
+    ),
 ) -> None:
     """The main job, end to end: replicate, lose dc-a, fail consumers over (or, with
     --ordered, an ordered feed into PostgreSQL that never shows a torn transfer; with
@@ -414,6 +420,8 @@ def demo(
 
     if sum((ordered, cdc, active_active, dr)) > 1:
         fail("--ordered, --cdc, --active-active and --dr are separate demos: choose one")
+    if format not in ("json", "avro") or (format != "json" and not cdc):
+        fail("--format is json or avro, and for --cdc only")
     # The demo runs coordinators and the local stack's PostgreSQL; --ordered and --cdc the
     # sorter too.
     bank = ordered or cdc or active_active or dr
@@ -441,7 +449,9 @@ def demo(
         elif cdc:
             from crossfeed.demo.cdc import CdcDemo
 
-            summary = CdcDemo(seconds, rate or 100.0, display.say, display.progress).run()
+            summary = CdcDemo(
+                seconds, rate or 100.0, display.say, display.progress, format=format
+            ).run()
         elif ordered:
             from crossfeed.demo.ordered import OrderedDemo
 

@@ -11,7 +11,9 @@ transaction, so a reader may see it in parts: the sampler starts only then — c
 sessions write transfers, each one real multi-statement transaction over both tables,
 while a sampler reads the target in REPEATABLE READ: the total balance must never change
 and no ledger row may be without its accounts. At the end both tables are compared row
-for row, source against target.
+for row, source against target. With ``format`` avro the connector writes Avro in
+Confluent's wire format against the local stack's schema registry, and the feed reads it
+from there.
 
 Every process is stopped at the end, Ctrl-C included, and the connector, its replication
 slot and the source database are removed; the target schema ``demo_cdc_<run>`` stays for
@@ -93,6 +95,7 @@ class CdcSummary:
 @dataclass
 class CdcDemo(BankDemo):
     rate: float = 100.0
+    format: str = "json"  # the connector's: json, or avro with the local schema registry
 
     @property
     def name(self) -> str:
@@ -125,11 +128,14 @@ class CdcDemo(BankDemo):
             f"source database {db.name}: {ACCOUNTS} accounts (total {total:,}) and "
             f"{SNAPSHOT_TRANSFERS} transfers, written before capture starts"
         )
-        db.register(heartbeat_ms=500)
+        registry = stack.registry().url
+        avro = self.format == "avro"
+        db.register(heartbeat_ms=500, format=self.format, registry_url=registry)
         db.wait_running()
         self.say(
             f"connector {db.name} registered: Debezium snapshots {db.name}, then streams "
             f"its changes to dc-a topics {db.prefix}.public.*"
+            + (f", in Avro with its schemas in {registry}" if avro else ", in JSON")
         )
         feed = self.name.replace("_", "-")
         api = start_ordered_feed(
@@ -140,7 +146,8 @@ class CdcDemo(BankDemo):
                 "sink-uri": f"{POSTGRES_URI}?schema={self.name}",
                 "topics": [db.topics],
                 "mode": "ordered",
-                "config": {"input": "debezium"},
+                "config": {"input": "debezium"}
+                | ({"schema.registry.url": registry} if avro else {}),
             },
             pullers=1,
         )

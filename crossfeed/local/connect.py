@@ -2,7 +2,9 @@
 to dc-a (REST 127.0.0.1:18083), ``--active-active`` a second one writing to dc-b (REST
 127.0.0.1:28083, its own group and its own config/offset/status topics, log in
 ``.crossfeed/connect-b/``). Each runs in distributed mode, REST on 127.0.0.1 only, with the
-Debezium PostgreSQL connector in its ``plugin.path``. Connect itself (connect-runtime,
+Debezium PostgreSQL connector and Apicurio Registry's Avro converter in its ``plugin.path``,
+and the config providers ``env`` and ``dir`` that a connector's password references are
+read with (crossfeed/cdc/connector.py: password_reference). Connect itself (connect-runtime,
 connect-json) is on the Kafka classpath ``make setup`` resolves; the Debezium plugin's
 jars are ``.crossfeed/lib/debezium/``.
 """
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from crossfeed import paths
 from crossfeed.cdc.connect_api import ConnectError, request
+from crossfeed.cdc.connector import WORKER_CONFIG_PROVIDERS
 from crossfeed.local import processes
 from crossfeed.local.kafka import LOG4J2_PROPERTIES, SetupMissing, java_command
 
@@ -100,6 +103,8 @@ class ConnectWorker:
                 f"rest.advertised.port={self.port}",
                 f"plugin.path={plugin_dir()}",
                 "topic.creation.enable=true",
+                # ${env:NAME} and ${dir:DIR:FILE} in a connector's config: read by the worker
+                *(f"{k}={v}" for k, v in WORKER_CONFIG_PROVIDERS.items()),
                 "",
             ]
         )
@@ -134,3 +139,7 @@ class ConnectWorker:
         except ConnectError:
             return False
         return any(p.get("class", "").endswith("PostgresConnector") for p in plugins)
+
+    def has_avro_converter(self) -> bool:
+        """Apicurio's Avro converter is in the worker's ``plugin.path``."""
+        return any(plugin_dir().glob("apicurio-converter/apicurio-registry-utils-converter-*.jar"))

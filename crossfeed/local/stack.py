@@ -5,8 +5,9 @@ PostgreSQL on 127.0.0.1:25432. ``up`` is idempotent and waits until every part
 answers a real request; ``down`` leaves no process behind.
 
 ``up --cdc`` starts the capture side too: a source PostgreSQL on 127.0.0.1:15432
-(``wal_level=logical``) and a Kafka Connect worker writing to the plain dc-a with the
-Debezium PostgreSQL connector, REST on 127.0.0.1:18083.
+(``wal_level=logical``), a Kafka Connect worker writing to the plain dc-a with the
+Debezium PostgreSQL connector, REST on 127.0.0.1:18083, and a schema registry (Apicurio,
+127.0.0.1:18081, ``registry.py``) for Debezium in Avro.
 
 ``up --active-active`` (implies ``--cdc``) captures both sides: both PostgreSQL servers run
 with ``wal_level=logical`` and ``track_commit_timestamp=on`` (a server already running
@@ -36,6 +37,7 @@ from crossfeed.local.kafka import KafkaNode
 from crossfeed.local.postgres import URI as POSTGRES_URI
 from crossfeed.local.postgres import Postgres
 from crossfeed.local.postgres import target as _target
+from crossfeed.local.registry import Registry
 from crossfeed.local.secure import SecureNode, SecureStack
 
 _OFF = paths.port_offset()
@@ -45,11 +47,34 @@ CLUSTERS = (
 )
 READY_TIMEOUT_S = 60.0
 CONNECT_READY_TIMEOUT_S = 240.0  # a JVM loading Connect and its plugins on 2 busy cores
+REGISTRY_READY_TIMEOUT_S = 120.0
+REGISTRY_B_PORT = 28081 + _OFF
 
 
 def connect_worker() -> ConnectWorker:
     """The capture side's Connect worker (its Kafka cluster is the plain dc-a)."""
     return ConnectWorker(CLUSTERS[0].bootstrap)
+
+
+def registry() -> Registry:
+    """The capture side's schema registry (Debezium in Avro)."""
+    return Registry()
+
+
+def registry_b() -> Registry:
+    """dc-b's side's schema registry: a copy of dc-a's that a mirror feed keeps
+    (schema.registry.target_url); started by :func:`up_registry_b`."""
+    return Registry(REGISTRY_B_PORT, "registry-b")
+
+
+def up_registry_b() -> bool:
+    """Start dc-b's side's registry unless it runs; True if it was started here."""
+    schemas = registry_b()
+    if schemas.pid() is not None:
+        return False
+    schemas.start()
+    _wait_registry(schemas)
+    return True
 
 
 def connect_worker_b() -> ConnectWorker:
@@ -175,8 +200,9 @@ def _wait_postgres(pg: Postgres, deadline: float) -> None:
 
 
 def up_cdc(*, active_active: bool = False) -> list[str]:
-    """Start the capture side (dc-a must answer): the source PostgreSQL and Connect with
-    Debezium; returns what was started here (tests stop just that). ``active_active``:
+    """Start the capture side (dc-a must answer): the source PostgreSQL, the schema registry
+    and Connect with Debezium; returns what was started here (tests stop just that).
+    ``active_active``:
     the source with commit timestamps (:func:`up_active_active` starts the rest)."""
     started = []
     pg = postgres.source(active_active)
@@ -186,12 +212,31 @@ def up_cdc(*, active_active: bool = False) -> list[str]:
     _wait_postgres(pg, time.monotonic() + READY_TIMEOUT_S)
     if _settle(pg):
         started.append(f"{pg.name} (restarted)")
+    schemas = registry()
+    if schemas.pid() is None:
+        schemas.start()  # starts while Connect loads its plugins
+        started.append(schemas.name)
     worker = connect_worker()
     if worker.pid() is None:
         worker.start()
         started.append("connect")
+    _wait_registry(schemas)
     _wait_connect(worker)
     return started
+
+
+def _wait_registry(schemas: Registry) -> None:
+    if (
+        not processes.wait_until(
+            lambda: schemas.pid() is None or schemas.answers(), REGISTRY_READY_TIMEOUT_S, 1.0
+        )
+        or not schemas.answers()
+    ):
+        raise StackError(
+            f"the schema registry did not answer on {schemas.url} within "
+            f"{REGISTRY_READY_TIMEOUT_S:.0f}s; see {schemas.log_file}:\n"
+            f"{processes.tail(schemas.log_file)}"
+        )
 
 
 def up_active_active() -> list[str]:
@@ -274,6 +319,7 @@ def stop(alias: str, *, hard: bool = False, secure_pair: bool = False) -> bool:
 def down() -> list[str]:
     """Stop everything (both pairs); returns what was stopped."""
     stopped = [w.name for w in (connect_worker(), connect_worker_b()) if w.stop()]
+    stopped += [r.name for r in (registry(), registry_b()) if r.stop()]
     stopped += [k.alias for k in CLUSTERS if k.stop()]
     stopped += [f"{k.alias} (secure)" for k in SecureStack.local().nodes() if k.stop()]
     for pg in (Postgres(), postgres.source()):
@@ -342,6 +388,21 @@ def status() -> list[PartStatus]:
                 answering,
                 f"Debezium PostgreSQL connector, writes to {writes_to}" if answering else "",
                 str(worker.log_file),
+            )
+        )
+    for schemas, side in ((registry(), "dc-a"), (registry_b(), "dc-b")):
+        pid = schemas.pid()
+        if pid is None and not schemas.dir.exists():
+            continue  # never started
+        answering = pid is not None and schemas.answers()
+        parts.append(
+            PartStatus(
+                schemas.name,
+                f"127.0.0.1:{schemas.port}",
+                pid,
+                answering,
+                f"schema registry (Apicurio) of {side}'s side, {schemas.url}" if answering else "",
+                str(schemas.log_file),
             )
         )
     return parts

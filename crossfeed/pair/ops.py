@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from crossfeed.cdc import connector
 from crossfeed.cdc.connect_api import ConnectError
+from crossfeed.config.settings import resolve_references
 from crossfeed.core import pair_plan
 from crossfeed.core.pair_checks import (
     BOOKKEEPING_TABLES,
@@ -36,7 +37,7 @@ from crossfeed.core.pair_checks import (
     check_server,
 )
 from crossfeed.core.pair_plan import PairPlan, Side
-from crossfeed.core.secrets import mask_text
+from crossfeed.core.secrets import SecretError, mask_text
 from crossfeed.extras import missing_message
 from crossfeed.pair import catalog, sql
 
@@ -105,7 +106,10 @@ def _psycopg() -> Any:
 def _connected(uri: str, what: str) -> Iterator[Any]:
     psycopg = _psycopg()
     try:
-        conn = psycopg.connect(uri, autocommit=True, connect_timeout=10)
+        # a ${env:}/${file:} password is read here, as the sink and Connect's workers read it
+        conn = psycopg.connect(resolve_references(uri, what), autocommit=True, connect_timeout=10)
+    except SecretError as err:
+        raise PairError([f"{what}: {err}"]) from None
     except psycopg.Error as err:
         message = f"{what}: cannot connect to {uri}: {_first_line(err)}"
         raise PairError([mask_text(message)]) from None
@@ -134,6 +138,8 @@ def plan_of(request: PairRequest, listed: list[str] | None = None) -> PairPlan:
             tables = request.tables if listed is None else listed
             schema, names = pair_plan.split_tables(tables, request.schema_name)
             counters = pair_plan.check_counters(request.counters, names)
+        for db in (a_db, b_db):  # a password only by reference (crossfeed/cdc/connector.py)
+            connector.connector_config(db, "p")
     except ValueError as err:
         raise PairError([mask_text(str(err))]) from None
     return PairPlan(

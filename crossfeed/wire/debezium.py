@@ -137,7 +137,13 @@ def _snapshot_phase(raw: bytes | str | None) -> str | None:
 
 
 def _data_event_slow(value: bytes) -> DataEvent:
-    payload = payload_of(value)
+    return data_event_of(payload_of(value))
+
+
+def data_event_of(payload: Any) -> DataEvent:
+    """The ordering facts of a decoded data event (JSON's payload, or an Avro value)."""
+    if not isinstance(payload, dict):
+        raise NotDebezium("the value is not a record")
     if "op" not in payload or "source" not in payload:
         raise NotDebezium("the payload has no 'op' and 'source' (not a Debezium change event)")
     source = payload.get("source") or {}
@@ -174,7 +180,13 @@ def txn_record(value: bytes | None) -> TxnEnd | None:
     """An END record of the transaction topic, or None for a BEGIN; NotDebezium else."""
     if not value:
         raise NotDebezium("no value on the transaction topic")
-    payload = payload_of(value)
+    return txn_record_of(payload_of(value))
+
+
+def txn_record_of(payload: Any) -> TxnEnd | None:
+    """:func:`txn_record` of a decoded record (JSON's payload, or an Avro value)."""
+    if not isinstance(payload, dict):
+        raise NotDebezium("the transaction record is not a record")
     status = payload.get("status")
     if status == "BEGIN":
         return None
@@ -197,8 +209,13 @@ def heartbeat_ts_us(value: bytes | None) -> int:
     """The time of a heartbeat record, µs; NotDebezium if it has none."""
     if not value:
         raise NotDebezium("heartbeat without a value")
+    return heartbeat_ts_us_of(payload_of(value))
+
+
+def heartbeat_ts_us_of(payload: Any) -> int:
+    """:func:`heartbeat_ts_us` of a decoded record (JSON's payload, or an Avro value)."""
     try:
-        return int(payload_of(value)["ts_ms"]) * 1000
+        return int(payload["ts_ms"]) * 1000
     except (KeyError, TypeError, ValueError) as err:
         raise NotDebezium(f"heartbeat without ts_ms: {err}") from None
 

@@ -3,7 +3,8 @@
 #   1. PostgreSQL server binaries (Debian's postgresql) if initdb is absent;
 #   2. the Python virtualenv .venv with the pinned dependencies (constraints.txt);
 #   3. the JVM classpaths from Maven Central: Kafka broker/tools/MirrorMaker 2/Connect,
-#      Spark's Kafka connector and the Debezium PostgreSQL connector (deploy/maven/*/pom.xml).
+#      Spark's Kafka connector, the Debezium PostgreSQL connector, Apicurio Registry and its
+#      Avro converter for Connect (deploy/maven/*/pom.xml).
 # A step whose inputs did not change since its last success is skipped (stamp files
 # in .crossfeed/lib and .venv), so a warm run takes about a second and works offline.
 set -euo pipefail
@@ -69,12 +70,29 @@ fi
 debezium_stamp=$(stamp_of deploy/maven/debezium/pom.xml)
 if [ ! -f "$LIB/debezium.stamp" ] || [ "$(cat "$LIB/debezium.stamp")" != "$debezium_stamp" ]; then
   say "resolving the Debezium PostgreSQL connector (Maven Central)"
-  rm -rf "$LIB/debezium"
+  rm -rf "$LIB/debezium" "$LIB/apicurio.stamp"  # the converter shares its plugin.path: resolved again below
   # Debezium's parent POM names Confluent's repository, which is not reachable here:
   # Maven logs "Unknown host" for it and resolves everything from Maven Central.
   $MVN -f deploy/maven/debezium/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
     -DoutputDirectory="$LIB/debezium/debezium-connector-postgres" >"$LIB/debezium.mvn.log" 2>&1 ||
     { cat "$LIB/debezium.mvn.log"; echo "setup: could not resolve the Debezium connector" >&2; exit 1; }
   echo "$debezium_stamp" > "$LIB/debezium.stamp"
+fi
+apicurio_stamp=$(stamp_of deploy/maven/apicurio-registry/pom.xml deploy/maven/apicurio-converter/pom.xml)
+if [ ! -f "$LIB/apicurio.stamp" ] || [ "$(cat "$LIB/apicurio.stamp")" != "$apicurio_stamp" ]; then
+  say "resolving Apicurio Registry and its Avro converter for Connect (Maven Central)"
+  rm -rf "$LIB/apicurio-registry" "$LIB/apicurio-download" "$LIB/debezium/apicurio-converter"
+  # The registry: a ready-to-run application (runner jar + lib/), unpacked.
+  $MVN -f deploy/maven/apicurio-registry/pom.xml dependency:copy-dependencies \
+    -DoutputDirectory="$LIB/apicurio-download" >"$LIB/apicurio.mvn.log" 2>&1 ||
+    { cat "$LIB/apicurio.mvn.log"; echo "setup: could not resolve Apicurio Registry" >&2; exit 1; }
+  mkdir -p "$LIB/apicurio-registry"
+  tar xzf "$LIB"/apicurio-download/apicurio-registry-app-*-all.tar.gz -C "$LIB/apicurio-registry"
+  rm -rf "$LIB/apicurio-download"
+  # The converter: a plugin of its own beside Debezium in the Connect worker's plugin.path.
+  $MVN -f deploy/maven/apicurio-converter/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+    -DoutputDirectory="$LIB/debezium/apicurio-converter" >>"$LIB/apicurio.mvn.log" 2>&1 ||
+    { cat "$LIB/apicurio.mvn.log"; echo "setup: could not resolve Apicurio's Avro converter" >&2; exit 1; }
+  echo "$apicurio_stamp" > "$LIB/apicurio.stamp"
 fi
 say "ready"

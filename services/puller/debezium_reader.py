@@ -22,12 +22,14 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
+from crossfeed.cdc.registry import SchemaRegistry, read_debezium
 from crossfeed.core.debezium_order import RECENT_XIDS, Emit, Joiner, Waiting, drain
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
@@ -40,6 +42,7 @@ MAX_BUFFER_BYTES = 64 << 20
 COMMIT_INTERVAL_S = 0.1
 REFRESH_S = 5.0  # new tables (data topics) are picked up this often
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
+T = TypeVar("T")
 
 
 @dataclass
@@ -71,6 +74,9 @@ class DebeziumReader:
         self.emitted = 0
         self.echoes = 0  # events a crossfeed sink wrote (active-active): read, not sent
         self.resolved_ts = 0
+        url = feed.config.schema_registry_url
+        # Debezium in Avro: its records name their schemas in this registry
+        self.registry = SchemaRegistry(url) if url else None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -113,6 +119,17 @@ class DebeziumReader:
                 self.problem,
             )
             self._stop.wait(wait)
+
+    def read(
+        self,
+        value: bytes | None,
+        of_json: Callable[[bytes | None], T],
+        of_record: Callable[[Any], T],
+    ) -> T:
+        """``of_json`` or ``of_record`` of a Debezium record in either format
+        (crossfeed/cdc/registry.py: read_debezium); RegistryUnavailable makes the reader
+        restart and read again."""
+        return read_debezium(value, self.registry, of_json, of_record)
 
     def status(self) -> dict[str, Any]:
         return {
@@ -234,7 +251,7 @@ class _Loop:
                         continue
                     position = msg.offset() + 1
                     try:
-                        done = debezium.txn_record(msg.value())
+                        done = self.c.read(msg.value(), debezium.txn_record, debezium.txn_record_of)
                     except debezium.NotDebezium:
                         continue
                     if done is not None:
@@ -332,7 +349,7 @@ class _Loop:
         offset = msg.offset()
         self.txn_next = offset + 1
         try:
-            end = debezium.txn_record(msg.value())
+            end = self.c.read(msg.value(), debezium.txn_record, debezium.txn_record_of)
         except debezium.NotDebezium as err:
             log.warning(
                 "debezium reader of feed %s: %s/%d@%d skipped: %s",
@@ -354,7 +371,7 @@ class _Loop:
 
     def _on_heartbeat(self, msg: Any) -> None:
         try:
-            ts = debezium.heartbeat_ts_us(msg.value())
+            ts = self.c.read(msg.value(), debezium.heartbeat_ts_us, debezium.heartbeat_ts_us_of)
         except debezium.NotDebezium:
             return
         self._snapshot_signal()
@@ -382,7 +399,7 @@ class _Loop:
         if value is None:
             return None
         try:
-            event = debezium.data_event(value)
+            event = self.c.read(value, debezium.data_event, debezium.data_event_of)
         except debezium.NotDebezium:
             # Not ours to judge: it travels as a change of its own, and the sink says
             # what is wrong with it (a dead letter with its context).

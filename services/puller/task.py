@@ -35,6 +35,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
+from crossfeed.cdc.schema_copy import SchemaFollower
 from crossfeed.core import provenance
 from crossfeed.core.gaps import Gap
 from crossfeed.core.partitions import TopicPartition
@@ -46,7 +47,7 @@ from crossfeed.kafka.protocols import Message, TransactionalProducer
 from crossfeed.kafka.targets import record_size
 from crossfeed.services.puller import metrics, ordered
 from crossfeed.services.puller.copies import Copy, CopyProblem, Route
-from crossfeed.wire import headers, ids, records, topics
+from crossfeed.wire import confluent_avro, headers, ids, records, topics
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,8 @@ class FeedContext:
     resolved_interval_s: float
     staging_max_bytes: int = 64 << 20  # the staging topic's max.message.bytes
     schemas_topic: str | None = None  # Debezium input: where the Connect schemas go
+    # mirror feeds with schema.registry.target_url: the schemas follow the records
+    follower: SchemaFollower | None = None
 
     @property
     def name(self) -> str:
@@ -194,6 +197,9 @@ class PullerTask:
     in_txn: bool = False  # the producer's transaction has begun
     pending: Future[TxnFailure | None] | None = None  # the sealed transaction's commit, under way
     pending_since: float | None = None  # when that commit was handed to its thread
+    # registry ids the copies not yet sealed name (ctx.follower): in the target registry
+    # before their transaction commits
+    schema_ids: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.txn = TaskTxn(self.ctx.limits, last_commit=time.monotonic())
@@ -261,6 +267,11 @@ class PullerTask:
             if reason is not None:
                 self.dead_letter(msg, "RejectedByFilter", reason, state)
                 return
+        if self.ctx.follower is not None:
+            for raw in (value, key):
+                sid = confluent_avro.schema_id(raw)
+                if sid is not None:
+                    self.schema_ids.add(sid)
         state.copies.append((offset, msg.timestamp()[1], key, value, stamped))
         state.copies_bytes += size + COPY_OVERHEAD
         if size > state.max_copy:

@@ -21,11 +21,12 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaExcep
 from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed import positions
+from crossfeed.cdc.schema_copy import SchemaFollower
 from crossfeed.config import Settings
 from crossfeed.core import gaps, topic_configs
 from crossfeed.core.partitions import TopicPartition, staging_partition
 from crossfeed.core.resume import resume_offset
-from crossfeed.core.task_txn import Next
+from crossfeed.core.task_txn import Next, Outcome
 from crossfeed.core.timestamps import commit_interval_ms
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
@@ -143,6 +144,7 @@ class PullerWorker:
             resolved_interval_s=opts.resolved_interval_ms / 1000,
             staging_max_bytes=staging_max,
             schemas_topic=topics.schemas(self.feed.name) if self.feed.input == "debezium" else None,
+            follower=self._follower(),
         )
         kafka_topics.ensure_internal(target_admin, topics.DLQ)
         if self.feed.mode == "mirror":
@@ -195,6 +197,13 @@ class PullerWorker:
             self.feed.source,
             writes,
         )
+
+    def _follower(self) -> SchemaFollower | None:
+        """Mirror feeds whose records' schemas follow them (schema.registry.target_url)."""
+        opts = self.feed.config
+        if not (opts.schema_registry_target_url and opts.schema_registry_url):
+            return None  # FeedSpec checks they come together, for mirror feeds only
+        return SchemaFollower(opts.schema_registry_url, opts.schema_registry_target_url)
 
     def _staging_limit(self, admin: Any, default: int) -> int:
         """The max.message.bytes of an existing staging topic: an older one may allow less,
@@ -595,6 +604,13 @@ class PullerWorker:
         (each task has its own producer; a commit mostly waits on the broker), while this
         thread goes on reading; :meth:`_settle` picks up the outcomes."""
         for task in due:
+            follower = self.ctx.follower if self.ctx is not None else None
+            if follower is not None and task.schema_ids:
+                problem = follower.ensure(task.schema_ids)
+                if problem is not None:  # never a record on the target without its schema
+                    self._commit_failed(task, TxnFailure(Outcome.FAILED, problem))
+                    continue
+                task.schema_ids.clear()
             failure = task.seal(*self._positions(task))
             if failure is not None:
                 self._commit_failed(task, failure)

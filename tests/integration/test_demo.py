@@ -80,12 +80,16 @@ def test_demo_twice_in_a_row_loses_nothing_and_rereads_nothing(clusters):
 
 @pytest.mark.spark
 @pytest.mark.slow  # make slow: tests/integration/test_cdc.py covers the path in make test
-def test_demo_cdc_replicates_a_captured_database_whole_and_cleans_up(clusters):
-    """crossfeed demo --cdc, shortened: the summary holds (nothing torn, both tables equal
-    row for row) and the source database, connector and replication slot are gone."""
+@pytest.mark.parametrize("format", ["json", "avro"])
+def test_demo_cdc_replicates_a_captured_database_whole_and_cleans_up(clusters, format):
+    """crossfeed demo --cdc, shortened, in either format: the summary holds (nothing torn,
+    both tables equal row for row) and the source database, connector and replication slot
+    are gone."""
     if clusters.backend != "local":
         pytest.skip("the demo runs on the local stack")
-    summary = _demo("--cdc", "--seconds", "10", shows="Debezium's snapshot arrived")
+    summary = _demo(
+        "--cdc", "--seconds", "10", "--format", format, shows="Debezium's snapshot arrived"
+    )
     assert summary["ok"] and summary["equal"] and summary["torn"] == []
     assert summary["samples"] > 0
     assert summary["transactions"] > summary["snapshot_transfers"] == 200

@@ -1,6 +1,7 @@
-"""The capture side for tests: the local stack's source PostgreSQL and Kafka Connect with
-Debezium (started for the session unless already running), and per test a database of
-its own captured by a connector of its own (its topic prefix, its replication slot).
+"""The capture side for tests: the local stack's source PostgreSQL, its schema registry and
+Kafka Connect with Debezium (started for the session unless already running), and per test
+a database of its own captured by a connector of its own (its topic prefix, its
+replication slot).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ def cdc_stack(clusters: Any) -> Iterator[str]:
     finally:
         if "connect" in started:
             stack.connect_worker().stop()
+        if "registry" in started:
+            stack.registry().stop()
         if "postgres-a" in started:
             postgres.source().stop()
 
@@ -46,6 +49,8 @@ def both_sides(clusters: Any) -> Iterator[tuple[str, str]]:
             stack.connect_worker_b().stop()
         if "connect" in started:
             stack.connect_worker().stop()
+        if "registry" in started:
+            stack.registry().stop()
         if "postgres-a" in started:
             postgres.source().stop()
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
+from crossfeed.cdc.registry import RegistryUnavailable, SchemaRegistry, read_debezium
 from crossfeed.core.takeover import Known, debezium_order
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients, scan
@@ -67,12 +68,17 @@ def from_source(conf: dict[str, Any], feed: FeedSpec, since_ms: int) -> list[Kno
 def _debezium_ends(conf: dict[str, Any], feed: FeedSpec, since_ms: int) -> list[Known]:
     prefix = feed.debezium_prefix()
     selector = feed.selector
+    url = feed.config.schema_registry_url
+    registry = SchemaRegistry(url) if url else None  # Debezium in Avro
     out = []
     for msg in _records(conf, [debezium.transaction_topic(prefix)], since_ms):
         try:
-            end = debezium.txn_record(msg.value())
+            read = debezium.txn_record, debezium.txn_record_of
+            end = read_debezium(msg.value(), registry, *read)
         except NotDebezium:
             continue
+        except RegistryUnavailable as err:
+            raise Unanswered(str(err)) from None
         if end is None:  # a BEGIN
             continue
         tables = [debezium.collection_topic(prefix, c) for c, _ in end.collections]

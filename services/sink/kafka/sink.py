@@ -33,6 +33,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
+from crossfeed.cdc.schema_copy import SchemaFollower
 from crossfeed.dlq import FeedStopped
 from crossfeed.kafka import clients, tails
 from crossfeed.kafka import topics as kafka_topics
@@ -52,7 +53,7 @@ from crossfeed.services.sink.sorted_stream import (
     resume_position,
     written_position,
 )
-from crossfeed.wire import ids
+from crossfeed.wire import confluent_avro, ids
 from crossfeed.wire.headers import SCHEMA, TIMESTAMP
 
 log = logging.getLogger(__name__)
@@ -75,10 +76,19 @@ class KafkaSink(OrderedSink):
         self.retention_ms: int | None = None  # the target's time retention, if it has one
         self.expired_warned_at = 0.0
         self.owner = False  # this instance holds the sorted partition
+        opts = self.feed.config
+        # records in Confluent's wire format: their schemas follow into the target side's
+        # registry before the transaction that writes them commits (crossfeed/cdc/schema_copy.py)
+        self.follower = (
+            SchemaFollower(opts.schema_registry_url, opts.schema_registry_target_url)
+            if opts.schema_registry_url and opts.schema_registry_target_url
+            else None
+        )
 
     def _reset_txn(self) -> None:
         super()._reset_txn()
         self.open_produced = 0  # records of the open source transaction produced
+        self.schema_ids: set[int] = set()  # registry ids the open transaction's records name
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -195,6 +205,10 @@ class KafkaSink(OrderedSink):
         producer = self.producer
         assert producer is not None  # records are only read once start() made it
         clients.produce_copy(producer, self.target_topic, value, key, 0, None, max(ts_ms, 0), hdrs)
+        if self.follower is not None:
+            for raw in (value, key):
+                if (sid := confluent_avro.schema_id(raw)) is not None:
+                    self.schema_ids.add(sid)
         self.open_produced += 1
         self.txn_events += 1
         self.txn_bytes += (len(key) if key else 0) + (len(value) if value else 0)
@@ -221,6 +235,14 @@ class KafkaSink(OrderedSink):
     def _commit(self) -> None:
         """Everything read so far, with the position, in one Kafka transaction."""
         assert self.sequencer.open is None
+        if self.follower is not None and self.schema_ids:
+            problem = self.follower.ensure(self.schema_ids)
+            if problem is not None:  # never a record on the target without its schema
+                log.warning("feed %s: %s; reading the transaction again", self.feed.name, problem)
+                self.state, self.last_error = "error", problem
+                self._abort()
+                time.sleep(1.0)
+                return
         producer, consumer = self._clients()
         applied = self._next_applied()
         if self.next_offset >= 0:

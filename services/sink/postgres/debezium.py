@@ -1,5 +1,7 @@
 """The PostgreSQL sink's mounter for Debezium input: a data event (Connect's JSON converter
-with schemas) -> a row change. No I/O.
+with schemas, or an Avro converter's record in Confluent's wire format) -> a row change.
+No I/O of its own: schemas kept by reference and Avro schemas come from the callables it
+is given.
 
 The table is ``source.table`` (in the feed's target schema); the primary key is the record
 key's fields; ``c``/``u``/``r`` upsert the ``after`` row, ``d`` deletes by key, ``t``
@@ -8,6 +10,12 @@ Connect schema of each event: the schema half of the value is the same in every 
 table version, so it is parsed once per distinct bytes and the payload alone per event. A
 change kept by reference (its value the payload alone, its schema named by id, see
 services/sink/schemas.py) is mounted as it is: its schema is looked up once per id.
+
+An Avro event (crossfeed/wire/confluent_avro.py) is decoded with its value's and key's
+schemas, looked up once per id in the schema registry; its Avro schema names the same
+Connect types as the JSON converter's, and its values are the same but for bytes and
+decimals, which Avro carries as they are (no base64). An id the registry does not know is
+a Misfit (UnknownSchema).
 
 A value that cannot be mapped — a Connect type without a PostgreSQL type here, a value that
 does not decode as its type — is a Misfit: the sink sends it to the dead-letter topic with
@@ -29,6 +37,8 @@ import orjson
 
 from crossfeed.services.sink.postgres import mapping
 from crossfeed.services.sink.postgres.mapping import Column, Misfit, RowChange
+from crossfeed.wire import confluent_avro
+from crossfeed.wire.confluent_avro import AvroSchema
 
 EPOCH: Final = dt.datetime(1970, 1, 1)  # naive: MicroTimestamp columns have no zone
 EPOCH_DATE: Final = dt.date(1970, 1, 1)
@@ -53,6 +63,22 @@ def _decimal(scale: int) -> Convert:
 
 def _variable_decimal(value: Any) -> Decimal:
     unscaled = int.from_bytes(base64.b64decode(value["value"]), "big", signed=True)
+    return Decimal(unscaled).scaleb(-int(value["scale"]))
+
+
+def _native_decimal(scale: int) -> Convert:
+    """An Avro decimal: fastavro gives a Decimal for a decimal logicalType, else bytes."""
+
+    def convert(value: Any) -> Decimal:
+        if isinstance(value, Decimal):
+            return value
+        return Decimal(int.from_bytes(value, "big", signed=True)).scaleb(-scale)
+
+    return convert
+
+
+def _native_variable_decimal(value: Any) -> Decimal:
+    unscaled = int.from_bytes(value["value"], "big", signed=True)
     return Decimal(unscaled).scaleb(-int(value["scale"]))
 
 
@@ -119,12 +145,17 @@ _PRIMITIVE: Final[dict[str, tuple[str, Convert]]] = {
 }
 
 
-def column_type(field: dict[str, Any]) -> tuple[str, Convert]:
-    """A Connect schema field's column type and value converter; Misfit if unmappable."""
+def column_type(field: dict[str, Any], *, native: bool = False) -> tuple[str, Convert]:
+    """A Connect schema field's column type and value converter; Misfit if unmappable.
+    ``native``: the values are Avro's (bytes as they are), not the JSON converter's."""
     name = field.get("name")
     if name == "org.apache.kafka.connect.data.Decimal":
         scale = int((field.get("parameters") or {}).get("scale", 0))
-        return "numeric", _decimal(scale)
+        return "numeric", _native_decimal(scale) if native else _decimal(scale)
+    if native and name == "io.debezium.data.VariableScaleDecimal":
+        return "numeric", _native_variable_decimal
+    if native and name is None and field.get("type") == "bytes":
+        return "bytes", _identity
     if name in _LOGICAL:
         return _LOGICAL[name]
     kind = field.get("type")
@@ -163,9 +194,16 @@ class DebeziumMounter:
     """Debezium data events -> row changes, caching each distinct schema. ``schemas``: a
     schema's bytes by id, for changes kept by reference."""
 
-    def __init__(self, schemas: Callable[[bytes], bytes] | None = None) -> None:
+    def __init__(
+        self,
+        schemas: Callable[[bytes], bytes] | None = None,
+        avro: Callable[[int], AvroSchema] | None = None,
+    ) -> None:
         self._shapes: dict[tuple[bytes, bytes], _Shape] = {}
         self._schemas = schemas
+        # Avro: a registered schema by id (UnknownSchemaId -> Misfit UnknownSchema here;
+        # a registry that does not answer is the caller's)
+        self._avro = avro
 
     def mount(
         self, key: bytes | None, value: bytes | None, commit_ts: int, schema_id: bytes | None = None
@@ -218,7 +256,11 @@ class DebeziumMounter:
         """:meth:`mount`, with the event's payload and shape."""
         if value is None:
             return None, None, None
-        if schema_id is None:
+        avro_id = confluent_avro.schema_id(value) if schema_id is None else None
+        if avro_id is not None:
+            avro_schema = self._avro_schema(avro_id)
+            schema_raw, payload = b"avro:%d" % avro_id, _decoded(avro_schema, value)
+        elif schema_id is None:
             schema_raw, payload = _split(value)
         else:
             schema_raw, payload = schema_id, _payload(value)
@@ -235,8 +277,11 @@ class DebeziumMounter:
             raise Misfit("MissingTable", "the change event's source names no table")
         if op == "m":
             return None, None, None  # a logical decoding message: no row
-        key_raw, key_payload = _split(key) if key else (b"", None)
-        shape = self._shape(schema_raw, key_raw, value if schema_id is None else None, key)
+        if avro_id is not None:
+            shape, key_payload = self._avro_shape(avro_schema, key)
+        else:
+            key_raw, key_payload = _split(key) if key else (b"", None)
+            shape = self._shape(schema_raw, key_raw, value if schema_id is None else None, key)
         if shape.problem is not None:
             raise shape.problem
         if op == "t":
@@ -282,6 +327,39 @@ class DebeziumMounter:
         )
         return change, payload, shape
 
+    def _avro_schema(self, sid: int) -> AvroSchema:
+        if self._avro is None:
+            raise Misfit(
+                "NoRegistry",
+                f"an Avro record (Confluent's wire format, schema id {sid}), but the feed "
+                "names no schema.registry.url",
+            )
+        try:
+            return self._avro(sid)
+        except LookupError as err:  # UnknownSchemaId
+            raise Misfit("UnknownSchema", str(err)) from None
+
+    def _avro_shape(self, value: AvroSchema, key: bytes | None) -> tuple[_Shape, Any]:
+        """The shape of an Avro event's value and key schemas, and its decoded key."""
+        key_id = confluent_avro.schema_id(key)
+        if key and key_id is None:
+            raise Misfit("NotDebezium", "an Avro value whose key is not in Confluent's format")
+        key_schema = self._avro_schema(key_id) if key_id is not None else None
+        key_payload = _decoded(key_schema, key) if key_schema is not None and key else None
+        cache_key = (b"avro:%d" % value.id, b"avro:%d" % (key_id or 0))
+        found = self._shapes.get(cache_key)
+        if found is None:
+            try:
+                found = _make_avro_shape(value, key_schema, len(self._shapes) + 1)
+            except Misfit as err:
+                found = _Shape((), {}, 0, err)
+            if len(self._shapes) > 10_000:
+                self._shapes.clear()
+            self._shapes[cache_key] = found
+        if found.problem is not None:
+            raise found.problem
+        return found, key_payload
+
     def _shape(
         self, schema_raw: bytes, key_raw: bytes, value: bytes | None, key: bytes | None
     ) -> _Shape:
@@ -311,6 +389,30 @@ class DebeziumMounter:
             self._shapes.clear()
         self._shapes[(schema_raw, key_raw)] = shape
         return shape
+
+
+def _decoded(schema: AvroSchema, raw: bytes) -> Any:
+    """An Avro record's value under ``schema``; Misfit if it does not decode as one."""
+    try:
+        return schema.decode(raw)
+    except ValueError as err:
+        raise Misfit("UndecodableValue", str(err)) from None
+
+
+def _make_avro_shape(value: AvroSchema, key: AvroSchema | None, version: int) -> _Shape:
+    try:
+        fields = confluent_avro.row_fields(value.document)
+    except ValueError as err:
+        raise Misfit("NotDebezium", f"schema {value.id}: {err}") from None
+    key_names = confluent_avro.field_names(key.document) if key is not None else []
+    columns = []
+    converters: dict[str, Convert] = {}
+    for field in fields:
+        name = str(field["field"])
+        kind, convert = column_type(field, native=True)
+        columns.append(Column(name, kind, name in key_names, bool(field["optional"])))
+        converters[name] = convert
+    return _Shape(tuple(columns), converters, version)
 
 
 def _split(raw: bytes) -> tuple[bytes, dict[str, Any] | None]:

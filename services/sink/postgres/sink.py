@@ -50,6 +50,7 @@ from confluent_kafka import OFFSET_BEGINNING
 from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed import fencing
+from crossfeed.cdc.registry import RegistryUnavailable, SchemaRegistry
 from crossfeed.config.settings import resolve_references
 from crossfeed.dlq import FeedStopped
 from crossfeed.kafka import clients
@@ -104,7 +105,14 @@ class PostgresSink(OrderedSink):
         self.tables: dict[str, TableSchema | None] = {}
         self.mounter = mapping.Mounter()
         # Debezium input: its envelopes, mapped by the Connect schema in each event.
-        self.debezium = DebeziumMounter(self._schema) if self.feed.input == "debezium" else None
+        url = self.feed.config.schema_registry_url
+        # Debezium in Avro: the schemas its records name, from the registry (once per id)
+        self.registry = SchemaRegistry(url) if url else None
+        self.debezium = (
+            DebeziumMounter(self._schema, self.registry.schema if self.registry else None)
+            if self.feed.input == "debezium"
+            else None
+        )
         self.fast = FastMounter(codec.fingerprint("ChangeEvent"))
         # (table, schema_version, shape) known to fit the table as cached in self.tables
         self.fitted: set[tuple[str, int, tuple[str, tuple[str, ...]]]] = set()
@@ -165,7 +173,9 @@ class PostgresSink(OrderedSink):
             log.warning("feed %s: %s; writing it again change by change", self.feed.name, err)
             self.careful_until = max(self.next_offset, self.careful_until)
             self._restart_from_committed()
-        except (*LOST, Fenced) as err:
+        except (*LOST, Fenced, RegistryUnavailable) as err:
+            # RegistryUnavailable: the open transaction is rolled back and read again
+            # once the registry answers; nothing goes to the DLQ for it
             self._lost(err, stop)
 
     # -- connection -----------------------------------------------------------------

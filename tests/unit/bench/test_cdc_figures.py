@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from crossfeed.bench.cdc_figures import LagBook, apply_rate, capture_rate, goals, half_load
+from crossfeed.bench.cdc_figures import (
+    LagBook,
+    apply_rate,
+    capture_rate,
+    cpu_per_row,
+    goals,
+    half_load,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -72,3 +79,10 @@ def test_lag_book_tells_a_growing_lag_from_a_flat_one():
     assert summary["p50_first_quarter_ms"] == 100.0
     assert summary["p50_last_quarter_ms"] == 2000.0
     assert LagBook().summary()["p50_first_quarter_ms"] is None
+
+
+def test_cpu_per_row_is_the_apply_windows_cpu_over_the_rows():
+    cost = {"puller": {"cpu_window_s": 1.5, "cpu_s": 9.0}, "sink": {"cpu_window_s": 0.5}}
+    found = cpu_per_row(cost, transfers=1000)  # 3,000 rows
+    assert found["cpu_ms_per_row_by_process"] == {"puller": 0.5, "sink": 0.1667}
+    assert found["cpu_ms_per_row"] == pytest.approx(0.6667)

@@ -47,6 +47,7 @@ def shop_plan() -> PairPlan:
         ({"tables": ["a.x", "b.y"]}, "one schema"),
         ({"counters": ["stock.level"]}, "not one of the pair's tables"),
         ({"a_database": "postgresql://u:pw@h:1/db?sslmode=x"}, "no ?options"),
+        ({}, "holds a password in clear"),  # b_database's: Connect would store it
     ],
 )
 def test_create_refuses_a_bad_request_before_connecting_anywhere(
