@@ -118,7 +118,7 @@ def run(
         raise FailbackError(f"no feed {request.feed!r}")
     plan = Plan(request, spec, staging_alias(spec))
     with (
-        database.connect(request.source_database) as source,
+        database.connect(plan.source_dsn) as source,
         database.connect(plan.target_dsn) as target,
     ):
         tables, problems = switchover.check(plan, request.reverse_connect, source, target)
@@ -161,7 +161,7 @@ def run(
         back = switchover.run(
             SwitchoverRequest(
                 feed=reverse_spec.name,
-                source_database=plan.target_dsn,
+                source_database=plan.target_uri,
                 source_connect=request.reverse_connect,
                 reverse_connect=request.source_connect,
                 reverse_cluster=spec.source,

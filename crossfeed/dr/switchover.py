@@ -129,7 +129,7 @@ def run(
         raise SwitchoverError(f"no feed {request.feed!r}")
     plan = Plan(request, spec, staging_alias(spec))
     with (
-        database.connect(request.source_database) as source,
+        database.connect(plan.source_dsn) as source,
         database.connect(plan.target_dsn) as target,
     ):
         tables, problems = check(plan, request.reverse_connect, source, target)
@@ -220,13 +220,15 @@ class Plan:
         self.prefix = spec.debezium_prefix()
         self.connector = request.source_connector or self.prefix
         self.publication = connector.slot_name(self.prefix)
+        self.target_uri = sink.dsn  # as the feed has it: a password only by reference
         self.target_dsn = resolve_references(sink.dsn, "the sink URI")
         self.target_schema = sink.schema_name or "public"
         self.source_schema = ""  # from the publication (_check)
         self.reverse_name = request.reverse_name or rules.reverse_name(spec.name)
         self.reverse_slot = connector.slot_name(self.reverse_name)
         self.reverse_cluster = request.reverse_cluster or staging
-        self.source_uri = request.source_database
+        self.source_uri = request.source_database  # the reverse feed's sink URI, as given
+        self.source_dsn = resolve_references(request.source_database, "the source database URI")
         self.source_masked = mask_text(request.source_database)
         self.target_masked = mask_text(self.target_dsn)
         self.spec = spec
@@ -261,6 +263,10 @@ def check(
             problems.append(f"{table}: the target's primary key is not the source's ({key})")
     if position(target, plan.target_schema, plan.feed) is None:
         problems.append(f"the target holds no position of feed {plan.feed}: it never applied")
+    try:  # what registering the reverse connector would refuse, before anything is done
+        connector.connector_config(plan.target_uri, plan.reverse_name)
+    except ValueError as err:
+        problems.append(f"the reverse connector cannot capture the target: {err}")
     try:
         connector.names(reverse_connect)
     except ConnectError as err:
@@ -304,7 +310,7 @@ def start_reverse(plan: Plan, reverse_connect: str, feeds: Feeds, tables: list[s
     """The reverse connector (on the slot made for it) and feed; a note for the report."""
     included = [f"{re.escape(plan.target_schema)}\\.{re.escape(t)}" for t in tables]
     config = connector.connector_config(
-        plan.target_dsn, plan.reverse_name, tables=included, snapshot_mode="no_data"
+        plan.target_uri, plan.reverse_name, tables=included, snapshot_mode="no_data"
     )
     connector.register(reverse_connect, plan.reverse_name, config)
     options = plan.spec.config.model_dump(by_alias=True, exclude_none=True)
