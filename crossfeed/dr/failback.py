@@ -201,6 +201,9 @@ def run(
 
 def _failed_over(target: database.Conn, plan: Plan) -> tuple[int, int] | None:
     """(consistency_ts, applied commit LSN) of a failed-over feed's target, else None."""
+    table = f'"{plan.target_schema}".{fencing.POSITION_TABLE}'
+    if target.execute("SELECT to_regclass(%s)", (table,)).fetchone() == (None,):
+        return None
     row = target.execute(
         f'SELECT commit_ts, txn, checkpoint_ts, failed_over_at IS NOT NULL FROM "'
         f'{plan.target_schema}".{fencing.POSITION_TABLE} WHERE feed = %s',
