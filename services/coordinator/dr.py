@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 
 from crossfeed.cdc.connect_api import ConnectError
 from crossfeed.config.settings import Settings
+from crossfeed.core.secrets import mask_text
 from crossfeed.dr import failback, switchover
 from crossfeed.dr.failback import FailbackError, FailbackReport, FailbackRequest
 from crossfeed.dr.switchover import SwitchoverError, SwitchoverReport, SwitchoverRequest
@@ -47,6 +48,14 @@ class DrFeeds(CoordinatorFeeds):
 
     def retire(self, name: str) -> None:
         self.control.act(name, "remove")
+
+
+def _unavailable(err: Exception) -> Exception:
+    """A database that does not answer (or refuses a statement) is the operator's to fix:
+    503 with its message (secrets masked); anything else is a bug, raised as it is."""
+    if type(err).__module__.split(".")[0] != "psycopg":
+        return err
+    return LifecycleError(503, mask_text(str(err).strip()), "unavailable")
 
 
 def dr_routes(
@@ -77,6 +86,8 @@ def dr_routes(
             return await run_in_threadpool(switchover.run, request, feeds, staging)
         except (SwitchoverError, ConnectError, TimeoutError) as err:
             raise LifecycleError(400, str(err), "switchover_refused") from None
+        except Exception as err:
+            raise _unavailable(err) from None
 
     @router.post(
         "/v1/failback/database",
@@ -93,5 +104,7 @@ def dr_routes(
             return await run_in_threadpool(failback.run, request, feeds, staging, cluster_conf)
         except (FailbackError, SwitchoverError, ConnectError, TimeoutError) as err:
             raise LifecycleError(400, str(err), "failback_refused") from None
+        except Exception as err:
+            raise _unavailable(err) from None
 
     return router
