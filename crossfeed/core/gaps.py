@@ -60,7 +60,7 @@ class Gap:
 
     @property
     def key(self) -> str:
-        return f"{self.tp}@{self.first}"
+        return key_of(self.tp, self.first)
 
     def describe(self, feed: str, policy: str, *, acknowledged: bool = False) -> str:
         """The one line a log, the status and the alert's runbook show."""
@@ -80,6 +80,12 @@ class Gap:
             f"{lost}; the partition waits (gap.policy=stop) until acknowledged: "
             f"'crossfeed changefeed ack-gap {feed} {self.key}'"
         )
+
+
+def key_of(tp: TopicPartition, first: int) -> str:
+    """``topic/partition@first``: the key ``crossfeed changefeed ack-gap`` takes (B); a
+    consumer group's position in deleted records has one too (translation/rules.py)."""
+    return f"{tp}@{first}"
 
 
 def classify(position: int, log_start: int, log_end: int) -> Position:

@@ -51,6 +51,7 @@ class StoredCheckpoint:
     gap_records: int
     source_cluster: str
     translated_at_ms: int
+    source_log_start: int = -1
 
     @classmethod
     def decode(cls, value: bytes) -> StoredCheckpoint:
