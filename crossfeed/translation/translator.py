@@ -390,6 +390,10 @@ class Translator:
             if self._closed or not self._started or not self.syncs.caught_up.is_set():
                 return 0
             self._ensure_ids()
+            # A partition seen for the first time: its log start first (rule 0).
+            unknown = {(t, p) for (_, t, p) in changed if (t, p) not in self.source.starts}
+            if unknown:
+                self.source.try_refresh_ends(unknown)
             fresh: list[PartitionTranslation] = []
             for (group, topic, partition), commit in changed.items():
                 self.source.committed(group, (topic, partition), _known(commit) if commit else None)
