@@ -194,10 +194,12 @@ def _gap_reported(feed, name: str, waiting: bool) -> dict:
     return status
 
 
-def test_a_gap_is_reported_with_its_range_and_count_and_copying_goes_on_by_default(
+def test_a_gap_is_reported_with_its_range_and_count_copying_goes_on_and_restarts_keep_it(
     clusters, services, topic_factory, producer_factory
 ):
-    feed, name, _ = _lose_records(clusters, services, "continue", topic_factory, producer_factory)
+    feed, name, producer = _lose_records(
+        clusters, services, "continue", topic_factory, producer_factory
+    )
     _gap_reported(feed, name, waiting=False)
     # Copying went on from the log start: every surviving record once, in order.
     copied = _copied_offsets(clusters.b.config, name, 0, 250)
@@ -207,6 +209,41 @@ def test_a_gap_is_reported_with_its_range_and_count_and_copying_goes_on_by_defau
     assert letters[0][dlq.ERROR_CLASS] == "SourceRecordsDeleted"
     assert letters[0][dlq.TOPIC] == name and letters[0][dlq.PARTITION] == "0"
     assert letters[0][dlq.OFFSET] == "100" and letters[0][dlq.GAP_END] == "150"
+
+    # A restart forgets nothing: the partition's marks carry the gap until acknowledged.
+    puller = feed.pullers[0]
+    time.sleep(1.5)  # a transaction with the marks after the last copy
+    assert puller.terminate() == 0
+    puller.start().wait_ready()
+    status = puller.wait_status(lambda s: bool(s.get("gaps")), 30, "the gap reported again")
+    assert [(g["key"], g["count"], g["waiting"]) for g in status["gaps"]] == [
+        (f"{name}/0@100", 50, False)
+    ]
+    (notice,) = status["notices"]
+    assert f"{name}/0: offsets 100-149 (50 records) were deleted at the source" in notice
+    assert f"crossfeed changefeed ack-gap {feed.name} {name}/0@100" in notice
+    unacknowledged = "crossfeed_puller_gaps_unacknowledged"
+    assert puller.metric(unacknowledged, {"feed": feed.name}) == 1
+    assert "(reported before, not acknowledged yet)" in puller.log_text()
+    _produce(producer, name, 0, 10)  # offsets 300-309: copying goes on, nothing twice
+    copied = _copied_offsets(clusters.b.config, name, 0, 260)
+    assert copied == [*range(100), *range(150, 310)]
+    assert len(_gap_letters(clusters.b.config, feed.name)) == 1
+
+    # Acknowledged (a feed file: its option, and the puller started again): gone for good.
+    spec = yaml.safe_load(feed.feed_file.read_text())
+    spec["config"]["gap.acknowledged"] = f"{name}/0@100"
+    feed.feed_file.write_text(yaml.safe_dump(spec))
+    for _ in range(2):  # the second start reads marks written after the acknowledgment
+        time.sleep(1.5)
+        assert puller.terminate() == 0
+        puller.start().wait_ready()
+        status = puller.wait_status(
+            lambda s: f"{name}/0" in s["partitions"], 30, "the partition's task started"
+        )
+        assert status["state"] == "normal"
+        assert status["gaps"] == [] and status["notices"] == []
+        assert puller.metric(unacknowledged, {"feed": feed.name}) == 0
 
 
 def test_with_gap_policy_stop_the_partition_waits_until_the_gap_is_acknowledged(
