@@ -405,3 +405,39 @@ def test_a_gap_in_crossfeed_status_and_ack_gap_through_the_coordinator(
         for proc in procs:
             proc.kill()
         coordinators.stop()
+
+
+def test_a_position_past_the_sources_end_stops_that_partition_with_an_error(
+    clusters, services, topic_factory, producer_factory
+):
+    """The source loses records it had served (here: the topic deleted and created again
+    while the puller was stopped): the partition is not copied again from offset 0 —
+    nothing twice — and the feed says why; the other partition goes on."""
+    name = topic_factory(clusters.a, partitions=2)
+    producer = producer_factory(clusters.a)
+    _produce(producer, name, 0, 100)
+    feed = services.start_feed("beyond", clusters, [name])
+    assert _copied_offsets(clusters.b.config, name, 0, 100) == list(range(100))
+    time.sleep(1.5)  # a transaction with the marks after the last copy
+    puller = feed.pullers[0]
+    assert puller.terminate() == 0
+    admin_a = clients.admin(clusters.a.config)  # kept alive until the futures resolve
+    admin_a.delete_topics([name])[name].result(30)
+    wait_for("the topic gone", lambda: name not in admin_a.list_topics(timeout=5).topics, 30)
+    topic_factory(clusters.a, partitions=2, name=name)
+    _produce(producer, name, 0, 10)  # offsets 0-9: below the copied position 100
+    _produce(producer, name, 1, 20)
+    puller.start().wait_ready()
+
+    status = puller.wait_state("error", 30)
+    assert (
+        f"{name}/0: the next offset to copy, 100, is past the source's log end 10"
+        in status["last_error"]
+    )
+    assert "not copied until its task restarts" in status["last_error"]
+    assert "past the source's log end 10" in puller.log_text()
+    # The other partition is copied meanwhile; partition 0 gets nothing, not even again.
+    assert _copied_offsets(clusters.b.config, name, 1, 120) == list(range(20))
+    time.sleep(2)
+    assert _copied_offsets(clusters.b.config, name, 0, 120) == list(range(100))
+    assert puller.wait_state("error", 5)["last_error"] == status["last_error"]
