@@ -134,6 +134,7 @@ class Translator:
         self._started = False
         self._closed = False
         self._results: dict[Where, PartitionTranslation] = {}
+        self._notices: list[str] = []  # replaced, never changed: read without the lock
         self._feed_rows_at = 0.0
         self._truncated_at = 0.0
         self._destination: Destination | None = None
@@ -329,6 +330,7 @@ class Translator:
             for (g, t, p), known in sorted(self._positions().items())
         ]
         self._results = {(r.group, r.topic, r.partition): r for r in results}
+        self._note_deleted()
         self.destination.ensure_topic()
         report.source_reachable = self.source.up
         report.groups = len({r.group for r in results})
@@ -403,6 +405,7 @@ class Translator:
                 result = self._translate_one(group, topic, partition, _known(commit))
                 self._results[(group, topic, partition)] = result
                 fresh.append(result)
+            self._note_deleted()
             if not fresh:
                 return 0
             self.destination.ensure_topic()
@@ -569,10 +572,13 @@ class Translator:
 
     def notices(self) -> list[str]:
         """Group positions in records the source deleted before they were copied, as the
-        last round found them (rule 0), one line each: ``crossfeed status`` shows them."""
-        with self._lock:
-            found = sorted(self._results.values(), key=_order)
-        return [line for r in found if (line := r.lost_line(self.feed.name)) is not None]
+        last translation found them (rule 0), one line each: ``crossfeed status`` shows
+        them. Never waits for a round under way."""
+        return list(self._notices)
+
+    def _note_deleted(self) -> None:
+        found = sorted(self._results.values(), key=_order)
+        self._notices = [line for r in found if (line := r.lost_line(self.feed.name)) is not None]
 
     def scan(
         self, topic: str, partition: int, start: int, end: int, limit: int
