@@ -571,13 +571,14 @@ class Translator:
         )
 
     def notices(self) -> list[str]:
-        """Group positions in records the source deleted before they were copied, as the
-        last translation found them (rule 0), one line each: ``crossfeed status`` shows
-        them. Never waits for a round under way."""
+        """Group positions in records the source deleted before they were copied and not
+        acknowledged, as the last translation found them (rule 0), one line each:
+        ``crossfeed status`` shows them. Never waits for a round under way."""
         return list(self._notices)
 
     def _note_deleted(self) -> None:
-        found = sorted(self._results.values(), key=_order)
+        acked = gaps.acknowledged(self.feed.config.gap_acknowledged)
+        found = [r for r in sorted(self._results.values(), key=_order) if r.key not in acked]
         self._notices = [line for r in found if (line := r.lost_line(self.feed.name)) is not None]
 
     def scan(

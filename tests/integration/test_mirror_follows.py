@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from typing import Any
 
 import pytest
 import yaml
@@ -343,6 +344,31 @@ def test_topic_configs_follow_the_source_except_excluded_and_deleted_topics_are_
     assert len(flatten(read_many(clusters.b.config, [gone]))) == 3
 
 
+def stopped_after_100(
+    clusters, coordinators: Coordinators, name: str, feed: str, tmp_path, procs: list
+) -> tuple[str, Any]:
+    """A coordinator (``coordinators``) running feed ``feed`` with gap.policy=stop over
+    topic ``name``, and its puller, stopped once offsets 0-99 of partition 0 are copied.
+    Returns the coordinator's URL and the puller."""
+    coordinators.start(1)
+    url = coordinators.settle(60).url
+    with CoordinatorClient(url, TOKEN) as api:
+        api.create_feed(
+            {
+                "name": feed,
+                "source": "dc-a",
+                "sink-uri": "kafka://dc-b",
+                "topics": [name],
+                "config": {"staging.partitions": "2", "gap.policy": "stop"},
+            }
+        )
+    puller = start_coordinated("puller", feed, 0, coordinators.config_file, tmp_path, procs)
+    assert _copied_offsets(clusters.b.config, name, 0, 100) == list(range(100))
+    time.sleep(1.5)  # a transaction with the marks after the last copy
+    puller.terminate()
+    return url, puller
+
+
 def test_a_gap_in_crossfeed_status_and_ack_gap_through_the_coordinator(
     clusters, topic_factory, producer_factory, tmp_path
 ):
@@ -354,22 +380,7 @@ def test_a_gap_in_crossfeed_status_and_ack_gap_through_the_coordinator(
     procs: list = []
     env = {"CROSSFEED_API_TOKEN": TOKEN}
     try:
-        coordinators.start(1)
-        url = coordinators.settle(60).url
-        with CoordinatorClient(url, TOKEN) as api:
-            api.create_feed(
-                {
-                    "name": feed,
-                    "source": "dc-a",
-                    "sink-uri": "kafka://dc-b",
-                    "topics": [name],
-                    "config": {"staging.partitions": "2", "gap.policy": "stop"},
-                }
-            )
-        puller = start_coordinated("puller", feed, 0, coordinators.config_file, tmp_path, procs)
-        assert _copied_offsets(clusters.b.config, name, 0, 100) == list(range(100))
-        time.sleep(1.5)  # a transaction with the marks after the last copy
-        puller.terminate()
+        url, puller = stopped_after_100(clusters, coordinators, name, feed, tmp_path, procs)
         _produce(producer, name, 0, 100)
         admin_a = clients.admin(clusters.a.config)
         admin_a.delete_records([TopicPartition(name, 0, 150)])[TopicPartition(name, 0, 150)].result(

@@ -9,17 +9,22 @@ lost to the group: never copied, gone at the source.
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 from typing import Any
 
 import pytest
 import yaml
 from confluent_kafka import TopicPartition
 from prometheus_client import REGISTRY
+from typer.testing import CliRunner
 
+from crossfeed.cli.main import app as cli
 from crossfeed.core.provenance import src_of
 from crossfeed.feeds import load_feed_file
 from crossfeed.kafka import clients
+from tests.integration.test_coordinator_process import TOKEN, Coordinators
 from tests.integration.test_failover import (
     committed,
     consume,
@@ -30,7 +35,7 @@ from tests.integration.test_failover import (
     src_offsets,
     wait_for,
 )
-from tests.integration.test_mirror_follows import _copied_offsets, _produce
+from tests.integration.test_mirror_follows import _copied_offsets, _produce, stopped_after_100
 from tests.support.verify import read_many
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -162,3 +167,89 @@ def test_with_gap_policy_stop_a_group_in_deleted_records_waits_for_its_acknowled
         row = _deleted_row(report, group, name)
         assert row["deleted"]["count"] == 30 and not row["deleted"]["held"]
         assert committed(b, group)[(name, 0)] == frontier
+
+
+def test_crossfeed_status_shows_a_held_group_until_ack_gap_moves_it(
+    clusters, topic_factory, producer_factory, unique, tmp_path
+):
+    """The same with gap.policy=stop, on a feed a coordinator runs: `crossfeed status`
+    names the group's loss and the key; `crossfeed changefeed ack-gap` with the puller's
+    gap and the group's position copies on and moves the group."""
+    a, b = clusters.a.config, clusters.b.config
+    name = topic_factory(clusters.a, partitions=2)
+    producer = producer_factory(clusters.a)
+    _produce(producer, name, 0, 100)
+    feed = f"held-{uuid.uuid4().hex[:6]}"
+    group = unique("held")
+    coordinators = Coordinators(clusters, tmp_path)
+    procs: list[Any] = []
+    env = {"CROSSFEED_API_TOKEN": TOKEN}
+
+    def status() -> dict[str, Any]:
+        out = CliRunner().invoke(cli, ["status", "--json", "--server", url], env=env)
+        assert out.exit_code == 0, out.output
+        return next(f for f in json.loads(out.stdout)["feeds"] if f["name"] == feed)
+
+    def translation_notices() -> list[str]:
+        return [n for n in status()["notices"] if n.startswith("translation: ")]
+
+    try:
+        url, puller = stopped_after_100(clusters, coordinators, name, feed, tmp_path, procs)
+        _produce(producer, name, 0, 100)
+        consumer = clients.consumer(a, **{"group.id": group, "enable.partition.eof": True})
+        consumer.assign([TopicPartition(name, 0, 0)])
+        consume(consumer, {(name, 0): 120})
+        consumer.close()
+        admin_a = clients.admin(a)  # kept alive until the future resolves
+        deleted = TopicPartition(name, 0, 150)
+        admin_a.delete_records([deleted])[deleted].result(30)
+        _produce(producer, name, 0, 100)
+        puller.start()
+
+        (line,) = wait_for("the group in crossfeed status", translation_notices, 60)
+        assert f"group {group}: {name}/0: its position 120 is in offsets 120-149 (30 records)" in (
+            line
+        )
+        assert "not moved (gap.policy=stop) until acknowledged: 'crossfeed changefeed ack-gap " in (
+            line
+        )
+        assert f"{feed} {name}/0@120'" in line
+        assert status()["state"] == "normal"
+        # Where the commit stream put it while offsets 100-149 still existed: the end of
+        # the copies. Held there, not moved past the loss.
+        frontier = _target_offset_of(b, name, 99, 100) + 1
+        assert committed(b, group) == {(name, 0): frontier}
+
+        def ack(*keys: str) -> None:
+            done = CliRunner().invoke(
+                cli, ["changefeed", "ack-gap", feed, *keys, "--server", url], env=env
+            )
+            assert done.exit_code == 0, done.output
+
+        ack(f"{name}/0@100")  # the puller's gap: the partition is copied on
+        assert _copied_offsets(b, name, 0, 250) == [*range(100), *range(150, 300)]
+        at_log_start = _target_offset_of(b, name, 150, 250)
+        # Translated again with the copies after the gap: still held where it was.
+        (still,) = wait_for(
+            "the copy of the log start in the group's line",
+            lambda: [
+                n
+                for n in translation_notices()
+                if f"then it resumes at {name}/0@{at_log_start}" in n
+            ],
+            30,
+        )
+        assert "not moved (gap.policy=stop)" in still
+        assert committed(b, group) == {(name, 0): frontier}
+
+        ack(f"{name}/0@120")  # the group's position: it moves
+        wait_for(
+            "the group moved to the copy of the log start",
+            lambda: committed(b, group).get((name, 0)) == at_log_start,
+            timeout_s=60,
+        )
+        wait_for("the acknowledged notices gone", lambda: not status()["notices"], 30)
+    finally:
+        for proc in procs:
+            proc.kill()
+        coordinators.stop()
