@@ -136,6 +136,22 @@ def test_a_group_in_deleted_records_resumes_at_the_copy_of_the_log_start(
     resumed.close()
     assert src_offsets(got[(name, 0)]) == list(range(150, 300))
 
+    # With dc-a lost, a new translator knows the log start from the feed's own rows in
+    # _crossfeed.checkpoints (written by the rounds above), and reports the same loss.
+    clusters.stop("dc-a")
+    try:
+        with failover_routes(clusters, [spec]) as (url, _loop):
+            report = failover_cli(feed, url)
+        assert not report["source_reachable"]
+        row = _deleted_row(report, group, name)
+        assert (row["method"], row["source_log_start"], row["deleted"]["count"]) == (
+            "source-deleted",
+            150,
+            30,
+        )
+    finally:
+        clusters.start("dc-a")
+
 
 def test_with_gap_policy_stop_a_group_in_deleted_records_waits_for_its_acknowledgment(
     clusters, services, topic_factory, producer_factory, unique
