@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 from urllib.parse import quote
 
+import psycopg
 from pydantic import BaseModel, ConfigDict, Field
 
 from crossfeed import fencing
@@ -140,7 +141,7 @@ def run(
         say(f"freezing {plan.source_masked}: read-only, client sessions ended")
         freezing = time.monotonic()
         frozen = database.freeze(source)
-        unfrozen = True
+        undo_freeze = True  # until the target is fenced, a failure leaves all as it was
         try:
             consistency, last_txn = _drain(plan, target, frozen.frozen_at_us, request)
             on_source, on_target = database.digests(
@@ -166,19 +167,27 @@ def run(
             sequences = database.carry_sequences(
                 source, plan.source_schema, target, plan.target_schema, tables
             )
-            feeds.retire(spec.name)
             position = fencing.fence(plan.target_dsn, plan.target_schema, spec.name)
-            unfrozen = False  # from here the switchover goes on: S stays read-only
+            undo_freeze = False  # the point of no return: S stays read-only from here
+        finally:
+            if undo_freeze:
+                database.thaw(source)
+        try:
+            feeds.retire(spec.name)
             slot_lsn = database.make_capture(target, plan.reverse_slot, plan.target_schema, tables)
             if database.is_frozen(target):  # the old primary, back after a failback
                 database.thaw(target)
             writable = time.monotonic()
             say(f"{plan.target_masked} takes writes (captured from {slot_lsn})")
-        finally:
-            if unfrozen:
-                database.thaw(source)
-        notes = [start_reverse(plan, request.reverse_connect, feeds, tables)]
-        removed = remove_forward(plan, request.source_connect, source)
+            notes = [start_reverse(plan, request.reverse_connect, feeds, tables)]
+            removed = remove_forward(plan, request.source_connect, source)
+        except (ConnectError, ValueError, TimeoutError, psycopg.Error) as err:
+            raise SwitchoverError(
+                f"the switchover stopped after the target was fenced ({err}); the source is "
+                f"read-only and feed {spec.name} applies nothing: finish by hand as "
+                "docs/disaster-recovery.md describes (reverse capture, connector, feed), or "
+                "thaw the source and make a new feed"
+            ) from err
     report = SwitchoverReport(
         feed=spec.name,
         reverse_feed=plan.reverse_name,
@@ -199,6 +208,14 @@ def run(
         notes=notes,
     )
     _record(plan, position, report)
+    log.info(
+        "feed %s switched over: %s is the primary, %s follows it through %s; writes refused %.2fs",
+        spec.name,
+        plan.target_masked,
+        plan.source_masked,
+        plan.reverse_name,
+        report.writes_refused_s,
+    )
     return report
 
 
