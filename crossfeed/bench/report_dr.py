@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from crossfeed.bench.dr_figures import SIDE_NAMES, SIDES_OF
+from crossfeed.bench.dr_figures import HEADLINE, SIDE_NAMES, SIDES_OF
 
 
 def _spread(side: Mapping[str, Any], figure: str, digits: int = 2) -> str:
@@ -25,33 +25,31 @@ def _failed(side: Mapping[str, Any]) -> str:
     return f"; {failed} of {side.get('repetitions')} failed ({errors[0] if errors else '?'})"
 
 
-def _failover(section: Mapping[str, Any]) -> list[str]:
-    out = ["  failover (the source server crashed; command → first write committed on the target):"]
-    for name in SIDES_OF["failover"]:
-        side = section.get(name) or {}
-        rpo = f", RPO reported {_spread(side, 'rpo_reported', 0)}" if "rpo_reported" in side else ""
-        out.append(
-            f"    {SIDE_NAMES[name]}: {_spread(side, 'writable_s')} s (the command alone "
-            f"{_spread(side, 'command_s')} s); transfers lost by the application's count "
-            f"{_spread(side, 'app_lost', 0)}{rpo}{_failed(side)}"
-        )
-    return out
+HEADERS = {
+    "failover": "the source server crashed; command → first write committed on the target",
+    "switchover": "first refused write on the source → first committed on the target",
+}
+BESIDE = {  # scenario -> (figure, how it reads) shown when the side has it
+    "failover": ("rpo_reported", "RPO reported"),
+    "switchover": ("writes_refused_s", "the report's writes_refused_s"),
+}
 
 
-def _switchover(section: Mapping[str, Any]) -> list[str]:
-    out = ["  switchover (first refused write on the source → first committed on the target):"]
-    for name in SIDES_OF["switchover"]:
-        side = section.get(name) or {}
-        report = (
-            f"; the report's writes_refused_s {_spread(side, 'writes_refused_s')}"
-            if "writes_refused_s" in side
-            else ""
-        )
+def _scenario(scenario: str, block: Mapping[str, Any]) -> list[str]:
+    out = [f"  {scenario} ({HEADERS[scenario]}):"]
+    headline = HEADLINE[scenario]
+    figure, label = BESIDE[scenario]
+    for name in SIDES_OF[scenario]:
+        side = block.get(name) or {}
+        digits = 0 if figure == "rpo_reported" else 2
+        beside = f"; {label} {_spread(side, figure, digits)}" if figure in side else ""
         out.append(
-            f"    {SIDE_NAMES[name]}: {_spread(side, 'unavailable_s')} s (the command "
-            f"{_spread(side, 'command_s')} s{report}); transfers lost "
-            f"{_spread(side, 'app_lost', 0)}{_failed(side)}"
+            f"    {SIDE_NAMES[name]}: {_spread(side, headline)} s (the command alone "
+            f"{_spread(side, 'command_s')} s{beside}); transfers lost by the application's "
+            f"count {_spread(side, 'app_lost', 0)}{_failed(side)}"
         )
+    for name in SIDES_OF[scenario][:-1]:
+        out.append(f"    {SIDE_NAMES[name]} / by hand: {_spread(block, f'{name}_of_native')}")
     return out
 
 
@@ -62,11 +60,8 @@ def lines(section: Mapping[str, Any]) -> list[str]:
         f"disaster recovery of a database feed, {section.get('repetitions')} repetition(s), "
         "median [min–max]:"
     ]
-    for scenario, render in (("failover", _failover), ("switchover", _switchover)):
+    for scenario in SIDES_OF:
         block = section.get(scenario)
         if isinstance(block, Mapping):
-            out += render(block)
-            for name in SIDES_OF[scenario][:-1]:
-                ratio = _spread(block, f"{name}_of_native")
-                out.append(f"    {SIDE_NAMES[name]} / by hand: {ratio}")
+            out += _scenario(scenario, block)
     return out

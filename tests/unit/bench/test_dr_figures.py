@@ -128,7 +128,7 @@ def test_the_summary_and_the_chart_show_both_scenarios_on_both_sides(tmp_path):
     dr = {"available": True, "repetitions": 3, **section(RUNS)}
     text = "\n".join(report_dr.lines(dr))
     assert "by hand, PostgreSQL logical replication: 0.35 [0.20–0.50] s" in text
-    assert "crossfeed: 2.00 [1.00–3.00] s (the command alone 1.90 [0.90–2.90] s)" in text
+    assert "crossfeed: 2.00 [1.00–3.00] s (the command alone 1.90 [0.90–2.90] s; RPO" in text
     assert "RPO reported 40 [9–60]" in text
     assert "1 of 3 failed (RuntimeError: boom)" in text
     assert "the report's writes_refused_s 3.00 [3.00–3.00]" in text
