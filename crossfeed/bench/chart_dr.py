@@ -67,6 +67,7 @@ def panels(section: Mapping[str, Any]) -> list[Panel]:
             ["failover:\nRPO reported", "failover: lost\n(the application's count)"],
             _series(failover, ["rpo_reported", "app_lost"], SIDES_OF["failover"]),
         )
+        ax.set_yscale("symlog", linthresh=10)  # a lagging repetition loses 100 times more
         ax.set_title("failover: source transactions lost")
 
     if not any(isinstance(b.get(s), Mapping) for b in (failover, switchover) for s in SIDES):
