@@ -82,12 +82,17 @@ def figure(result: Mapping[str, Any]) -> Any:
     """One panel per figure that was measured, three to a row: the parts a run left out
     (``--only``) or could not measure get a line in the notes at the bottom, not a panel."""
     replicated = [*_mirror(result.get("throughput", {})), *_failover(result.get("failover", {}))]
-    from crossfeed.bench import chart_aa, chart_cdc  # their panels use this module's bars
+    from crossfeed.bench import (  # their panels use this module's bars
+        chart_aa,
+        chart_cdc,
+        chart_dr,
+    )
 
     ordered = result.get("ordered", {})
     panels = replicated + (_ordered(ordered) if ordered.get("available") else [])
     panels += chart_cdc.panels(result.get("cdc", {}))
     panels += chart_aa.panels(result.get("active_active", {}))
+    panels += chart_dr.panels(result.get("dr", {}))
     rows = max(1, -(-len(panels) // 3))
     fig, axes = plt.subplots(rows, 3, figsize=(17, 1 + 4.3 * rows), squeeze=False)
     cells = [ax for row in axes for ax in row]
@@ -97,6 +102,7 @@ def figure(result: Mapping[str, Any]) -> Any:
         fig.delaxes(ax)
     notes = _notes(result) + chart_cdc.notes(result.get("cdc", {}))
     notes += chart_aa.notes(result.get("active_active", {}))
+    notes += chart_dr.notes(result.get("dr", {}))
     if not panels:
         notes.insert(0, "nothing was measured")
     fig.text(0.01, 0.01, "\n".join(textwrap.shorten(n, 190) for n in notes), fontsize=8)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from crossfeed.bench import report_aa, report_cdc
+from crossfeed.bench import report_aa, report_cdc, report_dr
 
 NAMES = {
     "ceiling": "dc-b ceiling",
@@ -140,6 +140,8 @@ def summary(path: Path) -> str:
         lines += report_cdc.lines(data["cdc"])
     if "active_active" in data:
         lines += report_aa.lines(data["active_active"])
+    if "dr" in data:
+        lines += report_dr.lines(data["dr"])
     return "\n".join(lines)
 
 

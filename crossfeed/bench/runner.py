@@ -22,6 +22,7 @@ from crossfeed.bench import (
     aggregate,
     cdc,
     chart,
+    dr,
     facts,
     failover,
     load,
@@ -77,6 +78,7 @@ class Plan:
     aa_transfers: int = 20_000  # the backlog that measures Debezium's publishing rate
     aa_lag_seconds: float = 30.0  # each lag phase of the active-active part
     aa_rate: float = 0.0  # transfers/s per direction; 0: half of Debezium's publishing rate
+    dr: bool = True  # failover and switchover of a database feed, beside them by hand
     quick: bool = False
     warmup_records: int = 200_000  # per side, copied once before any figure is taken
 
@@ -467,6 +469,19 @@ def _active_active(
     )
 
 
+def _dr(
+    plan: Plan,
+    a: dict[str, Any],
+    b: dict[str, Any],
+    janitor: Janitor,
+    say: Say,
+    into: dict[str, Any],
+) -> None:
+    """A database feed's failover and switchover beside PostgreSQL's logical replication
+    by hand (``plan.repeat`` repetitions, ``into["dr"]``; see ``crossfeed/bench/dr.py``)."""
+    dr.run(janitor, a, b, repeat=plan.repeat, say=say, attempt=_attempt, into=into)
+
+
 def _stop_cdc(started: list[str]) -> None:
     """Stop what the benchmark started of the capture side (both sides' for the
     active-active part)."""
@@ -487,9 +502,9 @@ def run(plan: Plan, out_dir: Path | None = None) -> Path:
     logsetup.setup("ERROR")
     lock = _lock()
     running = {c.alias for c in stack.CLUSTERS if c.pid()}
-    stack.up(postgres=plan.ordered or plan.cdc or plan.active_active)
+    stack.up(postgres=plan.ordered or plan.cdc or plan.active_active or plan.dr)
     started_cdc = stack.up_cdc() if plan.cdc else []
-    if plan.active_active:  # both servers with commit timestamps, Connect-B
+    if plan.active_active or plan.dr:  # both servers captured, with commit timestamps
         started_cdc += stack.up_active_active()
     a = {"bootstrap.servers": stack.node("dc-a").bootstrap}
     b = {"bootstrap.servers": stack.node("dc-b").bootstrap}
@@ -518,6 +533,8 @@ def run(plan: Plan, out_dir: Path | None = None) -> Path:
                     result["cdc"] = _cdc(plan, a, b, janitor, say)
                 if plan.active_active:
                     result["active_active"] = _active_active(plan, a, b, janitor, say)
+                if plan.dr:
+                    _dr(plan, a, b, janitor, say, result)
             except KeyboardInterrupt:
                 result["interrupted"] = True
                 say("interrupted: cleaning up, writing what was measured")
@@ -529,6 +546,7 @@ def run(plan: Plan, out_dir: Path | None = None) -> Path:
     result.setdefault("ordered", aggregate.not_available("not run (--only)"))
     result.setdefault("cdc", aggregate.not_available("not run (--only)"))
     result.setdefault("active_active", aggregate.not_available("not run (--only)"))
+    result.setdefault("dr", aggregate.not_available("not run (--only)"))
     result["machine"]["load_avg_end"] = facts.load_avg()
     result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     result["duration_s"] = time.monotonic() - began

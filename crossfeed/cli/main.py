@@ -489,7 +489,7 @@ def bench(
     only: Optional[str] = typer.Option(  # noqa: UP045
         None,
         "--only",
-        help="run one part: throughput, failover, ordered, scale, cdc or active_active",
+        help="run one part: throughput, failover, ordered, scale, cdc, active_active or dr",
     ),
     lag_seconds: Optional[float] = typer.Option(  # noqa: UP045
         None, "--lag-seconds", help="each lag phase's length (at least 20 s for cdc)"
@@ -514,7 +514,7 @@ def bench(
         changes["sizes"] = tuple(size)
     if repeat is not None:
         changes["repeat"] = repeat
-    parts = ("throughput", "failover", "ordered", "scale", "cdc", "active_active")
+    parts = ("throughput", "failover", "ordered", "scale", "cdc", "active_active", "dr")
     if only not in (None, *parts):
         raise typer.BadParameter(f"--only takes {', '.join(parts[:-1])} or {parts[-1]}")
     if aa_rate is not None:
@@ -529,6 +529,7 @@ def bench(
         changes["scale"] = only == "scale"
         changes["cdc"] = only == "cdc"
         changes["active_active"] = only == "active_active"
+        changes["dr"] = only == "dr"
     plan = dataclasses.replace(plan, **changes)  # type: ignore[arg-type]
     try:
         path = runner.run(plan)

@@ -222,11 +222,14 @@ class Postgres:
         except psycopg.Error:
             return False
 
-    def stop(self) -> bool:
+    def stop(self, *, hard: bool = False) -> bool:
+        """Stop the server (``hard``: ``-m immediate``, as if it crashed: every process
+        quits at once, nothing is checkpointed, the next start recovers from the WAL)."""
         if not self.running():
             return False
+        mode = "immediate" if hard else "fast"
         subprocess.run(
-            [*_run_as(), _bin("pg_ctl"), "stop", "-D", str(self.data), "-m", "fast", "-w"],
+            [*_run_as(), _bin("pg_ctl"), "stop", "-D", str(self.data), "-m", mode, "-w"],
             check=False,
             capture_output=True,
         )

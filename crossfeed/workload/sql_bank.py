@@ -146,7 +146,9 @@ class FollowingTransfers(threading.Thread):
     database of the moment (:meth:`move`). A refused write (a freeze, a server gone) makes
     it wait until it is told another primary (or the same one again), as an application
     would wait for its operator. It keeps the ledger id of each transfer it saw commit, by
-    the name given with the primary: what each side must hold."""
+    the name given with the primary: what each side must hold; and, per name, when its
+    first write was refused and its first transfer committed (``time.monotonic()``): how
+    long it could not write across a change of primary."""
 
     REFUSED = (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction)
 
@@ -158,6 +160,8 @@ class FollowingTransfers(threading.Thread):
         self.stop = threading.Event()
         self.committed: dict[str, list[int]] = {}
         self.refused = 0
+        self.refused_at: dict[str, float] = {}  # side -> its first refused write
+        self.first_commit_at: dict[str, float] = {}  # side -> its first transfer committed
         self.errors: list[str] = []
 
     def move(self, uri: str, schema: str, side: str) -> None:
@@ -178,6 +182,7 @@ class FollowingTransfers(threading.Thread):
                         time.sleep(self.pause_s)
             except self.REFUSED:
                 self.refused += 1
+                self.refused_at.setdefault(here[2], time.monotonic())
                 while self.primary == here and not self.stop.is_set():
                     time.sleep(0.1)
             except psycopg.Error as err:
@@ -201,6 +206,7 @@ class FollowingTransfers(threading.Thread):
                 (src, dst),
             ).fetchone()
         assert row is not None
+        self.first_commit_at.setdefault(here[2], time.monotonic())
         self.committed.setdefault(here[2], []).append(int(row[0]))
 
 
