@@ -204,9 +204,9 @@ class _Feeds:
             return None
         return load_feed_file(pipeline.feed_file)
 
-    def stop(self, name: str) -> None:
-        """As the coordinator pauses a feed: its processes are told to stop, not waited
-        for (the switchover fences the target next, so the sink cannot write anyway)."""
+    def retire(self, name: str) -> None:
+        """As the coordinator removes a feed: its processes are told to stop, not waited
+        for (the switchover has fenced the target, so the sink cannot write anyway)."""
         if self.side.pipeline is not None:
             for proc in self.side.pipeline.procs.values():
                 proc.terminate()
