@@ -49,6 +49,8 @@ ALERTS = OBSERVABILITY / "prometheus" / "alerts.yaml"
 RUNBOOK = ROOT / "docs" / "runbook.md"
 DASHBOARDS = sorted((OBSERVABILITY / "grafana").glob("*.json"))
 SERVICES = ("puller", "sink", "coordinator", "sorter")
+IMAGES = (*SERVICES, "connect")
+"""Our images: one per service, and Kafka Connect with Debezium (not a crossfeed service)."""
 OUR_IMAGE = re.compile(r"^crossfeed/(?P<target>[a-z-]+):(?P<tag>[^:@]+)$")
 METRIC_NAME = re.compile(r"\bcrossfeed_[a-z0-9_]*[a-z0-9]\b")
 TARGET_LABELS = {"instance", "job", "namespace", "pod", "container", "service", "endpoint"}
@@ -289,7 +291,7 @@ def our_image_problem(ref: str) -> str | None:
     match = OUR_IMAGE.match(ref)
     if not match:
         return f"{ref!r} is not crossfeed/<target>:<version>"
-    if match["target"] not in SERVICES or match["target"] not in dockerfile():
+    if match["target"] not in IMAGES or match["target"] not in dockerfile():
         return f"{ref!r}: deploy/docker/Dockerfile has no target {match['target']!r}"
     if match["tag"] != crossfeed.__version__:
         return f"{ref!r}: tag is not the project version {crossfeed.__version__}"
