@@ -52,10 +52,10 @@ from crossfeed.bench.cdc_watch import (
 from crossfeed.bench.cleanup import Janitor
 from crossfeed.bench.measure import PeakRss, ProcessCost, broker_pids
 from crossfeed.bench.ordered import Pipeline
-from crossfeed.cdc import captured, connector
+from crossfeed.cdc import connector
 from crossfeed.cdc.connect_api import ConnectError
 from crossfeed.kafka import clients
-from crossfeed.local import postgres, processes, stack
+from crossfeed.local import captured, postgres, processes, stack
 from crossfeed.pair import ops
 from crossfeed.workload import sql_bank
 

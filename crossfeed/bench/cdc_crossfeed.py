@@ -25,10 +25,10 @@ from crossfeed.bench.cdc_watch import execute_quietly
 from crossfeed.bench.cdc_watch import on_server as _server
 from crossfeed.bench.cleanup import Janitor
 from crossfeed.bench.ordered import Pipeline
-from crossfeed.cdc import captured, connector
+from crossfeed.cdc import connector
 from crossfeed.cdc.connect_api import ConnectError
 from crossfeed.kafka import clients
-from crossfeed.local import postgres, stack
+from crossfeed.local import captured, postgres, stack
 from crossfeed.workload import sql_bank
 
 ROLES = ("puller", "sorter", "sink")

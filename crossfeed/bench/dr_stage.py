@@ -19,8 +19,7 @@ import psycopg
 
 from crossfeed.bench.cdc_watch import on_server
 from crossfeed.bench.cleanup import Janitor
-from crossfeed.cdc import captured
-from crossfeed.local import postgres, stack
+from crossfeed.local import captured, postgres, stack
 from crossfeed.workload import sql_bank
 from crossfeed.workload.sql_bank import FollowingTransfers
 

@@ -28,14 +28,14 @@ from urllib.parse import urlencode
 import psycopg
 from confluent_kafka import TopicPartition
 
-from crossfeed.cdc import captured, connector
+from crossfeed.cdc import connector
 from crossfeed.cdc.connect_api import ConnectError
 from crossfeed.client.rest import ApiError, CoordinatorClient
 from crossfeed.core.pair_plan import feed_names
 from crossfeed.demo.ordered import BankDemo, _feed_status, demo_processes, start_coordinator
 from crossfeed.demo.scenario import Processes
 from crossfeed.kafka import clients
-from crossfeed.local import postgres, stack
+from crossfeed.local import captured, postgres, stack
 from crossfeed.pair import sql
 from crossfeed.wire import debezium, topics
 from crossfeed.workload import sql_bank

@@ -29,12 +29,11 @@ from typing import Any
 
 import psycopg
 
-from crossfeed.cdc import captured
-from crossfeed.cdc.captured import CapturedDatabase
 from crossfeed.client.rest import CoordinatorClient
 from crossfeed.demo.ordered import BankDemo, _feed_status, demo_processes, start_ordered_feed
 from crossfeed.demo.scenario import Processes
-from crossfeed.local import stack
+from crossfeed.local import captured, stack
+from crossfeed.local.captured import CapturedDatabase
 from crossfeed.local.postgres import URI as POSTGRES_URI
 from crossfeed.workload import sql_bank
 from crossfeed.workload.sql_bank import TableComparison

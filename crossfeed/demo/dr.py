@@ -33,14 +33,14 @@ from typing import Any
 import psycopg
 from confluent_kafka import KafkaException
 
-from crossfeed.cdc import captured, connect_api, connector
+from crossfeed.cdc import connect_api, connector
 from crossfeed.cdc.connect_api import ConnectError
 from crossfeed.client.rest import CoordinatorClient
 from crossfeed.core import takeover
 from crossfeed.demo.ordered import BankDemo, _feed_status, demo_processes, start_coordinator
 from crossfeed.demo.scenario import Processes, wait_until
 from crossfeed.kafka import clients, scan
-from crossfeed.local import postgres, stack
+from crossfeed.local import captured, postgres, stack
 from crossfeed.wire import debezium
 from crossfeed.workload import sql_bank
 from crossfeed.workload.sql_bank import FollowingTransfers

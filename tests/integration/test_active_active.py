@@ -18,8 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from crossfeed.cdc import captured
-from crossfeed.local import postgres, stack
+from crossfeed.local import captured, postgres, stack
 from crossfeed.wire import debezium, topics
 from tests.support import active_active as aa
 from tests.support.verify import read_many

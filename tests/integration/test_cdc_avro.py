@@ -16,11 +16,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from crossfeed.cdc import captured, connector
+from crossfeed.cdc import connector
 from crossfeed.cdc.connect_api import ConnectError
 from crossfeed.dlq import ERROR_CLASS, ERROR_MESSAGE, STAGE
 from crossfeed.kafka import clients
-from crossfeed.local import stack
+from crossfeed.local import captured, stack
 from crossfeed.workload import sql_bank
 from tests.integration.test_cdc import ACCOUNTS, _dead_letters, _start_feed, bank_across_kills
 from tests.integration.test_cdc import pg_schema as pg_schema

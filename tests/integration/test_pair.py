@@ -13,11 +13,11 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
-from crossfeed.cdc import captured, connector
+from crossfeed.cdc import connector
 from crossfeed.cdc.connect_api import ConnectError, request
 from crossfeed.cli.main import app
 from crossfeed.client.rest import CoordinatorClient
-from crossfeed.local import postgres, stack
+from crossfeed.local import captured, postgres, stack
 from tests.integration.test_coordinator_process import (
     TOKEN,
     Coordinators,

@@ -24,8 +24,7 @@ import pytest
 from fastapi import FastAPI
 from typer.testing import CliRunner
 
-from crossfeed.cdc import captured, connect_api, connector
-from crossfeed.cdc.captured import CapturedDatabase
+from crossfeed.cdc import connect_api, connector
 from crossfeed.cdc.connect_api import ConnectError
 from crossfeed.cli.main import app as cli
 from crossfeed.client.rest import CoordinatorClient
@@ -34,7 +33,8 @@ from crossfeed.dr import database, failback, switchover
 from crossfeed.dr.failback import FailbackRequest
 from crossfeed.dr.switchover import SwitchoverError, SwitchoverRequest
 from crossfeed.feeds import FeedSpec, load_feed_file, parse_feed
-from crossfeed.local import postgres
+from crossfeed.local import captured, postgres
+from crossfeed.local.captured import CapturedDatabase
 from crossfeed.services.coordinator.failover import FailoverHooks, make_router
 from crossfeed.services.coordinator.rest_server import RestServer
 from crossfeed.workload import sql_bank

@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from crossfeed.cdc import captured
-from crossfeed.cdc.captured import CapturedDatabase
-from crossfeed.local import postgres, stack
+from crossfeed.local import captured, postgres, stack
+from crossfeed.local.captured import CapturedDatabase
 
 
 @pytest.fixture(scope="session")
