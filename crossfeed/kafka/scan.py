@@ -9,7 +9,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition as KafkaTP
 
-from crossfeed.kafka import clients
+from crossfeed.kafka import clients, reachable
 
 PROBE_S = 5.0
 READ_TIMEOUT_S = 60.0
@@ -59,5 +59,9 @@ def _scan(consumer: Any, where: KafkaTP, start: int, end: int) -> Iterator[Any]:
 
 
 def answers(conf: dict[str, Any]) -> bool:
+    """Does the cluster answer? A refused connection says no at once (a gone dc-a), else
+    a metadata request within PROBE_S says it."""
+    if not reachable.accepts_connections(conf, PROBE_S):
+        return False
     answered, _ = clients.probe(conf, PROBE_S)
     return answered is not None

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from confluent_kafka import KafkaException
 
-from crossfeed.kafka import clients
+from crossfeed.kafka import clients, reachable
 from crossfeed.kafka.topics import partitions_of
 from crossfeed.translation import kafka_io
 from crossfeed.translation.kafka_io import TP, PartlyAnswered, Unreachable
@@ -108,10 +108,10 @@ class SourceView:
         give up at once (a round of another thread waiting out its timeout there would
         hold up the caller). Touches no state of the view: call without the owner's lock,
         then :meth:`probed` with it."""
-        reachable = kafka_io.accepts_connections(self.conf, timeout_s)
-        if not reachable:
+        accepted = reachable.accepts_connections(self.conf, timeout_s)
+        if not accepted:
             self.admin.interrupt()
-        return reachable
+        return accepted
 
     def probed(self, reachable: bool, timeout_s: float) -> None:
         """Apply a :meth:`probe`: a source that refused is lost now — the round goes on

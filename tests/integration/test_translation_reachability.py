@@ -10,12 +10,8 @@ import time
 
 import pytest
 
-from crossfeed.translation.kafka_io import (
-    ClusterAdmin,
-    Unreachable,
-    accepts_connections,
-    list_groups,
-)
+from crossfeed.kafka.reachable import accepts_connections
+from crossfeed.translation.kafka_io import ClusterAdmin, Unreachable, list_groups
 
 pytestmark = pytest.mark.integration
 

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from crossfeed.translation.kafka_io import (
-    accepts_connections,
-    bootstrap_addresses,
-)
+from crossfeed.kafka.reachable import accepts_connections, bootstrap_addresses
 
 
 def test_bootstrap_addresses_read_every_form_librdkafka_takes() -> None:
