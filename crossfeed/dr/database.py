@@ -52,14 +52,19 @@ def freeze(conn: Conn, wait_s: float = 15.0) -> Freeze:
             sql.Identifier(database)
         )
     )
+    since = conn.execute("SELECT clock_timestamp()").fetchone()
+    assert since is not None
     ended = 0
     deadline = time.monotonic() + wait_s
     while True:
+        # Only sessions from before the ALTER: one that connects after it is read-only
+        # already (an application's pool reconnecting must not keep this loop going).
         rows = conn.execute(
             "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-            "AND backend_type = 'client backend' "
-            "AND coalesce(application_name, '') NOT LIKE 'Debezium%%'"
+            "AND backend_type = 'client backend' AND backend_start <= %s "
+            "AND coalesce(application_name, '') NOT LIKE 'Debezium%%'",
+            (since[0],),
         ).fetchall()
         ended += sum(1 for _pid, done in rows if done)
         if not rows:
