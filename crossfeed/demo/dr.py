@@ -33,12 +33,13 @@ from typing import Any
 import psycopg
 from confluent_kafka import KafkaException
 
-from crossfeed.cdc import connect_api, connector
+from crossfeed.cdc import connector
 from crossfeed.cdc.connect_api import ConnectError
 from crossfeed.client.rest import CoordinatorClient
 from crossfeed.core import takeover
 from crossfeed.demo.ordered import BankDemo, _feed_status, demo_processes, start_coordinator
 from crossfeed.demo.scenario import Processes, wait_until
+from crossfeed.dr import failback
 from crossfeed.kafka import clients, scan
 from crossfeed.local import captured, postgres, stack
 from crossfeed.wire import debezium
@@ -327,11 +328,7 @@ def _regain_dc_a() -> None:
 def _delivered(a: captured.CapturedDatabase, applied_lsn: int) -> int:
     """Transactions in dc-a's Debezium transaction topic committed after ``applied_lsn``
     (a connector task that failed while dc-a was away is started again)."""
-    with contextlib.suppress(ConnectError):
-        tasks = connector.status(a.connect_url, a.name).get("tasks", [])
-        if not tasks or any(t.get("state") == "FAILED" for t in tasks):
-            path = f"/connectors/{a.name}/restart?includeTasks=true&onlyFailed=true"
-            connect_api.request(a.connect_url, "POST", path)
+    failback.restart_failed(a.connect_url, a.name)
     conf = {"bootstrap.servers": stack.node("dc-a").bootstrap}
     ends = set()
     with contextlib.suppress(KafkaException, TimeoutError):

@@ -249,7 +249,7 @@ def _tail(
                 f"{request.marker_timeout_s:.0f}s (connector {plan.connector} on "
                 f"{request.source_connect}: is it running?); the source stays read-only"
             )
-        _restart_failed(request.source_connect, plan.connector)
+        restart_failed(request.source_connect, plan.connector)
         time.sleep(1.0)
     qualified = {f"{plan.source_schema}.{t}" for t in tables}
     topic_names = [debezium.transaction_topic(plan.prefix)] + [
@@ -274,7 +274,7 @@ def _is_marker(msg: Any, marker: str) -> bool:
     return isinstance(content, str) and base64.b64decode(content) == marker.encode()
 
 
-def _restart_failed(connect_url: str, name: str) -> None:
+def restart_failed(connect_url: str, name: str) -> None:
     """A connector whose task failed while dc-a or the source was away is started again."""
     try:
         tasks = connector.status(connect_url, name).get("tasks", [])
