@@ -10,12 +10,15 @@ if the target cluster will not create or grow it, or if the rename format gives 
 name for it. Such a topic waits (looked at again every round); the others are
 copied meanwhile. An ordered feed has no per-topic targets (its changes go to
 ``_crossfeed.<feed>.changes``, the sink writes the one target topic): its matching
-source partitions are ready at once.
+source partitions are ready at once, and ``listed_at_us`` says until when the feed's
+partitions are known (an ordered feed's resolved_ts never passes it: a topic created
+later, or a partition added later, cannot hold a change the feed has already resolved).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException
@@ -50,9 +53,13 @@ class Discovery:
     acls_problem: str | None = None
     # Source topics copied before and no longer on the source: their targets are kept.
     deleted: set[str] = field(default_factory=set)
+    # When the last listing that succeeded began (µs since the epoch): every source topic
+    # and partition created before it is among ``ready`` (or waiting, or in error).
+    listed_at_us: int = 0
 
     def refresh(self) -> set[TopicPartition]:
         """Look again; returns source partitions that became ready since the last call."""
+        listing_at_us = int(time.time() * 1_000_000)
         source_counts = kafka_topics.partition_counts(self.source)
         ordered = self.feed.mode == "ordered"
         target_counts = {} if ordered else kafka_topics.partition_counts(self.target)
@@ -75,6 +82,7 @@ class Discovery:
                 before = self.ready.get(topic, 0)
                 self.ready[topic] = source_counts[topic]
                 new.update(TopicPartition(topic, p) for p in range(before, source_counts[topic]))
+            self.listed_at_us = listing_at_us
             return new
         targets = self._target_names(changed)
         created = self._create_targets(

@@ -9,6 +9,8 @@ owner); without them, the newest commit_ts (or now, when caught up) minus ``late
 A producer's *final* watermark (``crossfeed-watermark: final``: it closed) hands the
 partition back to that clock, never below the final watermark, until another producer's
 watermark leads it again: a topic whose producer is gone holds the feed back no more.
+No resolved_ts passes the moment the source's topics were last listed: a topic created
+since may already hold changes, and they must not arrive behind it.
 The marks carry ``crossfeed-commit-ts: <resolved_ts>``, and resolved_ts never goes
 backwards (a new owner starts from the newest mark's). A data record at or below the
 partition's resolved_ts — emitted, or promised by a watermark already read — would break
@@ -100,17 +102,24 @@ def next_resolved(
     caught_up: bool,
     now_us: int,
     lateness_us: int,
+    known_until_us: int | None = None,
 ) -> int:
     """An ordered feed's resolved_ts of a source partition at the end of a transaction:
     the producer's watermark when the partition follows them, else the newest commit_ts
     (or now, when caught up) minus the lateness, and not below a final watermark read
     (``watermark_us`` of a partition whose producer closed); never below ``previous`` or
-    0."""
+    0.
+
+    Nor above ``known_until_us``, when the last topic listing began: a topic (or
+    partition) created after it is not read yet, and its first changes may be older than
+    what this partition's own records allow. Resolving past them would make them late."""
     if watermarked:
         candidate = watermark_us
     else:
         candidate = (now_us if caught_up else newest_commit_ts_us) - lateness_us
         candidate = max(candidate, watermark_us)
+    if known_until_us is not None:
+        candidate = min(candidate, known_until_us)
     return max(candidate, previous, 0)
 
 

@@ -473,16 +473,22 @@ class PullerTask:
         return None if self.pending is not None else self.txn.due_in(now, interval_s)
 
     def commit(
-        self, positions: dict[TopicPartition, int], caught_up: set[TopicPartition]
+        self,
+        positions: dict[TopicPartition, int],
+        caught_up: set[TopicPartition],
+        known_until_us: int | None = None,
     ) -> TxnFailure | None:
         """Seal and commit now, on this thread; the failure if it did not commit."""
-        failure = self.seal(positions, caught_up) or self.finish()
+        failure = self.seal(positions, caught_up, known_until_us) or self.finish()
         if failure is None:
             self.committed()
         return failure
 
     def seal(
-        self, positions: dict[TopicPartition, int], caught_up: set[TopicPartition]
+        self,
+        positions: dict[TopicPartition, int],
+        caught_up: set[TopicPartition],
+        known_until_us: int | None = None,
     ) -> TxnFailure | None:
         """End the open transaction: what waits is sent, then a mark per partition.
         Records taken from now on belong to the next one. Returns the failure, if any
@@ -490,7 +496,9 @@ class PullerTask:
 
         ``positions`` are the reader's fetch positions (past skipped aborted records and
         transaction markers); ``caught_up`` the partitions with no backlog, whose
-        resolved_ts may advance to now.
+        resolved_ts may advance to now; ``known_until_us`` (ordered feeds) when the
+        source's topics were last listed, which no resolved_ts passes
+        (:func:`ordered.next_resolved`).
         """
         assert self.pending is None
         failure = self._begin()
@@ -515,6 +523,7 @@ class PullerTask:
                     caught_up=tp in caught_up,
                     now_us=now_us,
                     lateness_us=lateness_us,
+                    known_until_us=known_until_us,
                 )
                 mark_headers = ordered.ordered_mark_headers(resolved, state.watermarked)
             else:

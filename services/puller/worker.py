@@ -55,6 +55,9 @@ READ_WAIT_S = 0.05  # longest a consume call waits for source records
 SOURCE_UP_WINDOW_S = 3.0  # statistics arrive every second; allow for two missing
 STUCK_COMMIT_S = 5.0  # a commit under way this long: the target is not answering
 WAITING_REFRESH_S = 0.5  # topic listing again while a new target topic does not answer
+# An ordered feed's topic listing: no resolved_ts passes the last one (Discovery.listed_at_us),
+# so this is also how far behind the clock an idle feed's resolved_ts may stay.
+ORDERED_REFRESH_S = 0.5
 STAGING_MAX_MESSAGE_BYTES = topics.STAGING_MAX_MESSAGE_BYTES
 STAGING_HEADROOM_BYTES = topics.STAGING_HEADROOM_BYTES
 
@@ -237,6 +240,8 @@ class PullerWorker:
         interval = self.settings.puller.topic_refresh_s
         if self.discovery.waiting:  # a target topic not answering yet: look again soon
             interval = min(interval, WAITING_REFRESH_S)
+        if self.feed.mode == "ordered":  # its resolved_ts waits for the listing: keep it fresh
+            interval = min(interval, ORDERED_REFRESH_S)
         if now - self.last_refresh >= interval:
             self._refresh()
             self.last_refresh = now
@@ -556,7 +561,7 @@ class PullerWorker:
                 task.failed(failure)
                 commit = False
         if commit:
-            failure = task.commit(*self._positions(task))
+            failure = task.commit(*self._positions(task), self._known_until())
             if failure is not None:
                 log.warning(
                     "task %d: final commit failed (%s); the next owner redoes it",
@@ -580,6 +585,13 @@ class PullerWorker:
         task.close()
         metrics.TASKS.labels(self.feed.name).set(len(self.tasks))
         log.info("task %d of feed %s released by %s", s, self.feed.name, self.instance_id)
+
+    def _known_until(self) -> int | None:
+        """Ordered feeds: when the source's topics were last listed (a resolved_ts never
+        passes it; Discovery.listed_at_us). None for mirror feeds, which resolve nothing."""
+        if self.feed.mode != "ordered" or self.discovery is None:
+            return None
+        return self.discovery.listed_at_us
 
     def _positions(self, task: PullerTask) -> tuple[dict[TopicPartition, int], set[TopicPartition]]:
         """The reader's positions for the task's partitions, and which ones are caught up."""
@@ -611,7 +623,7 @@ class PullerWorker:
                     self._commit_failed(task, TxnFailure(Outcome.FAILED, problem))
                     continue
                 task.schema_ids.clear()
-            failure = task.seal(*self._positions(task))
+            failure = task.seal(*self._positions(task), self._known_until())
             if failure is not None:
                 self._commit_failed(task, failure)
                 continue

@@ -306,6 +306,57 @@ def test_next_resolved_never_goes_backwards(
         previous = value
 
 
+@given(
+    st.lists(
+        st.tuples(
+            st.booleans(),
+            st.integers(0, 10**6),
+            st.booleans(),
+            st.integers(0, 10**6),
+            st.integers(0, 10**6),
+        ),
+        max_size=30,
+    )
+)
+def test_next_resolved_never_passes_the_last_topic_listing(
+    steps: list[tuple[bool, int, bool, int, int]],
+) -> None:
+    """A topic created after the listing may hold changes as old as the listing: no mark
+    passes it (unless an earlier mark already did: marks never go back)."""
+    previous = 0
+    for watermarked, watermark, caught_up, now, known in steps:
+        value = next_resolved(
+            previous=previous,
+            watermarked=watermarked,
+            watermark_us=watermark,
+            newest_commit_ts_us=now,
+            caught_up=caught_up,
+            now_us=now,
+            lateness_us=0,
+            known_until_us=known,
+        )
+        clock = watermark if watermarked else max(now, watermark)
+        assert value == max(previous, min(clock, known))
+        previous = value
+
+
+def test_an_idle_partition_resolves_up_to_the_listing_not_up_to_now():
+    # the bank's producer closed (final watermark: it follows the clock), and a new topic
+    # created after the last listing is not read yet
+    idle = {
+        "previous": 5_000,
+        "watermarked": False,
+        "watermark_us": 6_000,
+        "newest_commit_ts_us": 6_000,
+        "caught_up": True,
+        "now_us": 20_000,
+        "lateness_us": 1_000,
+    }
+    assert next_resolved(**idle, known_until_us=12_000) == 12_000  # type: ignore[arg-type]
+    assert next_resolved(**idle, known_until_us=30_000) == 19_000  # type: ignore[arg-type]
+    assert next_resolved(**idle) == 19_000  # type: ignore[arg-type]
+
+
 def test_debezium_values_travel_without_their_schema_which_is_written_once_before_them():
     from crossfeed.wire import debezium
 
