@@ -588,7 +588,8 @@ class PullerWorker:
 
     def _known_until(self) -> int | None:
         """Ordered feeds: when the source's topics were last listed (a resolved_ts never
-        passes it; Discovery.listed_at_us). None for mirror feeds, which resolve nothing."""
+        passes it; Discovery.listed_at_us). None for mirror feeds: their marks order
+        nothing across partitions, so a topic found late is never behind them."""
         if self.feed.mode != "ordered" or self.discovery is None:
             return None
         return self.discovery.listed_at_us
