@@ -177,12 +177,15 @@ class FeedOptions(BaseModel):
         "source before it copied them (retention, DeleteRecords): it always reports the "
         "gap (log, status, metric, a dead letter); continue: then copies on from the "
         "source's log start; stop: the partition waits until the gap is acknowledged "
-        "(crossfeed changefeed ack-gap)",
+        "(crossfeed changefeed ack-gap). The same for a consumer group whose position is "
+        "in such records: continue moves it to the copy of the first record after them, "
+        "stop leaves it until its position is acknowledged",
     )
     gap_acknowledged: str | None = Field(
         None,
         alias="gap.acknowledged",
-        description="gaps acknowledged by an operator, topic/partition@offset as reported, "
+        description="gaps acknowledged by an operator, topic/partition@offset as reported "
+        "(a puller's gap, or a consumer group's position in deleted records), "
         "comma-separated (crossfeed changefeed ack-gap adds to it)",
     )
 

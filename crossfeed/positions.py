@@ -15,8 +15,9 @@ transaction was seen committed on its changes partition but not on a target part
 after dc-b was killed mid-commit, and the copies are what readers see.
 
 The marks also hand over each partition's resolved_ts (it never goes backwards, whoever
-owns the task) and, for ordered feeds, whether the partition follows the producer's
-watermarks (header ``crossfeed-resolved-from: watermarks``).
+owns the task), for ordered feeds whether the partition follows the producer's
+watermarks (header ``crossfeed-resolved-from: watermarks``), and the partition's gaps
+reported and not yet acknowledged (header ``crossfeed-gaps``, crossfeed/core/gaps.py).
 """
 
 from __future__ import annotations
@@ -46,19 +47,22 @@ class Recovered(NamedTuple):
     next_offset: int
     resolved_ts_us: int
     watermarked: bool  # ordered feeds: the partition follows producer watermarks
+    gaps: str = ""  # the partition's gaps not acknowledged (headers.GAPS; core/gaps.py)
 
 
 def _read_range(
     consumer: Any, topic: str, partition: int, start: int, end: int
-) -> list[tuple[bool, bool, bytes]]:
-    """(is_mark, watermarked, value) for committed records in [start, end) of one
+) -> list[tuple[bool, bool, str, bytes]]:
+    """(is_mark, watermarked, gaps, value) for committed records in [start, end) of one
     partition."""
-    out: list[tuple[bool, bool, bytes]] = []
+    out: list[tuple[bool, bool, str, bytes]] = []
     for msg in scan(consumer, KafkaTP(topic, partition), start, end):
         # Packs have no headers and an ordered feed's staging records never carry
         # crossfeed-type (the puller consumes the producer's watermarks).
         hdrs = msg.headers() or []
-        out.append((headers.MARK_HEADER in hdrs, FROM_WATERMARKS in hdrs, msg.value()))
+        is_mark = headers.MARK_HEADER in hdrs
+        gaps = next((v.decode() for k, v in hdrs if k == headers.GAPS and v), "") if is_mark else ""
+        out.append((is_mark, FROM_WATERMARKS in hdrs, gaps, msg.value()))
     return out
 
 
@@ -124,14 +128,15 @@ def recover_marks(
             positions.clear()
             seen_marks = False
             bounded = False
-            for is_mark, watermarked, value in reversed(records):  # newest first
+            for is_mark, watermarked, gaps, value in reversed(records):  # newest first
                 if is_mark:
                     seen_marks = True
                     mark = codec.decode("ResolvedMark", value)
                     tp = TopicPartition(mark["topic"], mark["partition"])
-                    positions.setdefault(
-                        tp, Recovered(mark["next_offset"], mark["resolved_ts_us"], watermarked)
+                    found = Recovered(
+                        mark["next_offset"], mark["resolved_ts_us"], watermarked, gaps
                     )
+                    positions.setdefault(tp, found)
                 elif seen_marks:
                     bounded = True
                     break

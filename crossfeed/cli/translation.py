@@ -20,6 +20,7 @@ from crossfeed.cli.admin import console
 from crossfeed.cli.common import fail, settings
 from crossfeed.cli.takeover_render import is_ordered, ordered_failover_report
 from crossfeed.cli.translation_render import (
+    deleted_lines,
     failback_report,
     failover_report,
     group_summary,
@@ -72,7 +73,11 @@ def translate(
         result = call(server, "GET", f"{path}?feed={quote(feed, safe='')}")
     else:
         result = call(server, "POST", path, feed_ref(feed, feed_file))
-    show(result, as_json, lambda data: [group_table(data), group_summary(data)])
+    show(
+        result,
+        as_json,
+        lambda data: [group_table(data), *deleted_lines(data), group_summary(data)],
+    )
 
 
 def failover(feed: str, feed_file: str | None, as_json: bool, server: str | None) -> None:

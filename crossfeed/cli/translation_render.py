@@ -80,6 +80,15 @@ def group_table(group: Mapping[str, Any]) -> Table:
     return table
 
 
+def deleted_lines(group: Mapping[str, Any]) -> Iterator[Text]:
+    """One line per partition whose position is in records the source deleted before
+    they were copied: what the group lost, and where it resumes or that it waits."""
+    for row in group["partitions"]:
+        deleted = row.get("deleted")
+        if deleted:
+            yield Text(deleted["line"], style="red")
+
+
 def group_summary(group: Mapping[str, Any]) -> str:
     parts = group["partitions"]
     if not parts:
@@ -185,6 +194,7 @@ def _groups(
 ) -> Iterator[RenderableType]:
     for group in groups:
         yield group_table(group)
+        yield from deleted_lines(group)
         text, style = group_verdict(group, moved, active, where, source)
         yield Text(text, style=style)
 
@@ -235,25 +245,34 @@ def group_verdict(
     already at the offsets its rows give, left alone (members, filters), or not moved
     because some rows are not exact. (text, style)"""
     name, rows = group["group"], group["partitions"]
-    inexact = sum(1 for r in rows if not r["exact"])
+    held = sum(1 for r in rows if (r.get("deleted") or {}).get("held"))
+    inexact = sum(1 for r in rows if not r["exact"]) - held
     if name in active:
         return f"group {name}: members active on {where}: left alone", "yellow"
     if not group["translated"]:
         return f"group {name}: excluded by the feed's translate.* filters: not moved", "dim"
     if not rows:
         return f"group {name}: no committed offsets on the feed's topics: nothing to move", ""
+    waits = f"; {held} partition(s) not moved until acknowledged (above)" if held else ""
     if name in moved:
-        text = f"group {name}: moved to {where}, {moved[name]} partition(s) at the offsets above"
-        style = "green"
+        text = (
+            f"group {name}: moved to {where}, {moved[name]} partition(s) at the offsets "
+            f"above{waits}"
+        )
+        style = "yellow" if held else "green"
     elif inexact:
         text = (
             f"group {name}: not moved: {inexact} partition(s) without an exact offset on "
             f"{where} (EXACT above)"
         )
-        return text, "yellow"
+        return text + waits, "yellow"
+    elif held and held == len(rows):
+        return f"group {name}: not moved: every partition waits for its acknowledgment", "red"
     else:
-        text = f"group {name}: already at the offsets above on {where} (moved as it committed)"
-        style = "green"
+        text = (
+            f"group {name}: already at the offsets above on {where} (moved as it committed){waits}"
+        )
+        style = "yellow" if held else "green"
     clause = _reread_clause(group, source or "the source")
     return (f"{text}; {clause}" if clause else text), style
 

@@ -19,6 +19,8 @@ B. A gap's ``key`` (``topic/partition@first``) does not depend on the log start,
    still matches after more records were deleted.
 C. ``acknowledge`` is idempotent and keeps every earlier key; ``acknowledged`` reads
    back exactly the keys given.
+D. ``carried(tp, carry(g))`` gives back the gaps ``g`` of ``tp`` (sorted, each once): the
+   text a task's marks carry, so a gap stays reported across restarts until acknowledged.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class Gap:
 
     @property
     def key(self) -> str:
-        return f"{self.tp}@{self.first}"
+        return key_of(self.tp, self.first)
 
     def describe(self, feed: str, policy: str, *, acknowledged: bool = False) -> str:
         """The one line a log, the status and the alert's runbook show."""
@@ -82,6 +84,12 @@ class Gap:
         )
 
 
+def key_of(tp: TopicPartition, first: int) -> str:
+    """``topic/partition@first``: the key ``crossfeed changefeed ack-gap`` takes (B); a
+    consumer group's position in deleted records has one too (translation/rules.py)."""
+    return f"{tp}@{first}"
+
+
 def classify(position: int, log_start: int, log_end: int) -> Position:
     """Where ``position`` (the next offset a task needs) stands in the partition (A)."""
     if log_start < 0 or log_end < log_start:
@@ -96,6 +104,23 @@ def classify(position: int, log_start: int, log_end: int) -> Position:
 def gap_at(tp: TopicPartition, position: int, log_start: int) -> Gap:
     """The gap of a position below the log start (A)."""
     return Gap(tp, max(position, 0), log_start)
+
+
+def carry(found: list[Gap]) -> str:
+    """The gaps of one partition as its marks carry them: ``first-end,...`` (D)."""
+    return ",".join(f"{g.first}-{g.end}" for g in sorted(set(found)))
+
+
+def carried(tp: TopicPartition, text: str) -> list[Gap]:
+    """The gaps of ``tp`` a mark carried (D); ValueError for text :func:`carry` never
+    writes."""
+    out = []
+    for part in text.split(","):
+        first, sep, end = part.strip().partition("-")
+        if not sep or not first.isdigit() or not end.isdigit():
+            raise ValueError(f"expected <first>-<end>[,...] in a mark's gaps, got {text!r}")
+        out.append(Gap(tp, int(first), int(end)))
+    return sorted(set(out))
 
 
 def acknowledged(text: str | None) -> frozenset[str]:

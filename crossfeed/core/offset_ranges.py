@@ -379,6 +379,12 @@ class OffsetSyncIndex:
             run.target_end + 1, TranslationKind.FRONTIER, source_offset - run.source_end - 1
         )
 
+    def next_copied(self, source_offset: int) -> int | None:
+        """The first source offset after ``source_offset`` that a run covers (the start of
+        the next run), None when no run starts after it."""
+        i = bisect.bisect_right(self._starts, source_offset)
+        return self._starts[i] if i < len(self._starts) else None
+
     def check(self) -> None:
         """Assert invariants A–C (raises AssertionError); for tests and debugging."""
         assert self._starts == [r.source_start for r in self._runs]

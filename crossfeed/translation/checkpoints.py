@@ -11,6 +11,7 @@ still knows what the source held.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
 from crossfeed.translation.kafka_io import shared_admin
 from crossfeed.wire import codec, topics
+
+log = logging.getLogger(__name__)
 
 FEED_ROW: Final = ""
 """The group name of a feed's own per-partition row."""
@@ -51,6 +54,7 @@ class StoredCheckpoint:
     gap_records: int
     source_cluster: str
     translated_at_ms: int
+    source_log_start: int = -1
 
     @classmethod
     def decode(cls, value: bytes) -> StoredCheckpoint:
@@ -67,6 +71,7 @@ def read_checkpoints(
     )
     out: dict[tuple[str, str, int], StoredCheckpoint] = {}
     prefix = f"{feed}/".encode()
+    unreadable = 0
     try:
         info = consumer.list_topics(topics.CHECKPOINTS, timeout=10).topics.get(topics.CHECKPOINTS)
         if info is None or info.error is not None or not info.partitions:
@@ -92,9 +97,22 @@ def read_checkpoints(
                 value = msg.value()
                 if not value:
                     continue
-                row = StoredCheckpoint.decode(value)
+                try:
+                    row = StoredCheckpoint.decode(value)
+                except codec.CodecError:
+                    # e.g. written by an older crossfeed (another schema version): its key's
+                    # next checkpoint replaces it; the others are still worth having.
+                    unreadable += 1
+                    continue
                 if row.feed == feed:
                     out[(row.group, row.topic, row.partition)] = row
     finally:
         consumer.close()
+    if unreadable:
+        log.warning(
+            "feed %s: %d checkpoint(s) in %s could not be decoded and were left out",
+            feed,
+            unreadable,
+            topics.CHECKPOINTS,
+        )
     return out

@@ -24,8 +24,8 @@ from crossfeed.wire import codec, topics
 
 log = logging.getLogger(__name__)
 
-Signature = tuple[int, int, bool, int]
-"""(source offset, target offset, exact, gap) of a written checkpoint."""
+Signature = tuple[int, int, bool, int, int]
+"""(source offset, target offset, exact, gap, source log start) of a written checkpoint."""
 
 
 class Destination:
@@ -59,7 +59,7 @@ class Destination:
         for r in results:
             if r.target_offset is None:
                 continue
-            signature = (r.source_offset, r.target_offset, r.exact, r.gap)
+            signature = (r.source_offset, r.target_offset, r.exact, r.gap, r.source_log_start)
             if self._put(
                 r.group, r.topic, r.partition, signature, r.checkpoint(self.feed, source_cluster)
             ):
@@ -69,9 +69,13 @@ class Destination:
             metrics.CHECKPOINTS.labels(self.feed).inc(count)
         return count
 
-    def feed_row(self, row: PartitionRpo, target: TP, source_cluster: str) -> None:
-        """The feed's own row of one partition (group ``""``, see checkpoints.py)."""
+    def feed_row(
+        self, row: PartitionRpo, target: TP, source_cluster: str, log_start: int = -1
+    ) -> None:
+        """The feed's own row of one partition (group ``""``, see checkpoints.py), with the
+        source's log start as known (read back after a restart while the source is down)."""
         assert row.source_end is not None and row.target_frontier is not None
+        exact = row.unreplicated == 0
         record = {
             "feed": self.feed,
             "group": FEED_ROW,
@@ -81,12 +85,13 @@ class Destination:
             "target_topic": target[0],
             "target_partition": target[1],
             "target_offset": row.target_frontier,
-            "exact": row.unreplicated == 0,
+            "exact": exact,
             "gap_records": row.unreplicated,
             "source_cluster": source_cluster,
             "translated_at_ms": row.known_at_ms,
+            "source_log_start": log_start,
         }
-        signature = (row.source_end, row.target_frontier, row.unreplicated == 0, row.unreplicated)
+        signature = (row.source_end, row.target_frontier, exact, row.unreplicated, log_start)
         self._put(FEED_ROW, row.topic, row.partition, signature, record)
 
     def remember(self, group: str, topic: str, partition: int, signature: Signature) -> None:
@@ -118,10 +123,12 @@ class Destination:
     ) -> None:
         """Move every group without members on the target forward to its translation.
 
-        ``recheck``: look at every group again, even those unchanged since last moved."""
+        ``recheck``: look at every group again, even those unchanged since last moved.
+        A partition ``held`` (its position in records deleted at the source, under
+        gap.policy=stop) is not moved."""
         wanted: dict[str, dict[TP, int]] = {}
         for r in results:
-            if r.target_offset is not None:
+            if r.target_offset is not None and not r.held:
                 wanted.setdefault(r.group, {})[(r.target_topic, r.target_partition)] = (
                     r.target_offset
                 )

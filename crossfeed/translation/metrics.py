@@ -24,6 +24,18 @@ GAP_RECORDS = Gauge(
     "partitions (upper bound where counted in offsets)",
     ("feed",),
 )
+DELETED_RECORDS = Gauge(
+    "crossfeed_coordinator_translation_deleted_records",
+    "Offsets deleted at the source before they were copied that group positions point "
+    "into, summed over group partitions (not counted once acknowledged with ack-gap)",
+    ("feed",),
+)
+HELD_PARTITIONS = Gauge(
+    "crossfeed_coordinator_translation_held_partitions",
+    "Group partitions not moved because their position is in records deleted at the "
+    "source (gap.policy=stop, until acknowledged)",
+    ("feed",),
+)
 CHECKPOINTS = Counter(
     "crossfeed_coordinator_group_checkpoints_total",
     "GroupCheckpoint records written to _crossfeed.checkpoints",

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from crossfeed.core import gaps
+from crossfeed.core.gaps import Gap
+from crossfeed.core.partitions import TopicPartition
 from crossfeed.translation.rpo import PositionRpo
 
 
@@ -33,6 +36,36 @@ class PartitionTranslation:
     """When the group made that commit (-1 unknown)."""
     position: PositionRpo | None = None
     """Failover rounds only: what the failover may cost the group here."""
+    source_log_start: int = -1
+    """The source partition's log start offset as known when translated (-1 unknown)."""
+    lost: Gap | None = None
+    """Offsets from the group's position on that the source deleted before they were
+    copied (rules.py, rule 0)."""
+    held: bool = False
+    """Not moved: ``lost`` under gap.policy=stop, not acknowledged."""
+
+    @property
+    def key(self) -> str:
+        """The key ``crossfeed changefeed ack-gap`` takes for this position."""
+        return gaps.key_of(TopicPartition(self.topic, self.partition), self.source_offset)
+
+    def lost_line(self, feed: str) -> str | None:
+        """What rule 0 found, in one line (status notices, logs, reports); None without."""
+        lost = self.lost
+        if lost is None:
+            return None
+        where = f"{self.target_topic}/{self.target_partition}@{self.target_offset}"
+        head = (
+            f"group {self.group}: {self.topic}/{self.partition}: its position {lost.first} is in "
+            f"offsets {lost.first}-{lost.last} ({lost.count} records) deleted at the source "
+            f"before they were copied"
+        )
+        if self.held:
+            return (
+                f"{head}; not moved (gap.policy=stop) until acknowledged: "
+                f"'crossfeed changefeed ack-gap {feed} {self.key}', then it resumes at {where}"
+            )
+        return f"{head}; it resumes at {where}, the copy of the first record after them"
 
     def checkpoint(self, feed: str, source_cluster: str) -> dict[str, Any]:
         """Its GroupCheckpoint record (only for a translation with a target offset)."""
@@ -50,6 +83,7 @@ class PartitionTranslation:
             "gap_records": self.gap,
             "source_cluster": source_cluster,
             "translated_at_ms": self.translated_at_ms,
+            "source_log_start": self.source_log_start,
         }
 
 

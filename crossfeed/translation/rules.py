@@ -9,6 +9,24 @@ which answer None when the cluster cannot be asked (e.g. the source is down).
 
 Rules, in order (each :class:`Outcome` names the one that applied):
 
+0. The source no longer holds ``O``: the partition's log start offset ``L`` (as last
+   known, :class:`LogStart`) is past it — retention or ``DeleteRecords`` — and the
+   target has no copy of the record at ``O`` either: no run covers ``O``, and the first
+   copy after ``O`` (the next run, the first run, or none yet) is of a record at or after
+   ``L``, so the puller went past ``[O, L)`` without copying it. Then offsets ``O..L-1``
+   are lost for the group (a :class:`~crossfeed.core.gaps.Gap` of the group: a count of
+   offsets, transaction markers among them are not records) → ``source-deleted``, not
+   exact. The group would resume at the copy of the first record after ``[O, L)`` that
+   the target holds — the first copy at or after ``L``, or the target's end of the
+   copies when there is none yet (whatever the puller copies next is at or after
+   ``L``); where a run covers ``O`` or copies of
+   records below ``L`` follow ``O``, the target holds what the group reads next and the
+   other rules apply (a hole between runs below ``L`` was a hole when it was copied:
+   transaction markers, aborted or compacted records). What then happens follows the
+   feed's ``gap.policy``: ``continue`` moves the group there; ``stop`` holds it
+   (``Outcome.held``: that group partition is not moved) until the position's key
+   ``topic/partition@O`` is acknowledged (``gap.acknowledged``). A stale ``L`` is an
+   older, lower log start: this rule may miss a deletion then, never invent one.
 1. An offset sync covers ``O`` (rules 2–4 of :mod:`crossfeed.core.offset_ranges`) →
    ``offset-sync``, exact.
 2. ``O`` is past the replicated frontier: if the source holds no copyable record between
@@ -38,7 +56,10 @@ import enum
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from crossfeed.core import gaps
+from crossfeed.core.gaps import Gap
 from crossfeed.core.offset_ranges import Translation, TranslationKind
+from crossfeed.core.partitions import TopicPartition
 from crossfeed.translation.scan import Kind, RangeScan
 
 MAX_OFFSET: Final = 2**63 - 1
@@ -57,6 +78,7 @@ class Method(enum.StrEnum):
     TIMESTAMP = "timestamp"
     BEFORE_FIRST = "before-first"
     NONE = "none"
+    SOURCE_DELETED = "source-deleted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +92,22 @@ class ConsumerStamp:
 
 
 @dataclass(frozen=True, slots=True)
+class LogStart:
+    """What rule 0 needs to know of a source partition besides the offset syncs."""
+
+    tp: TopicPartition
+    offset: int
+    """The partition's log start offset as last known (it only grows)."""
+    next_copied: int | None = None
+    """For an offset in a hole between runs: the source offset the next run starts at
+    (``OffsetSyncIndex.next_copied``); None when not known."""
+    policy: str = "continue"
+    """The feed's ``gap.policy``: ``continue`` or ``stop``."""
+    acknowledged: bool = False
+    """The position's key (``gaps.key_of``) is in the feed's ``gap.acknowledged``."""
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """Where a group resumes on the destination partition."""
 
@@ -79,6 +117,12 @@ class Outcome:
     gap: int
     """Copyable source records the group consumed past what the target holds (0 when
     exact; an upper bound when counted in offsets; -1 when unknown)."""
+    lost: Gap | None = None
+    """Rule 0: the offsets from the group's position on that no longer exist at the
+    source and were never copied (a gap of the group: its ``key`` acknowledges it)."""
+    held: bool = False
+    """Rule 0 under ``gap.policy=stop``, not acknowledged: the group partition is not
+    moved (``target_offset`` is where it would go once acknowledged)."""
 
 
 class Lookups(Protocol):
@@ -99,14 +143,24 @@ def decide(
     found: Translation | None,
     stamp: ConsumerStamp | None,
     lookups: Lookups,
+    log_start: LogStart | None = None,
 ) -> Outcome:
     """Translate one committed offset by the rules of the module docstring.
 
     ``found`` is ``index.translate(offset)`` of the partition's OffsetSyncIndex (taken
-    by the caller under the index's lock), None when there is no run.
+    by the caller under the index's lock), None when there is no run; ``log_start``:
+    what is known of the source partition's log start (None: nothing, rule 0 is skipped).
     """
     if offset < 0:
         raise ValueError(f"committed offset must be >= 0, got {offset}")
+    lost = deleted(offset, found, log_start)
+    if lost is not None:
+        assert found is not None and log_start is not None
+        held = log_start.policy == "stop" and not log_start.acknowledged
+        consumed = found.gap if found.kind is TranslationKind.FRONTIER else 0
+        return Outcome(
+            found.target_offset, Method.SOURCE_DELETED, False, consumed, lost=lost, held=held
+        )
     if found is not None and found.exact:
         return Outcome(found.target_offset, Method.OFFSET_SYNC, True, 0)
     if found is not None and found.kind is TranslationKind.FRONTIER:
@@ -141,3 +195,24 @@ def decide(
     if found is not None:
         return Outcome(found.target_offset, Method.BEFORE_FIRST, False, found.gap)
     return Outcome(None, Method.NONE, False, -1)
+
+
+def deleted(offset: int, found: Translation | None, log_start: LogStart | None) -> Gap | None:
+    """Rule 0: the offsets from ``offset`` on that the source deleted before they were
+    copied, None when the target holds what a group at ``offset`` reads next."""
+    if log_start is None or found is None or offset >= log_start.offset:
+        return None
+    kind = found.kind
+    if kind is TranslationKind.COVERED:
+        return None  # the record at the offset was copied: the target has it
+    if kind is TranslationKind.AFTER_GAP:
+        if log_start.next_copied is None:
+            return None
+        following: int | None = log_start.next_copied
+    elif kind is TranslationKind.BEFORE_FIRST:
+        following = offset + found.gap
+    else:  # caught up with, or past, the copies: nothing was copied after the offset
+        following = None
+    if following is not None and following < log_start.offset:
+        return None  # copies of records below the log start follow: a hole when copied
+    return gaps.gap_at(log_start.tp, offset, log_start.offset)

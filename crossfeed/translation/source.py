@@ -205,9 +205,14 @@ class SourceView:
         newest = kafka_io.max_timestamps(self.admin, wanted)
         for tp, end in ends.items():
             self.ends[tp] = SourceEnd(end, newest.get(tp, -1), stamp)
-        if time.monotonic() - self._starts_at >= STARTS_EVERY_S:
+        due = time.monotonic() - self._starts_at >= STARTS_EVERY_S
+        if due or any(tp not in self.starts for tp in wanted):
             self.starts.update(kafka_io.start_offsets(self.admin, wanted))
             self._starts_at = time.monotonic()
+
+    def ask_starts(self) -> None:
+        """Ask the log start offsets again at the next refresh (a final round)."""
+        self._starts_at = 0.0
 
     def try_refresh_ends(self, tps: Iterable[TP]) -> None:
         if self.worth_asking():

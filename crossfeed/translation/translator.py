@@ -18,7 +18,11 @@ A tick:
    a restart — the checkpoints it wrote before;
 2. translates every (group, partition) by the rules of ``rules.py`` through the feed's
    OffsetSync runs (followed from the start of ``_crossfeed.offset-syncs`` on the target,
-   ``books.py``), reading the source only where the runs cannot tell (bounded, cached);
+   ``books.py``), reading the source only where the runs cannot tell (bounded, cached),
+   and knowing each partition's log start (asked every 30 s, remembered in the feed's
+   own checkpoint rows): a position in records the source deleted before they were
+   copied is moved as the feed's ``gap.policy`` says (rule 0) and reported
+   (:meth:`Translator.notices`);
 3. writes a GroupCheckpoint for every translation that changed, and the feed's own
    per-partition rows every few seconds (``destination.py``, ``checkpoints.py``);
 4. moves each destination group to its translation — only while it has no active members
@@ -43,6 +47,8 @@ from dataclasses import replace
 from typing import Any, Final
 
 from crossfeed.config import Settings
+from crossfeed.core import gaps
+from crossfeed.core.partitions import TopicPartition
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.translation import kafka_io, metrics
@@ -63,7 +69,13 @@ from crossfeed.translation.latest import COMMIT_LOG, Known
 from crossfeed.translation.reader import RangeReader
 from crossfeed.translation.results import GroupTranslation, PartitionTranslation, TickReport
 from crossfeed.translation.rpo import PartitionRpo, partition_rpo, position_rpo
-from crossfeed.translation.rules import FRONTIER_SCAN_LIMIT, ConsumerStamp, Method, decide
+from crossfeed.translation.rules import (
+    FRONTIER_SCAN_LIMIT,
+    ConsumerStamp,
+    LogStart,
+    Method,
+    decide,
+)
 from crossfeed.translation.scan import RangeScan, Seen, classify
 from crossfeed.translation.source import SourceView, Where, now_ms
 from crossfeed.wire import topics
@@ -122,6 +134,7 @@ class Translator:
         self._started = False
         self._closed = False
         self._results: dict[Where, PartitionTranslation] = {}
+        self._notices: list[str] = []  # replaced, never changed: read without the lock
         self._feed_rows_at = 0.0
         self._truncated_at = 0.0
         self._destination: Destination | None = None
@@ -250,6 +263,7 @@ class Translator:
             self._read_recorded_commits()
         with self._lock:
             self.source.probed(reachable, FINAL_PROBE_S)
+            self.source.ask_starts()
             # Listed even while the commit log is followed: a source that answers gives
             # the groups' last commits now, and the report can say they are the last.
             report = self._round(recheck=True, exact_only=exact_only, list_groups=True)
@@ -316,6 +330,7 @@ class Translator:
             for (g, t, p), known in sorted(self._positions().items())
         ]
         self._results = {(r.group, r.topic, r.partition): r for r in results}
+        self._note_deleted()
         self.destination.ensure_topic()
         report.source_reachable = self.source.up
         report.groups = len({r.group for r in results})
@@ -377,6 +392,10 @@ class Translator:
             if self._closed or not self._started or not self.syncs.caught_up.is_set():
                 return 0
             self._ensure_ids()
+            # A partition seen for the first time: its log start first (rule 0).
+            unknown = {(t, p) for (_, t, p) in changed if (t, p) not in self.source.starts}
+            if unknown:
+                self.source.try_refresh_ends(unknown)
             fresh: list[PartitionTranslation] = []
             for (group, topic, partition), commit in changed.items():
                 self.source.committed(group, (topic, partition), _known(commit) if commit else None)
@@ -386,6 +405,7 @@ class Translator:
                 result = self._translate_one(group, topic, partition, _known(commit))
                 self._results[(group, topic, partition)] = result
                 fresh.append(result)
+            self._note_deleted()
             if not fresh:
                 return 0
             self.destination.ensure_topic()
@@ -483,12 +503,20 @@ class Translator:
             return
         for (group, topic, partition), row in rows.items():
             tp = (topic, partition)
+            signature = (
+                row.source_offset,
+                row.target_offset,
+                row.exact,
+                row.gap_records,
+                row.source_log_start,
+            )
             if group == FEED_ROW:
                 self.source.remember_end(tp, row.source_offset, row.translated_at_ms)
+                if row.source_log_start >= 0:
+                    self.source.starts.setdefault(tp, row.source_log_start)
             else:
                 self.source.remember(group, tp, row.source_offset, row.translated_at_ms)
-                signature = (row.source_offset, row.target_offset, row.exact, row.gap_records)
-                self.destination.remember(group, topic, partition, signature)
+            self.destination.remember(group, topic, partition, signature)
             if self.source.cluster_id is None and row.source_cluster:
                 self.source.cluster_id = row.source_cluster
 
@@ -506,13 +534,21 @@ class Translator:
                 entry.index.translate(offset) if entry is not None and len(entry.index) else None
             )
             target = (entry.target_topic, entry.target_partition) if entry else None
+            next_copied = entry.index.next_copied(offset) if entry is not None else None
         target = target or (self.feed.target_topic(topic), partition)
+        start = self.source.starts.get((topic, partition))
+        log_start = None
+        if start is not None:
+            tp = TopicPartition(topic, partition)
+            acked = gaps.key_of(tp, offset) in gaps.acknowledged(self.feed.config.gap_acknowledged)
+            policy = self.feed.config.gap_policy
+            log_start = LogStart(tp, start, next_copied, policy, acked)
         with self.stamps.locked() as stamps:
             stamp = stamps.get(group, topic, partition)
         if stamp is None:  # the copy on the target, if the group has the opt-in
             with self.recorded.locked() as recorded:
                 stamp = recorded.stamp(self.source.cluster_id, group, topic, partition)
-        outcome = decide(offset, found, stamp, _Lookups(self, topic, partition, target))
+        outcome = decide(offset, found, stamp, _Lookups(self, topic, partition, target), log_start)
         return PartitionTranslation(
             group=group,
             topic=topic,
@@ -529,7 +565,21 @@ class Translator:
             known_from=known.via,
             known_at_ms=known.seen_at_ms,
             committed_at_ms=known.committed_at_ms,
+            source_log_start=-1 if start is None else start,
+            lost=outcome.lost,
+            held=outcome.held,
         )
+
+    def notices(self) -> list[str]:
+        """Group positions in records the source deleted before they were copied and not
+        acknowledged, as the last translation found them (rule 0), one line each:
+        ``crossfeed status`` shows them. Never waits for a round under way."""
+        return list(self._notices)
+
+    def _note_deleted(self) -> None:
+        acked = gaps.acknowledged(self.feed.config.gap_acknowledged)
+        found = [r for r in sorted(self._results.values(), key=_order) if r.key not in acked]
+        self._notices = [line for r in found if (line := r.lost_line(self.feed.name)) is not None]
 
     def scan(
         self, topic: str, partition: int, start: int, end: int, limit: int
@@ -640,7 +690,8 @@ class Translator:
         for row in self.rpo(read_target=False):
             if row.source_end is not None and row.target_frontier is not None:
                 target = self._target_of(row.topic, row.partition)
-                self.destination.feed_row(row, target, source_cluster)
+                start = self.source.starts.get((row.topic, row.partition), -1)
+                self.destination.feed_row(row, target, source_cluster, start)
         self.destination.flush()
         self._feed_rows_at = time.monotonic()
 
@@ -673,6 +724,10 @@ class Translator:
                 sum(1 for r in results if r.method == method.value)
             )
         metrics.GAP_RECORDS.labels(name).set(sum(max(r.gap, 0) for r in results))
+        acked = gaps.acknowledged(self.feed.config.gap_acknowledged)
+        lost = [r.lost.count for r in results if r.lost is not None and r.key not in acked]
+        metrics.DELETED_RECORDS.labels(name).set(sum(lost))
+        metrics.HELD_PARTITIONS.labels(name).set(sum(1 for r in results if r.held))
 
 
 class _Lookups:

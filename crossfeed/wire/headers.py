@@ -41,6 +41,11 @@ RESOLVED_FROM: Final = "crossfeed-resolved-from"
 """On a puller's resolved mark of an ordered feed: ``watermarks`` when the partition's
 resolved_ts follows the change producer's watermarks (a new task owner keeps doing so)."""
 
+GAPS: Final = "crossfeed-gaps"
+"""On a puller's resolved mark: the partition's gaps reported and not yet acknowledged,
+``first-end`` comma-separated (crossfeed/core/gaps.py), so that a restarted puller or a
+new task owner reports them again until they are."""
+
 WATERMARK: Final = "crossfeed-watermark"
 """On a change producer's watermark: ``final`` when the producer closed. The partition has
 no producer from then on: the puller follows the clock again (resolved_ts = now −

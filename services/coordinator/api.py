@@ -64,6 +64,11 @@ class Control(Protocol):
         reach its translator: ``stream`` or ``poll (why)``; empty on a standby."""
         ...
 
+    def translation_notices(self) -> dict[str, list[str]]:
+        """Per mirror feed this coordinator translates, its translator's notices (group
+        positions in records deleted at the source); empty on a standby."""
+        ...
+
     def create(self, spec: FeedSpec) -> None:
         """Store a new feed (leader only); raises LifecycleError or NotLeaderNow."""
         ...
@@ -257,7 +262,14 @@ def make_app(
     def get_feed(name: str) -> FeedDetail:
         view, members, now = control.views()
         found(view, name)
-        status = feed_status(view, members, name, now, control.commit_modes().get(name))
+        status = feed_status(
+            view,
+            members,
+            name,
+            now,
+            control.commit_modes().get(name),
+            control.translation_notices().get(name, []),
+        )
         return FeedDetail(feed=feed_info(view, name), status=status)
 
     def act(name: str, action: Action, request: Request) -> Any:
@@ -311,8 +323,9 @@ def make_app(
         """Per feed: state, tasks and owners, timestamps and lag."""
         view, members, now = control.views()
         modes = control.commit_modes()
+        notices = control.translation_notices()
         return [
-            feed_status(view, members, name, now, modes.get(name))
+            feed_status(view, members, name, now, modes.get(name), notices.get(name, []))
             for name in sorted(view.feeds)
             if view.state(name) != "removed"
         ]

@@ -187,6 +187,10 @@ class Coordinator:
         """How each translated feed's translator gets group commits (the leader runs them)."""
         return self.translators.commit_modes()
 
+    def translation_notices(self) -> dict[str, list[str]]:
+        """Per translated feed, group positions in records deleted at the source."""
+        return self.translators.notices()
+
     def status(self) -> dict[str, Any]:
         info = self.leadership.info()
         return {

@@ -95,7 +95,10 @@ class FeedStatusInfo(BaseModel):
         [],
         description="what the feed's pullers report without the feed being in error, "
         "'<instance>: <line>': gaps (source records deleted before they were copied: the "
-        "partition, the offsets and how many, whether it waits) until acknowledged",
+        "partition, the offsets and how many, whether it waits) until acknowledged; and, as "
+        "the leader answers, 'translation: <line>': consumer group positions in such "
+        "records (the group, the offsets and how many, where it resumes or that it waits "
+        "for ack-gap under gap.policy=stop)",
     )
 
 
@@ -155,7 +158,12 @@ def feed_info(view: StateView, name: str) -> FeedInfo:
 
 
 def feed_status(
-    view: StateView, members: MembersView, name: str, now_ms: int, commits: str | None = None
+    view: StateView,
+    members: MembersView,
+    name: str,
+    now_ms: int,
+    commits: str | None = None,
+    translation: Iterable[str] = (),
 ) -> FeedStatusInfo:
     spec = view.feeds[name].spec
     status = view.statuses.get(name)
@@ -199,7 +207,8 @@ def feed_status(
             mask_text(f"{instance}: {notice}")
             for instance, member in members.of_role("puller", name).items()
             for notice in member.notices
-        ),
+        )
+        + [f"translation: {notice}" for notice in translation],
     )
 
 

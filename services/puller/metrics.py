@@ -72,3 +72,9 @@ WAITING_GAPS = Gauge(
     "Source partitions not copied until their gap is acknowledged (gap.policy=stop)",
     ("feed",),
 )
+UNACKNOWLEDGED_GAPS = Gauge(
+    "crossfeed_puller_gaps_unacknowledged",
+    "Gaps this instance reports and nobody acknowledged yet (crossfeed changefeed ack-gap); "
+    "a restarted puller or a new task owner reports them again from the marks",
+    ("feed",),
+)

@@ -37,7 +37,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from crossfeed.cdc.schema_copy import SchemaFollower
 from crossfeed.core import provenance
-from crossfeed.core.gaps import Gap
+from crossfeed.core.gaps import Gap, carry
 from crossfeed.core.partitions import TopicPartition
 from crossfeed.core.task_txn import Decision, Limits, Outcome, Phase, TaskTxn
 from crossfeed.dlq import GAP_END, DeadLetter, FeedStopped
@@ -154,6 +154,8 @@ class PartitionState:
     staged: list[ordered.Staged] = field(default_factory=list)  # staging records not yet sent
     staged_bytes: int = 0
     watermarked: bool = False  # the partition follows producer watermarks
+    # Gaps reported and not acknowledged, carried in every mark (core/gaps.py, D).
+    gaps: tuple[Gap, ...] = ()
     watermark_us: int = 0  # the newest producer watermark read (working)
     schemas: ordered.SchemaRefs | None = None  # Debezium input: schemas by reference
 
@@ -533,6 +535,8 @@ class PullerTask:
                     0,
                 )
                 mark_headers = MARK_HEADERS
+            if state.gaps:
+                mark_headers = [*mark_headers, (headers.GAPS, carry(list(state.gaps)).encode())]
             mark = records.resolved_mark(
                 source_cluster=self.ctx.source_cluster_id,
                 topic=tp.topic,

@@ -112,10 +112,12 @@ class PullerWorker:
         # How long a transaction may stay open (commit_interval_ms; each read sets it).
         self.interval_s = settings.puller.commit_interval_ms / 1000
         self.last_metrics = 0.0
-        # Gaps reported and not acknowledged (core/gaps.py), and the partitions among them
-        # not read until they are (gap.policy=stop); partitions whose position is past
-        # the source's end (never read again by this instance, never copied twice).
-        self.gaps: dict[TopicPartition, gaps.Gap] = {}
+        # Gaps reported and not acknowledged, by key (core/gaps.py; also carried in the
+        # marks of their partitions, so a restart or a new owner reports them again), and
+        # the partitions among them not read until they are (gap.policy=stop); partitions
+        # whose position is past the source's end (never read again by this instance,
+        # never copied twice).
+        self.gaps: dict[str, gaps.Gap] = {}
         self.waiting_gaps: set[TopicPartition] = set()
         self.beyond_end: dict[TopicPartition, str] = {}
         # Debezium input: its reader runs where the feed's one task runs (debezium_reader.py).
@@ -167,6 +169,7 @@ class PullerWorker:
         )
         self.discovery.refresh()
         self.last_refresh = time.monotonic()
+        self._count_gaps()  # 0 until a gap is reported, or carried by a task's marks
         self.reader = clients.consumer(
             self.source_conf,
             **{
@@ -448,6 +451,7 @@ class PullerWorker:
             mark = recovered.get(tp) if recovered else None
             if mark is not None:
                 state.restore(mark.resolved_ts_us, mark.watermarked)
+                self._restore_gaps(state, mark.gaps)
             starts.append(KafkaTP(tp.topic, tp.partition, offset))
             self.route[(tp.topic, tp.partition)] = (task, state)
         self.tasks[s] = task
@@ -578,7 +582,9 @@ class PullerWorker:
         for tp in task.partitions:
             self.waiting_gaps.discard(tp)
             self.beyond_end.pop(tp, None)
-        metrics.WAITING_GAPS.labels(self.feed.name).set(len(self.waiting_gaps))
+        # The next owner reports them from the marks.
+        self.gaps = {k: g for k, g in self.gaps.items() if g.tp not in task.partitions}
+        self._count_gaps()
         assigned = [KafkaTP(t, p) for t, p in owned if TopicPartition(t, p) not in unread]
         if assigned and self.reader is not None:
             self.reader.incremental_unassign(assigned)
@@ -706,6 +712,8 @@ class PullerWorker:
                 mark = checked.get(tp)  # none: copy the partition from its start
                 offset = OFFSET_BEGINNING if mark is None else mark.next_offset
                 state = task.add_partition(tp, max(offset, 0), routes[tp])
+                if mark is not None:
+                    self._restore_gaps(state, mark.gaps)
                 self.route[(tp.topic, tp.partition)] = (task, state)
                 added.append(KafkaTP(tp.topic, tp.partition, offset))
         if added:
@@ -755,17 +763,45 @@ class PullerWorker:
         acknowledged already (then go on from the log start)."""
         feed, policy = self.feed.name, self.feed.config.gap_policy
         acked = gap.key in gaps.acknowledged(self.feed.config.gap_acknowledged)
-        if self.gaps.get(gap.tp) != gap:  # not the same report again (a task restart)
+        if self.gaps.get(gap.key) != gap:  # not the same report again (a task restart)
             log.error("feed %s: %s", feed, gap.describe(feed, policy, acknowledged=acked))
             metrics.GAP_RECORDS.labels(*state.labels).inc(gap.count)
         if not acked:
-            self.gaps[gap.tp] = gap
+            self.gaps[gap.key] = gap
+            state.gaps = (*(g for g in state.gaps if g.key != gap.key), gap)
         if acked or policy == "continue":
             self._skip(task, state, gap)
         else:
             self.waiting_gaps.add(gap.tp)
             self.reader.incremental_unassign([KafkaTP(gap.tp.topic, gap.tp.partition)])
-        metrics.WAITING_GAPS.labels(feed).set(len(self.waiting_gaps))
+        self._count_gaps()
+
+    def _restore_gaps(self, state: PartitionState, text: str) -> None:
+        """The gaps a partition's newest mark carried: reported before (by this instance
+        before a restart, or by an earlier owner of the task) and not acknowledged then;
+        reported again here, and carried on, until they are."""
+        if not text:
+            return
+        try:
+            found = gaps.carried(state.tp, text)
+        except ValueError as err:
+            log.warning("%s: the gaps its mark carried are not readable: %s", state.tp, err)
+            return
+        acks = gaps.acknowledged(self.feed.config.gap_acknowledged)
+        kept = tuple(g for g in found if g.key not in acks)
+        state.gaps = kept
+        for gap in kept:
+            self.gaps[gap.key] = gap
+            log.warning(
+                "feed %s: %s (reported before, not acknowledged yet)",
+                self.feed.name,
+                gap.describe(self.feed.name, self.feed.config.gap_policy),
+            )
+        self._count_gaps()
+
+    def _count_gaps(self) -> None:
+        metrics.WAITING_GAPS.labels(self.feed.name).set(len(self.waiting_gaps))
+        metrics.UNACKNOWLEDGED_GAPS.labels(self.feed.name).set(len(self.gaps))
 
     def _skip(
         self, task: PullerTask, state: PartitionState, gap: gaps.Gap, *, assigned: bool = True
@@ -788,12 +824,15 @@ class PullerWorker:
         partition goes on from the log start as it is now (retention may have deleted
         more meanwhile: that is counted and written into the dead letter too)."""
         acks = gaps.acknowledged(self.feed.config.gap_acknowledged)
-        for tp, gap in sorted(self.gaps.items()):
-            if gap.key not in acks:
+        for key, gap in sorted(self.gaps.items()):
+            if key not in acks:
                 continue
-            del self.gaps[tp]
-            log.info("feed %s: gap %s acknowledged", self.feed.name, gap.key)
+            del self.gaps[key]
+            log.info("feed %s: gap %s acknowledged", self.feed.name, key)
+            tp = gap.tp
             found = self.route.get((tp.topic, tp.partition))
+            if found is not None:  # its marks stop carrying it
+                found[1].gaps = tuple(g for g in found[1].gaps if g.key != key)
             if tp not in self.waiting_gaps or found is None:
                 continue
             self.waiting_gaps.discard(tp)
@@ -809,7 +848,7 @@ class PullerWorker:
                 metrics.GAP_RECORDS.labels(*state.labels).inc(low - gap.end)
                 gap = gaps.Gap(tp, gap.first, low)
             self._skip(task, state, gap, assigned=False)  # unassigned while it waited
-        metrics.WAITING_GAPS.labels(self.feed.name).set(len(self.waiting_gaps))
+        self._count_gaps()
 
     def _sync_configs(self) -> None:
         assert self.discovery is not None
@@ -862,7 +901,7 @@ class PullerWorker:
         and a gap stops at most its own partition), configs a target topic refuses,
         source topics deleted."""
         policy = self.feed.config.gap_policy
-        gap_lines = [g.describe(self.feed.name, policy) for _, g in sorted(list(self.gaps.items()))]
+        gap_lines = [g.describe(self.feed.name, policy) for g in sorted(list(self.gaps.values()))]
         return gap_lines + (self.discovery.notices() if self.discovery is not None else [])
 
     def _problem(self) -> str | None:
@@ -922,7 +961,7 @@ class PullerWorker:
                 "key": gap.key,
                 "waiting": gap.tp in self.waiting_gaps,
             }
-            for _, gap in sorted(list(self.gaps.items()))
+            for gap in sorted(list(self.gaps.values()))
         ]
         if reader is not None:
             answer["debezium_reader"] = reader

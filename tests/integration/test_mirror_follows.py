@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from typing import Any
 
 import pytest
 import yaml
@@ -194,10 +195,12 @@ def _gap_reported(feed, name: str, waiting: bool) -> dict:
     return status
 
 
-def test_a_gap_is_reported_with_its_range_and_count_and_copying_goes_on_by_default(
+def test_a_gap_is_reported_with_its_range_and_count_copying_goes_on_and_restarts_keep_it(
     clusters, services, topic_factory, producer_factory
 ):
-    feed, name, _ = _lose_records(clusters, services, "continue", topic_factory, producer_factory)
+    feed, name, producer = _lose_records(
+        clusters, services, "continue", topic_factory, producer_factory
+    )
     _gap_reported(feed, name, waiting=False)
     # Copying went on from the log start: every surviving record once, in order.
     copied = _copied_offsets(clusters.b.config, name, 0, 250)
@@ -207,6 +210,41 @@ def test_a_gap_is_reported_with_its_range_and_count_and_copying_goes_on_by_defau
     assert letters[0][dlq.ERROR_CLASS] == "SourceRecordsDeleted"
     assert letters[0][dlq.TOPIC] == name and letters[0][dlq.PARTITION] == "0"
     assert letters[0][dlq.OFFSET] == "100" and letters[0][dlq.GAP_END] == "150"
+
+    # A restart forgets nothing: the partition's marks carry the gap until acknowledged.
+    puller = feed.pullers[0]
+    time.sleep(1.5)  # a transaction with the marks after the last copy
+    assert puller.terminate() == 0
+    puller.start().wait_ready()
+    status = puller.wait_status(lambda s: bool(s.get("gaps")), 30, "the gap reported again")
+    assert [(g["key"], g["count"], g["waiting"]) for g in status["gaps"]] == [
+        (f"{name}/0@100", 50, False)
+    ]
+    (notice,) = status["notices"]
+    assert f"{name}/0: offsets 100-149 (50 records) were deleted at the source" in notice
+    assert f"crossfeed changefeed ack-gap {feed.name} {name}/0@100" in notice
+    unacknowledged = "crossfeed_puller_gaps_unacknowledged"
+    assert puller.metric(unacknowledged, {"feed": feed.name}) == 1
+    assert "(reported before, not acknowledged yet)" in puller.log_text()
+    _produce(producer, name, 0, 10)  # offsets 300-309: copying goes on, nothing twice
+    copied = _copied_offsets(clusters.b.config, name, 0, 260)
+    assert copied == [*range(100), *range(150, 310)]
+    assert len(_gap_letters(clusters.b.config, feed.name)) == 1
+
+    # Acknowledged (a feed file: its option, and the puller started again): gone for good.
+    spec = yaml.safe_load(feed.feed_file.read_text())
+    spec["config"]["gap.acknowledged"] = f"{name}/0@100"
+    feed.feed_file.write_text(yaml.safe_dump(spec))
+    for _ in range(2):  # the second start reads marks written after the acknowledgment
+        time.sleep(1.5)
+        assert puller.terminate() == 0
+        puller.start().wait_ready()
+        status = puller.wait_status(
+            lambda s: f"{name}/0" in s["partitions"], 30, "the partition's task started"
+        )
+        assert status["state"] == "normal"
+        assert status["gaps"] == [] and status["notices"] == []
+        assert puller.metric(unacknowledged, {"feed": feed.name}) == 0
 
 
 def test_with_gap_policy_stop_the_partition_waits_until_the_gap_is_acknowledged(
@@ -306,6 +344,31 @@ def test_topic_configs_follow_the_source_except_excluded_and_deleted_topics_are_
     assert len(flatten(read_many(clusters.b.config, [gone]))) == 3
 
 
+def stopped_after_100(
+    clusters, coordinators: Coordinators, name: str, feed: str, tmp_path, procs: list
+) -> tuple[str, Any]:
+    """A coordinator (``coordinators``) running feed ``feed`` with gap.policy=stop over
+    topic ``name``, and its puller, stopped once offsets 0-99 of partition 0 are copied.
+    Returns the coordinator's URL and the puller."""
+    coordinators.start(1)
+    url = coordinators.settle(60).url
+    with CoordinatorClient(url, TOKEN) as api:
+        api.create_feed(
+            {
+                "name": feed,
+                "source": "dc-a",
+                "sink-uri": "kafka://dc-b",
+                "topics": [name],
+                "config": {"staging.partitions": "2", "gap.policy": "stop"},
+            }
+        )
+    puller = start_coordinated("puller", feed, 0, coordinators.config_file, tmp_path, procs)
+    assert _copied_offsets(clusters.b.config, name, 0, 100) == list(range(100))
+    time.sleep(1.5)  # a transaction with the marks after the last copy
+    puller.terminate()
+    return url, puller
+
+
 def test_a_gap_in_crossfeed_status_and_ack_gap_through_the_coordinator(
     clusters, topic_factory, producer_factory, tmp_path
 ):
@@ -317,22 +380,7 @@ def test_a_gap_in_crossfeed_status_and_ack_gap_through_the_coordinator(
     procs: list = []
     env = {"CROSSFEED_API_TOKEN": TOKEN}
     try:
-        coordinators.start(1)
-        url = coordinators.settle(60).url
-        with CoordinatorClient(url, TOKEN) as api:
-            api.create_feed(
-                {
-                    "name": feed,
-                    "source": "dc-a",
-                    "sink-uri": "kafka://dc-b",
-                    "topics": [name],
-                    "config": {"staging.partitions": "2", "gap.policy": "stop"},
-                }
-            )
-        puller = start_coordinated("puller", feed, 0, coordinators.config_file, tmp_path, procs)
-        assert _copied_offsets(clusters.b.config, name, 0, 100) == list(range(100))
-        time.sleep(1.5)  # a transaction with the marks after the last copy
-        puller.terminate()
+        url, puller = stopped_after_100(clusters, coordinators, name, feed, tmp_path, procs)
         _produce(producer, name, 0, 100)
         admin_a = clients.admin(clusters.a.config)
         admin_a.delete_records([TopicPartition(name, 0, 150)])[TopicPartition(name, 0, 150)].result(
@@ -368,3 +416,39 @@ def test_a_gap_in_crossfeed_status_and_ack_gap_through_the_coordinator(
         for proc in procs:
             proc.kill()
         coordinators.stop()
+
+
+def test_a_position_past_the_sources_end_stops_that_partition_with_an_error(
+    clusters, services, topic_factory, producer_factory
+):
+    """The source loses records it had served (here: the topic deleted and created again
+    while the puller was stopped): the partition is not copied again from offset 0 —
+    nothing twice — and the feed says why; the other partition goes on."""
+    name = topic_factory(clusters.a, partitions=2)
+    producer = producer_factory(clusters.a)
+    _produce(producer, name, 0, 100)
+    feed = services.start_feed("beyond", clusters, [name])
+    assert _copied_offsets(clusters.b.config, name, 0, 100) == list(range(100))
+    time.sleep(1.5)  # a transaction with the marks after the last copy
+    puller = feed.pullers[0]
+    assert puller.terminate() == 0
+    admin_a = clients.admin(clusters.a.config)  # kept alive until the futures resolve
+    admin_a.delete_topics([name])[name].result(30)
+    wait_for("the topic gone", lambda: name not in admin_a.list_topics(timeout=5).topics, 30)
+    topic_factory(clusters.a, partitions=2, name=name)
+    _produce(producer, name, 0, 10)  # offsets 0-9: below the copied position 100
+    _produce(producer, name, 1, 20)
+    puller.start().wait_ready()
+
+    status = puller.wait_state("error", 30)
+    assert (
+        f"{name}/0: the next offset to copy, 100, is past the source's log end 10"
+        in status["last_error"]
+    )
+    assert "not copied until its task restarts" in status["last_error"]
+    assert "past the source's log end 10" in puller.log_text()
+    # The other partition is copied meanwhile; partition 0 gets nothing, not even again.
+    assert _copied_offsets(clusters.b.config, name, 1, 120) == list(range(20))
+    time.sleep(2)
+    assert _copied_offsets(clusters.b.config, name, 0, 120) == list(range(100))
+    assert puller.wait_state("error", 5)["last_error"] == status["last_error"]

@@ -62,7 +62,7 @@ def grouped(
                 source_reachable=source_reachable,
                 translated=True,
                 active_members=None,
-                partitions=[PartitionOut.of(r) for r in rows],
+                partitions=[PartitionOut.of(r, feed) for r in rows],
             )
         )
     return out

@@ -104,6 +104,13 @@ class TranslatorLoop:
         with self._lock:
             return {name: r.translator.commit_mode for name, r in sorted(self._runners.items())}
 
+    def notices(self) -> dict[str, list[str]]:
+        """Per translated feed, its translator's notices: group positions in records the
+        source deleted before they were copied (Translator.notices)."""
+        with self._lock:
+            runners = sorted(self._runners.items())
+        return {name: found for name, r in runners if (found := r.translator.notices())}
+
     def take(self, name: str) -> Translator | None:
         """Stop ticking a feed and hand its translator — with everything it knows — to the
         caller (failover), who closes it. A later :meth:`sync` that still lists the feed

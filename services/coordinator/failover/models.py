@@ -42,6 +42,30 @@ class PositionOut(BaseModel):
         return cls.model_validate(p, from_attributes=True)  # the same fields, by name
 
 
+class DeletedOut(BaseModel):
+    """A group position in records the source deleted before they were copied."""
+
+    first: int = Field(description="the group's position: the first offset lost to it")
+    last: int = Field(description="the last offset lost (the source's log start - 1)")
+    count: int = Field(description="offsets lost (at most that many records)")
+    held: bool = Field(
+        description="gap.policy=stop: the group partition is not moved until `key` is "
+        "acknowledged (crossfeed changefeed ack-gap); false: moved to target_offset"
+    )
+    key: str = Field(description="topic/partition@offset, for crossfeed changefeed ack-gap")
+    line: str = Field(description="the same, in one line as crossfeed status shows it")
+
+    @classmethod
+    def of(cls, r: PartitionTranslation, feed: str) -> DeletedOut | None:
+        line = r.lost_line(feed)
+        if r.lost is None or line is None:
+            return None
+        lost = r.lost
+        return cls(
+            first=lost.first, last=lost.last, count=lost.count, held=r.held, key=r.key, line=line
+        )
+
+
 class PartitionOut(BaseModel):
     """One group partition: where it is on the source, where it resumes on the target."""
 
@@ -53,16 +77,25 @@ class PartitionOut(BaseModel):
     target_offset: int | None = Field(description="null: nothing known to translate it by")
     exact: bool = Field(description="zero re-reads, zero skips of what the target holds")
     method: str = Field(
-        description="offset-sync or header (exact); frontier, timestamp, before-first, none"
+        description="offset-sync or header (exact); frontier, timestamp, before-first, "
+        "source-deleted (see deleted), none"
     )
     gap: int = Field(description="records consumed on the source past the replicated frontier")
     consumer_timestamp_ms: int
     position: PositionOut | None = Field(
         None, description="failover and failback reports only: the position RPO"
     )
+    source_log_start: int = Field(
+        -1, description="the source partition's log start offset as known (-1 unknown)"
+    )
+    deleted: DeletedOut | None = Field(
+        None,
+        description="method source-deleted: the group's position is in records the source "
+        "deleted before they were copied (what it lost, whether it waits for ack-gap)",
+    )
 
     @classmethod
-    def of(cls, r: PartitionTranslation) -> PartitionOut:
+    def of(cls, r: PartitionTranslation, feed: str = "") -> PartitionOut:
         return cls(
             topic=r.topic,
             partition=r.partition,
@@ -75,6 +108,8 @@ class PartitionOut(BaseModel):
             gap=r.gap,
             consumer_timestamp_ms=r.consumer_timestamp_ms,
             position=PositionOut.of(r.position) if r.position is not None else None,
+            source_log_start=r.source_log_start,
+            deleted=DeletedOut.of(r, feed),
         )
 
 
@@ -94,7 +129,7 @@ class GroupOut(BaseModel):
             source_reachable=g.source_reachable,
             translated=g.translated,
             active_members=g.active_members,
-            partitions=[PartitionOut.of(p) for p in g.partitions],
+            partitions=[PartitionOut.of(p, g.feed) for p in g.partitions],
         )
 
 

@@ -38,6 +38,7 @@ class FakeControl:
         )
         self.moved = False
         self.modes: dict[str, str] = {}
+        self.translation: dict[str, list[str]] = {}
 
     def views(self) -> tuple[StateView, MembersView, int]:
         return StateView(feeds=self.feeds, statuses=self.statuses), self.members, 1_000_000
@@ -47,6 +48,9 @@ class FakeControl:
 
     def commit_modes(self) -> dict[str, str]:
         return dict(self.modes)
+
+    def translation_notices(self) -> dict[str, list[str]]:
+        return dict(self.translation)
 
     def create(self, spec: FeedSpec) -> None:
         if self.moved:
@@ -108,6 +112,18 @@ def test_status_says_how_each_feed_gets_group_commits() -> None:
     assert api.get("/v1/status").json()[0]["commits"] == control.modes["orders"]
     control.modes = {"orders": "stream"}
     assert api.get("/v1/changefeeds/orders").json()["status"]["commits"] == "stream"
+
+
+def test_status_shows_the_translators_notices_beside_the_pullers() -> None:
+    control = FakeControl()
+    api = client(control)
+    assert api.post("/v1/changefeeds", json=FEED, headers=auth()).status_code == 201
+    assert api.get("/v1/status").json()[0]["notices"] == []
+    line = "group billing: orders/0: its position 120 is in offsets 120-149 (30 records) ..."
+    control.translation = {"orders": [line]}
+    assert api.get("/v1/status").json()[0]["notices"] == [f"translation: {line}"]
+    detail = api.get("/v1/changefeeds/orders").json()["status"]
+    assert detail["notices"] == [f"translation: {line}"]
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,8 @@ from crossfeed.core.gaps import (
     Position,
     acknowledge,
     acknowledged,
+    carried,
+    carry,
     classify,
     gap_at,
     parse_key,
@@ -91,3 +93,21 @@ def test_acknowledging_keeps_every_key_and_is_idempotent(keys: list[str]) -> Non
 def test_a_key_not_as_reported_is_refused(bad: str) -> None:
     with pytest.raises(ValueError):
         acknowledge(None, [bad])
+
+
+@given(st.lists(st.tuples(offsets, st.integers(1, 2**20)), max_size=5))
+def test_the_gaps_a_mark_carries_read_back(spans: list[tuple[int, int]]) -> None:
+    tp = TopicPartition("orders.eu", 3)
+    found = [Gap(tp, first, first + count) for first, count in spans]
+    text = carry(found)
+    if not found:
+        assert text == ""  # a mark without gaps carries no header
+        return
+    assert carried(tp, text) == sorted(set(found))
+    assert carry(carried(tp, text)) == text
+
+
+@pytest.mark.parametrize("bad", ["5", "5-", "-5", "a-b", "5-3", "1-2;3-4"])
+def test_a_carried_text_carry_never_writes_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError):
+        carried(TopicPartition("t", 0), bad)

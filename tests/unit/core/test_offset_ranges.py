@@ -445,3 +445,12 @@ def test_add_block_refuses_offsets_that_go_back() -> None:
     writer.add_block([10, 11, 12], 100)
     with pytest.raises(ValueError, match="must both increase"):
         writer.add_block([12, 13], 103)
+
+
+@given(st.lists(st.integers(0, 50), max_size=12), st.integers(0, 60))
+def test_next_copied_is_the_start_of_the_first_run_after_the_offset(
+    offsets: list[int], probe: int
+) -> None:
+    index = OffsetSyncIndex(OffsetRun(o, o, 2 * o) for o in sorted(set(offsets)))
+    later = [r.source_start for r in index.runs() if r.source_start > probe]
+    assert index.next_copied(probe) == (min(later) if later else None)

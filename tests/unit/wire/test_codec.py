@@ -77,6 +77,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "gap_records": 0,
         "source_cluster": CLUSTER,
         "translated_at_ms": 1_700_000_000_999,
+        "source_log_start": 120,
     },
     "ConsumerTimestamp": {
         "group": "billing",

@@ -12,6 +12,7 @@ from prometheus_client import REGISTRY
 from rich.console import Console
 
 from crossfeed.cli.translation_render import (
+    deleted_lines,
     failback_outcome,
     failback_report,
     failover_report,
@@ -308,6 +309,32 @@ def test_each_group_gets_one_verdict_that_matches_its_rows() -> None:
     # A stale position with nothing after it: no bound to speak of.
     quiet = _group(_row(True, False, 0))
     assert "nothing after it to read again" in group_verdict(quiet, {}, [], "dc-b", "dc-a")[0]
+
+
+def _deleted(held: bool) -> dict[str, Any]:
+    line = "group billing: orders.eu/1: its position 120 is in offsets 120-149 (30 records) ..."
+    deleted = {"first": 120, "last": 149, "count": 30, "held": held, "key": "orders.eu/1@120"}
+    return {
+        **_row(False, True),
+        "partition": 1,
+        "target_offset": 101,
+        "method": "source-deleted",
+        "deleted": {**deleted, "line": line},
+    }
+
+
+def test_a_group_in_deleted_records_gets_its_line_and_a_verdict_that_says_what_waits() -> None:
+    moved = _group(_row(True, True), _deleted(held=False))
+    assert [t.plain for t in deleted_lines(moved)] == [moved["partitions"][1]["deleted"]["line"]]
+    text, _ = group_verdict(moved, {"billing": 2}, [], "dc-b", "dc-a")
+    assert text.startswith("group billing: moved to dc-b, 2 partition(s) at the offsets above")
+    assert "until acknowledged" not in text
+    held = _group(_row(True, True), _deleted(held=True))
+    text, style = group_verdict(held, {"billing": 1}, [], "dc-b", "dc-a")
+    assert "1 partition(s) not moved until acknowledged (above)" in text and style == "yellow"
+    text, _ = group_verdict(_group(_deleted(held=True)), {}, [], "dc-b", "dc-a")
+    assert text == "group billing: not moved: every partition waits for its acknowledgment"
+    assert not list(deleted_lines(_group(_row(True, True))))
 
 
 def test_the_failback_outcome_says_what_moved_where_and_the_feeds_states() -> None:
