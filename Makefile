@@ -48,7 +48,7 @@ unit: setup ## unit tests only (no brokers)
 	@$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
 
 .PHONY: bench
-bench: setup ## benchmarks vs MirrorMaker 2, dc-b's ceiling, Spark and PostgreSQL (~35-45 min; BENCH_ARGS=--quick), then make slow
+bench: setup ## benchmarks vs MirrorMaker 2, dc-b's ceiling, Spark and PostgreSQL (~60-75 min; BENCH_ARGS=--quick), then make slow
 	@$(BIN)/crossfeed bench $(BENCH_ARGS)
 	@$(MAKE) --no-print-directory slow
 

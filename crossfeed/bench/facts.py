@@ -79,5 +79,6 @@ def tuning() -> dict[str, Any]:
         "crossfeed": "services' defaults: puller reader max.partition.fetch.bytes 8 MiB; "
         "consumers fetch.queue.backoff.ms 10 (librdkafka's default: 1 s); "
         "copies straight into the target topics in 512 KiB sends per partition; producer "
-        "linger.ms 10, batch.size 1 MiB, lz4; transactions (exactly-once)",
+        "linger.ms 10, batch.size 1 MiB, no compression of its own (puller.copy_compression: "
+        "none); transactions (exactly-once)",
     }

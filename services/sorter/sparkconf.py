@@ -149,7 +149,7 @@ def spark_conf(settings: SorterSettings, feed: str, jar_list: list[str]) -> dict
         conf["spark.pyspark.driver.python"] = sys.executable
         # The JVM's optimizing compiler (C2) took a whole core for minutes after start,
         # beside two brokers on two cores; the first tier alone cut the lag at half load
-        # by a third (bench/README.md). Executors on a cluster keep their defaults.
+        # by a third in the benchmark's ordered runs. Executors on a cluster keep their defaults.
         conf["spark.driver.extraJavaOptions"] = JIT_OPTIONS
     conf.update(settings.spark_conf)
     return conf
