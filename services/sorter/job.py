@@ -7,7 +7,8 @@ which loads the state the previous batch saved and dispatches the batch to one o
 release engines with the same rules and the same output:
 
 * :mod:`driver_release` — the batch read into the driver as Arrow (one Spark job, the
-  Kafka read on the executors), parsed, released and written by the driver;
+  Kafka read on the executors), parsed (:mod:`driver_rows`), released and written by the
+  driver;
 * :mod:`spark_release` — the batch parsed, sorted and written by Spark jobs, for what the
   driver must not hold; compaction of pending segments is always Spark's.
 
@@ -34,7 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
-from crossfeed.services.sorter import driver_release, rules, sparkconf
+from crossfeed.services.sorter import driver_release, driver_rows, rules, sparkconf
 from crossfeed.services.sorter.report import BatchReport, PartitionsSource
 from crossfeed.services.sorter.rules import DriverState, Segment, Window
 from crossfeed.services.sorter.segments import Store
@@ -154,7 +155,7 @@ class SorterJob:
         # big one goes there at once, with no read into the driver first).
         if self._driver_may_take():
             lap = time.monotonic()
-            table = df.select(*driver_release.RAW_COLUMNS).toArrow()
+            table = df.select(*driver_rows.RAW_COLUMNS).toArrow()
             report.timings["read"] = time.monotonic() - lap
             self.last_rows = table.num_rows
             if table.num_rows <= self.driver_release_rows:

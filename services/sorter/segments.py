@@ -11,7 +11,7 @@ A state file is written to a temporary name, fsynced and renamed over, so a kill
 either the old or the new file, never half of one.
 
 A segment is a directory of parquet files under ``pending/`` with the columns of
-:data:`SCHEMA` (what spark_release.parse_rows and driver_release.parse give): Spark's
+:data:`SCHEMA` (what spark_release.parse_rows and driver_rows.parse give): Spark's
 release writes and reads them with Spark, the driver's with pyarrow (the functions
 below), and each reads what the other wrote (a feed moves between them with its load).
 """

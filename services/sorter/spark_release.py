@@ -2,7 +2,7 @@
 not hold (job.py says when).
 
 * :func:`parse_rows` — the rows of the changes topic as the columns the sorter decides on
-  (the same as driver_release.parse gives: tests/integration/test_sorter_parse.py);
+  (the same as driver_rows.parse gives: tests/integration/test_sorter_parse.py);
 * :meth:`SparkRelease.batch` — a whole batch in two Spark jobs: its rows parsed and written
   as a segment (statistics and resolved marks observed on the way), then, if R went up,
   every complete transaction of the window from all pending segments, sorted in one
@@ -72,7 +72,7 @@ def _h(name: str, value: Column | str) -> Column:
 
 def parse_rows(df: DataFrame) -> DataFrame:
     """Rows of the changes topic -> the columns the sorter decides on (the grammar of
-    crossfeed/wire/grammar.py; the columns of driver_release.SCHEMA).
+    crossfeed/wire/grammar.py; the columns of driver_rows.SCHEMA).
 
     In stages, each header looked up once: Spark does not inline a non-trivial column
     into several uses, so the header search and the regexes run once per row (one big

@@ -1,6 +1,6 @@
 """The sorter's Spark SQL row rules (services/sorter/spark_release.parse_rows) give the
 answers the table of tests/support/sorter_rows.py writes out (the driver's pyarrow parse is
-held to the same table in tests/unit/sorter/test_driver_release.py); on any rows the two
+held to the same table in tests/unit/sorter/test_driver_rows.py); on any rows the two
 engines give the same columns; both decide alike which transactions are complete; and a
 pending segment written by either path is read the same by the other. A local Spark, no
 brokers."""
@@ -102,11 +102,11 @@ def _by_spark(spark: object, rows: list[sorter_rows.Raw] | None = None) -> list[
 
 
 def _by_driver(rows: list[sorter_rows.Raw]) -> list[dict[str, Any]]:
-    from crossfeed.services.sorter import driver_release
+    from crossfeed.services.sorter import driver_rows
 
-    table = driver_release.parse(sorter_rows.raw_table(rows))
-    assert table.schema == driver_release.SCHEMA
-    return [dataclasses.asdict(r) for r in driver_release.rows_of(table)]
+    table = driver_rows.parse(sorter_rows.raw_table(rows))
+    assert table.schema == driver_rows.SCHEMA
+    return [dataclasses.asdict(r) for r in driver_rows.rows_of(table)]
 
 
 def test_spark_parses_each_row_of_the_table_as_it_says(spark: object) -> None:
@@ -148,10 +148,10 @@ def _released(spark: object, rows: list[sorter_rows.Raw], window: Any) -> dict[s
     from pyspark.sql import functions as F
 
     from crossfeed.feeds import FeedSpec
-    from crossfeed.services.sorter import driver_release
+    from crossfeed.services.sorter import driver_rows
     from crossfeed.services.sorter.spark_release import SparkRelease
 
-    table = driver_release.parse(sorter_rows.raw_table(rows))
+    table = driver_rows.parse(sorter_rows.raw_table(rows))
     feed = FeedSpec.model_validate({"name": "f", "source": "a", "sink-uri": "kafka://b/t",
                                     "topics": ["orders"], "mode": "ordered"})  # fmt: skip
     engine = SparkRelease(spark, feed, None, {}, SORTED)  # type: ignore[arg-type]
@@ -167,7 +167,7 @@ def _released(spark: object, rows: list[sorter_rows.Raw], window: Any) -> dict[s
         (r["topic"], r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]])
         for r in engine._transactions(engine._completeness(ordered), window).collect()
     ]
-    by_driver = driver_release.release(table, window, "f").records
+    by_driver = driver_rows.window_records(table, window, "f").records
 
     def split(records: list[Any]) -> tuple[list[Any], list[Any]]:
         return [r for r in records if r[0] == SORTED], sorted(r for r in records if r[0] != SORTED)

@@ -1,7 +1,7 @@
 """Rows of a changes topic and what the sorter must read in each: one table, written out
 by hand, that both release engines are held to (Spark SQL's ``spark_release.parse_rows`` in
-tests/integration/test_sorter_parse.py, pyarrow's ``driver_release.parse`` in
-tests/unit/sorter/test_driver_release.py). The values sit on both sides of the grammar's
+tests/integration/test_sorter_parse.py, pyarrow's ``driver_rows.parse`` in
+tests/unit/sorter/test_driver_rows.py). The values sit on both sides of the grammar's
 bounds (crossfeed/wire/grammar.py): seq and count at most 9 digits, commit_ts and an
 offset at most 19 digits and 2^63-1, a txn id printable ASCII without ' ', '/' or ':'.
 

@@ -1,6 +1,6 @@
 """The sorter's pure rules (services/sorter/rules.py): resolved state, R, release windows,
 segments and the driver state's round trip. How each engine reads a row and decides that a
-transaction is complete: tests/unit/sorter/test_driver_release.py and
+transaction is complete: tests/unit/sorter/test_driver_rows.py and
 tests/integration/test_sorter_parse.py."""
 
 from __future__ import annotations

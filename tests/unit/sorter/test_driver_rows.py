@@ -1,6 +1,6 @@
-"""The driver path of the sorter (services/sorter/driver_release.py): rows parsed as the
+"""The driver's column functions (services/sorter/driver_rows.py): rows parsed as the
 table of tests/support/sorter_rows.py says and as the grammar's bounds say (property tests),
-released in (commit_ts, txn, seq) order between begin/commit markers, incomplete
+a window's rows in (commit_ts, txn, seq) order between begin/commit markers, incomplete
 transactions and bad or late rows to the DLQ with their context. Spark's parse is held to
 the same table, and the two engines to each other, by tests/integration/test_sorter_parse.py."""
 
@@ -17,14 +17,14 @@ from hypothesis import strategies as st
 
 from crossfeed import dlq
 from crossfeed.services.sorter import rules
-from crossfeed.services.sorter.driver_release import (
+from crossfeed.services.sorter.driver_rows import (
     ParsedRow,
     dead_letter,
     late_letter,
     parse,
-    release,
     rows_of,
     split,
+    window_records,
 )
 from crossfeed.services.sorter.rules import Window
 from crossfeed.wire import grammar
@@ -46,7 +46,7 @@ def parse_one(*raw: object) -> ParsedRow:
 
 
 def change(ts: int, txn: str, seq: int, count: int, value: bytes | None = None) -> pa.Table:
-    """One data row of the changes topic, parsed (a table of driver_release.SCHEMA)."""
+    """One data row of the changes topic, parsed (a table of driver_rows.SCHEMA)."""
     hdrs = [
         (H.COMMIT_TS, str(ts).encode()),
         (H.TXN, f"{txn}/{seq}/{count}".encode()),
@@ -209,7 +209,7 @@ def test_any_rows_parse_into_rows_the_release_can_trust(raws):
 def test_release_orders_transactions_and_frames_them():
     rows = [change(30, "b", 1, 1), change(20, "z", 2, 2), change(20, "a", 1, 1)]
     rows.append(change(20, "z", 1, 2))
-    out = release(together(rows), Window(10, 30), FEED)
+    out = window_records(together(rows), Window(10, 30), FEED)
     assert kinds(out.records) == [
         "begin", "a-1", "commit",
         "begin", "z-1", "z-2", "commit",
@@ -225,13 +225,13 @@ def test_release_orders_transactions_and_frames_them():
 
 def test_release_keeps_to_the_window():
     rows = [change(10, "old", 1, 1), change(11, "in", 1, 1), change(31, "later", 1, 1)]
-    out = release(together(rows), Window(10, 30), FEED)
+    out = window_records(together(rows), Window(10, 30), FEED)
     assert kinds(out.records) == ["begin", "in-1", "commit"]
 
 
 def test_an_incomplete_transaction_goes_to_the_dlq_whole():
     rows = [change(20, "t", 1, 3), change(20, "t", 3, 3), change(25, "ok", 1, 1)]
-    out = release(together(rows), Window(10, 30), FEED)
+    out = window_records(together(rows), Window(10, 30), FEED)
     assert kinds(out.records) == ["dlq", "dlq", "begin", "ok-1", "commit"]
     letter = dict(out.records[0][3])
     assert letter[dlq.ERROR_CLASS] == b"IncompleteTransaction"
@@ -244,7 +244,7 @@ def test_an_incomplete_transaction_goes_to_the_dlq_whole():
 
 def test_one_txn_id_at_two_commit_ts_is_two_incomplete_transactions():
     rows = [change(20, "t", 1, 2), change(21, "t", 2, 2)]
-    out = release(together(rows), Window(10, 30), FEED)
+    out = window_records(together(rows), Window(10, 30), FEED)
     assert kinds(out.records) == ["dlq", "dlq"]
 
 
@@ -287,7 +287,7 @@ def test_release_is_the_rules_in_order(txns, high, rnd: random.Random):
             complete[(ts, txn)] = count
     rnd.shuffle(rows)
     window = Window(0, high)
-    out = release(together(rows), window, FEED)
+    out = window_records(together(rows), window, FEED)
     want: list[str] = []
     for (ts, txn), count in sorted(complete.items()):
         if window.releases(ts):
