@@ -25,11 +25,10 @@ from crossfeed.services.sorter.driver_rows import (
     late_letter,
     parse,
     rows_of,
-    split,
     window_records,
 )
 from crossfeed.services.sorter.report import BatchReport, BatchSteps
-from crossfeed.services.sorter.rules import DriverState, Segment, Window
+from crossfeed.services.sorter.rules import DriverState, Segment, Window, split
 from crossfeed.services.sorter.segments import Store, inside, ts_counts
 
 if TYPE_CHECKING:  # pyspark is imported where a Spark job runs

@@ -12,8 +12,7 @@ of rules.py) and the same output as Spark's release:
 * :func:`parse` — the rows of the changes topic (:data:`RAW_COLUMNS`) as the columns
   ``spark_release.parse_rows`` gives them (:data:`SCHEMA`, also the columns of a pending
   segment);
-* :func:`late` — the rows that arrive at or below R_prev; :func:`split` — a big release
-  window in parts;
+* :func:`late` — the rows that arrive at or below R_prev;
 * :func:`window_records` — the data rows of a release window in (commit_ts, txn, seq)
   order, each complete transaction between ``begin`` and ``commit`` markers, each
   incomplete one's rows as dead letters;
@@ -29,7 +28,7 @@ produced in list order) and the few rows that become dead letters.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -245,26 +244,6 @@ def late(table: pa.Table, window: Window) -> Any:
         ),
         False,
     )
-
-
-def split(counts: Mapping[int, int], window: Window, limit: int) -> list[Window] | None:
-    """``window`` as consecutive windows that each release at most ``limit`` changes,
-    given how many changes each commit_ts holds; cut only between two commit_ts, so no
-    transaction (one commit_ts) is split. None when one commit_ts alone holds more than
-    ``limit``: that release needs Spark's sort."""
-    parts: list[Window] = []
-    low, held, last = window.prev_resolved_ts, 0, window.prev_resolved_ts
-    for ts in sorted(t for t in counts if window.releases(t)):
-        n = counts[ts]
-        if n > limit:
-            return None
-        if held + n > limit:
-            parts.append(Window(low, last))
-            low, held = last, 0
-        held += n
-        last = ts
-    parts.append(Window(low, window.resolved_ts))
-    return parts
 
 
 # -- release --------------------------------------------------------------------------------

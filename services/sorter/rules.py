@@ -1,11 +1,11 @@
 """The sorter's decisions, with no Spark and no Kafka (docs/ordered-feeds.md §2-§3):
 everything the driver decides once per micro-batch — per-partition resolved state, the
-global resolved_ts R, which rows a batch releases, and which pending segments it may
-delete. The per-row rules (a row's headers read by the grammar of crossfeed/wire/grammar.py,
-and whether a transaction is complete, rule D) live in the two release engines that apply
-them, Spark SQL in :mod:`crossfeed.services.sorter.spark_release` and pyarrow in
-:mod:`crossfeed.services.sorter.driver_release`; tests hold each to tables of expected
-answers and the two to each other (tests/integration/test_sorter_parse.py).
+global resolved_ts R, which rows a batch releases, which engine releases them (and in what
+parts), and which pending segments it may delete. The per-row rules (a row's headers read
+by the grammar of crossfeed/wire/grammar.py, and whether a transaction is complete, rule
+D) live where they are applied, Spark SQL in :mod:`crossfeed.services.sorter.spark_release`
+and pyarrow in :mod:`crossfeed.services.sorter.driver_rows`; tests hold each to tables of
+expected answers and the two to each other (tests/integration/test_sorter_parse.py).
 
 Invariants:
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Final
 
 NOTHING_RELEASED: Final = -1
@@ -198,6 +199,78 @@ class Window:
     def is_late(self, commit_ts: int) -> bool:
         """A change arriving at or below R_prev: its place in `.sorted` has passed."""
         return commit_ts <= self.prev_resolved_ts
+
+
+def split(counts: Mapping[int, int], window: Window, limit: int) -> list[Window] | None:
+    """``window`` as consecutive windows that each release at most ``limit`` changes,
+    given how many changes each commit_ts holds; cut only between two commit_ts, so no
+    transaction (one commit_ts) is split. None when one commit_ts alone holds more than
+    ``limit``: that release needs Spark's sort."""
+    parts: list[Window] = []
+    low, held, last = window.prev_resolved_ts, 0, window.prev_resolved_ts
+    for ts in sorted(t for t in counts if window.releases(t)):
+        n = counts[ts]
+        if n > limit:
+            return None
+        if held + n > limit:
+            parts.append(Window(low, last))
+            low, held = last, 0
+        held += n
+        last = ts
+    parts.append(Window(low, window.resolved_ts))
+    return parts
+
+
+# -- which engine releases a batch -------------------------------------------------------
+
+
+class Engine(StrEnum):
+    DRIVER = "driver"  # services/sorter/driver_release.py
+    SPARK = "spark"  # services/sorter/spark_release.py
+
+
+class Reason(StrEnum):
+    """Why a batch goes to the engine it goes to (BatchReport.reason, /status)."""
+
+    FITS = "fits"  # the batch, and each commit_ts of its window, fit the driver
+    DRIVER_OFF = "driver_off"  # sorter.driver_release_rows is 0
+    AFTER_BIG_BATCH = "after_big_batch"  # the batch before was too big: not read into the driver
+    BIG_BATCH = "big_batch"  # more rows than driver_release_rows
+    BIG_COMMIT_TS = "big_commit_ts"  # a commit_ts of the window holds more than that
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The engine that releases a batch, why, and, for the driver, its window in parts."""
+
+    engine: Engine
+    reason: Reason
+    parts: tuple[Window, ...] = ()
+
+
+def driver_reads(limit: int, last_rows: int) -> Reason | None:
+    """None when the driver reads the next batch (it may fit there), else why Spark
+    reads, parses and releases it. A batch after one bigger than ``limit`` is likely big
+    too: it goes to Spark at once, without a read into the driver first."""
+    if limit <= 0:
+        return Reason.DRIVER_OFF
+    if last_rows > limit:
+        return Reason.AFTER_BIG_BATCH
+    return None
+
+
+def choose(counts: Mapping[int, int], window: Window, limit: int) -> Choice:
+    """The engine for a batch the driver read and parsed, given how many changes each
+    commit_ts of ``window`` holds (pending and new): the driver, releasing the window in
+    parts of at most ``limit`` changes (none for an empty window), unless one commit_ts
+    alone holds more than ``limit`` — a transaction the driver must not hold, which
+    Spark's external sort takes."""
+    if window.empty:
+        return Choice(Engine.DRIVER, Reason.FITS)
+    parts = split(counts, window, limit)
+    if parts is None:
+        return Choice(Engine.SPARK, Reason.BIG_COMMIT_TS)
+    return Choice(Engine.DRIVER, Reason.FITS, tuple(parts))
 
 
 @dataclass(frozen=True)

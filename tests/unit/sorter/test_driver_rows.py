@@ -7,7 +7,6 @@ the same table, and the two engines to each other, by tests/integration/test_sor
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import random
 
 import pyarrow as pa
@@ -23,7 +22,6 @@ from crossfeed.services.sorter.driver_rows import (
     late_letter,
     parse,
     rows_of,
-    split,
     window_records,
 )
 from crossfeed.services.sorter.rules import Window
@@ -297,38 +295,3 @@ def test_release_is_the_rules_in_order(txns, high, rnd: random.Random):
     assert out.events + out.dead_letters == len(in_window)
     assert out.txns == sum(1 for (ts, _t) in complete if window.releases(ts))
     assert rules.NOTHING_RELEASED < 0
-
-
-def test_split_cuts_a_big_release_between_commit_ts_only():
-    counts = {11: 3, 12: 4, 13: 2, 20: 1, 40: 5}
-    assert split(counts, Window(10, 30), 100) == [Window(10, 30)]
-    assert split(counts, Window(10, 30), 7) == [Window(10, 12), Window(12, 30)]
-    assert split(counts, Window(10, 30), 4) == [Window(10, 11), Window(11, 12), Window(12, 30)]
-    assert split(counts, Window(10, 30), 3) is None  # commit_ts 12 alone holds 4
-    assert split({}, Window(10, 30), 3) == [Window(10, 30)]
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    st.dictionaries(st.integers(1, 50), st.integers(1, 6), max_size=20),
-    st.integers(0, 30),
-    st.integers(1, 12),
-)
-def test_split_covers_the_window_in_order_within_the_limit(counts, low, limit):
-    window = Window(low, low + 25)
-    parts = split(counts, window, limit)
-    inside = {ts: n for ts, n in counts.items() if window.releases(ts)}
-    if parts is None:
-        assert max(inside.values()) > limit
-        return
-    assert (
-        parts[0].prev_resolved_ts == window.prev_resolved_ts
-        and parts[-1].resolved_ts == window.resolved_ts
-    )
-    for a, b in itertools.pairwise(parts):
-        assert a.resolved_ts == b.prev_resolved_ts and not a.empty
-    for part in parts:
-        assert sum(n for ts, n in inside.items() if part.releases(ts)) <= limit
-    # every commit_ts of the window in exactly one part
-    for ts in inside:
-        assert sum(part.releases(ts) for part in parts) == 1

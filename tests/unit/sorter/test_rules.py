@@ -5,6 +5,7 @@ tests/integration/test_sorter_parse.py."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -79,6 +80,75 @@ def test_window():
     assert not w.releases(10) and not w.releases(21)
     assert w.is_late(10) and not w.is_late(11)
     assert Window(20, 20).empty
+
+
+# -- release windows in parts, and the engine ----------------------------------------------------
+
+
+def test_split_cuts_a_big_release_between_commit_ts_only():
+    counts = {11: 3, 12: 4, 13: 2, 20: 1, 40: 5}
+    assert rules.split(counts, Window(10, 30), 100) == [Window(10, 30)]
+    assert rules.split(counts, Window(10, 30), 7) == [Window(10, 12), Window(12, 30)]
+    assert rules.split(counts, Window(10, 30), 4) == [
+        Window(10, 11),
+        Window(11, 12),
+        Window(12, 30),
+    ]
+    assert rules.split(counts, Window(10, 30), 3) is None  # commit_ts 12 alone holds 4
+    assert rules.split({}, Window(10, 30), 3) == [Window(10, 30)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.integers(1, 50), st.integers(1, 6), max_size=20),
+    st.integers(0, 30),
+    st.integers(1, 12),
+)
+def test_split_covers_the_window_in_order_within_the_limit(counts, low, limit):
+    window = Window(low, low + 25)
+    parts = rules.split(counts, window, limit)
+    inside = {ts: n for ts, n in counts.items() if window.releases(ts)}
+    if parts is None:
+        assert max(inside.values()) > limit
+        return
+    assert (
+        parts[0].prev_resolved_ts == window.prev_resolved_ts
+        and parts[-1].resolved_ts == window.resolved_ts
+    )
+    for a, b in itertools.pairwise(parts):
+        assert a.resolved_ts == b.prev_resolved_ts and not a.empty
+    for part in parts:
+        assert sum(n for ts, n in inside.items() if part.releases(ts)) <= limit
+    # every commit_ts of the window in exactly one part
+    for ts in inside:
+        assert sum(part.releases(ts) for part in parts) == 1
+
+
+def test_the_driver_reads_a_batch_unless_it_is_off_or_the_batch_before_was_too_big():
+    assert rules.driver_reads(100, 0) is None
+    assert rules.driver_reads(100, 100) is None
+    assert rules.driver_reads(100, 101) is rules.Reason.AFTER_BIG_BATCH
+    assert rules.driver_reads(0, 0) is rules.Reason.DRIVER_OFF
+
+
+def test_the_driver_releases_a_window_in_parts_unless_one_commit_ts_is_too_big():
+    counts = {11: 3, 12: 4, 13: 2, 40: 5}
+    assert rules.choose(counts, Window(10, 30), 100) == rules.Choice(
+        rules.Engine.DRIVER, rules.Reason.FITS, (Window(10, 30),)
+    )
+    assert rules.choose(counts, Window(10, 30), 4).parts == (
+        Window(10, 11),
+        Window(11, 12),
+        Window(12, 30),
+    )
+    # 5 changes at 40 are outside the window: only 12's 4 are too many for 3
+    assert rules.choose(counts, Window(10, 30), 3) == rules.Choice(
+        rules.Engine.SPARK, rules.Reason.BIG_COMMIT_TS
+    )
+    # an empty window: the driver, with nothing to release
+    assert rules.choose({}, Window(30, 30), 1) == rules.Choice(
+        rules.Engine.DRIVER, rules.Reason.FITS
+    )
 
 
 # -- laggards ----------------------------------------------------------------------------------
