@@ -11,14 +11,15 @@ of rules.py) and the same output as Spark's release:
 
 * :func:`parse` — the rows of the changes topic (:data:`RAW_COLUMNS`) as the columns
   ``spark_release.parse_rows`` gives them (:data:`SCHEMA`, also the columns of a pending
-  segment);
-* :func:`late` — the rows that arrive at or below R_prev;
+  segment); :func:`parse_batch` — with the batch's marks;
+* :func:`letters_and_pending` — a batch's unreadable and late rows as dead letters, the
+  rest as rows pending;
 * :func:`window_records` — the data rows of a release window in (commit_ts, txn, seq)
   order, each complete transaction between ``begin`` and ``commit`` markers, each
   incomplete one's rows as dead letters;
 * :func:`dead_letter` / :func:`late_letter` — a row to ``_crossfeed.dlq`` with its context.
 
-They work on whole columns (pyarrow compute, numpy): a row costs ~1 µs to parse and order
+All work on whole columns (pyarrow compute, numpy): a row costs ~1 µs to parse and order
 here, against ~30 µs when every row was a Python object, which at a steady load left less
 of the machine's two cores to the pullers, brokers and sink around the sorter. Only what
 goes out is made into Python objects: the records (``(topic, key, value, headers)``, to be
@@ -37,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from crossfeed import dlq
+from crossfeed.services.sorter import rules
 from crossfeed.services.sorter.rules import Window
 from crossfeed.services.sorter.segments import SCHEMA, inside
 from crossfeed.wire import grammar, headers, topics
@@ -232,20 +234,6 @@ def parse(table: pa.Table) -> pa.Table:
     return pa.table([pc.cast(columns[f.name], f.type) for f in SCHEMA], schema=SCHEMA)
 
 
-# -- the window ---------------------------------------------------------------------------
-
-
-def late(table: pa.Table, window: Window) -> Any:
-    """A mask of the data rows arriving at or below R_prev (rules.Window.is_late)."""
-    return pc.fill_null(
-        pc.and_(
-            pc.equal(table.column("kind"), "data"),
-            pc.less_equal(table.column("commit_ts"), window.prev_resolved_ts),
-        ),
-        False,
-    )
-
-
 # -- release --------------------------------------------------------------------------------
 
 
@@ -363,5 +351,57 @@ def window_records(
     return out
 
 
+# -- a batch --------------------------------------------------------------------------------
+
 # What the driver reads of a batch (Spark's Kafka source columns).
 RAW_COLUMNS = ("key", "value", "headers", "topic", "partition", "offset", "timestamp")
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A micro-batch parsed by the driver: its rows (:data:`SCHEMA`), and its marks."""
+
+    table: pa.Table
+    marks: dict[str, int]  # the newest resolved_ts per source partition among its marks
+    mark_rows: int
+
+    @property
+    def rows(self) -> int:
+        return int(self.table.num_rows)
+
+
+def parse_batch(raw: pa.Table) -> Batch:
+    """A batch's rows (:data:`RAW_COLUMNS`) parsed, and its marks."""
+    parsed = parse(raw)
+    marks = parsed.filter(pc.equal(parsed.column("kind"), "mark"))
+    marked = zip(
+        marks.column("part").to_pylist(), marks.column("commit_ts").to_pylist(), strict=True
+    )
+    return Batch(parsed, rules.max_marks(marked), marks.num_rows)
+
+
+def late(table: pa.Table, window: Window) -> Any:
+    """A mask of the data rows arriving at or below R_prev (rules.Window.is_late)."""
+    return pc.fill_null(
+        pc.and_(
+            pc.equal(table.column("kind"), "data"),
+            pc.less_equal(table.column("commit_ts"), window.prev_resolved_ts),
+        ),
+        False,
+    )
+
+
+def letters_and_pending(batch: Batch, window: Window, feed: str) -> tuple[list[Record], pa.Table]:
+    """The batch's rows as they arrive: unreadable ones and late ones (at or below R_prev)
+    as dead letters, and the data rows that wait for their release (any commit_ts above
+    R_prev: those of ``window`` too)."""
+    table = batch.table
+    kind = table.column("kind")
+    too_late = late(table, window)
+    letters = [
+        late_letter(r, feed, window)
+        if r.kind == "data"
+        else dead_letter(r, feed, "UnreadableChange", r.error or "")
+        for r in rows_of(table.filter(pc.or_(pc.equal(kind, "bad"), too_late)))
+    ]
+    return letters, table.filter(pc.and_(pc.equal(kind, "data"), pc.invert(too_late)))

@@ -1,23 +1,25 @@
-"""The sorter's Spark Structured Streaming job (docs/ordered-feeds.md §2 in, §3 out): its
-skeleton, whichever engine releases a batch.
+"""The sorter's Spark Structured Streaming job (docs/ordered-feeds.md §2 in, §3 out): the
+sequence of every micro-batch, whichever engine releases it.
 
 One query reads ``_crossfeed.<feed>.changes`` with Spark's Kafka source (read_committed,
 headers) and hands every micro-batch to :meth:`SorterJob.process_batch` (foreachBatch),
-which loads the state the previous batch saved and dispatches the batch to one of two
-release engines with the same rules and the same output:
+which loads the state the previous batch saved and takes the same steps, in one order,
+for every batch:
 
-* :mod:`driver_release` — the batch read into the driver as Arrow (one Spark job, the
-  Kafka read on the executors), parsed (:mod:`driver_rows`), released and written by the
-  driver;
-* :mod:`spark_release` — the batch parsed, sorted and written by Spark jobs, for what the
-  driver must not hold; compaction of pending segments is always Spark's.
-
-Every batch then takes the same steps, here: the marks' resolved_ts merged into the
-state and the global resolved_ts R advanced (:meth:`SorterJob.advance`); the window
-(R_prev, R] released by the engine; one resolved mark R (:meth:`SorterJob.resolved_mark`);
-segments with nothing above R dropped, many compacted (:meth:`SorterJob.prune`); the state
-saved under the batch id (atomic), so a batch Spark replays after a crash recomputes the
-same output.
+1. read — the batch's rows parsed: read into the driver as Arrow (one Spark job, the
+   Kafka read on the executors) and parsed there (driver_rows.py), or, for a batch the
+   driver must not hold, parsed and written as a segment by Spark
+   (:meth:`spark_release.SparkRelease.stage`);
+2. decide — the marks' resolved_ts merged into the state and the global resolved_ts R
+   advanced (:meth:`SorterJob.advance`), so the window (R_prev, R]; then the engine that
+   releases it, once, with its reason (rules.choose);
+3. release — by that engine (:mod:`driver_release`, :mod:`spark_release`), told the
+   window, the pending segments and the batch's rows; it returns what it did
+   (report.Released) and calls nothing back;
+4. one resolved mark R (:meth:`SorterJob.resolved_mark`);
+5. prune — segments with nothing above R dropped, many compacted (:meth:`SorterJob.prune`);
+6. the state saved under the batch id (atomic), so a batch Spark replays after a crash
+   recomputes the same output.
 """
 
 from __future__ import annotations
@@ -35,11 +37,12 @@ from pyspark.sql import DataFrame, SparkSession
 
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
-from crossfeed.services.sorter import driver_release, driver_rows, rules, sparkconf
-from crossfeed.services.sorter.report import BatchReport, PartitionsSource
+from crossfeed.services.sorter import driver_rows, rules, sparkconf
+from crossfeed.services.sorter.driver_release import RELEASE_PRODUCER, DriverRelease
+from crossfeed.services.sorter.report import BatchReport, PartitionsSource, Released
 from crossfeed.services.sorter.rules import DriverState, Segment, Window
 from crossfeed.services.sorter.segments import Store
-from crossfeed.services.sorter.spark_release import SparkRelease, use_v2_kafka_writer
+from crossfeed.services.sorter.spark_release import SparkRelease, Staged, use_v2_kafka_writer
 from crossfeed.wire import records, topics
 
 log = logging.getLogger(__name__)
@@ -90,11 +93,9 @@ class SorterJob:
         self.on_batch = on_batch
         self.changes_topic = topics.changes(feed.name)
         self.sorted_topic = topics.sorted_(feed.name)
-        self.producer = clients.producer(target_conf, **driver_release.RELEASE_PRODUCER)
+        self.producer = clients.producer(target_conf, **RELEASE_PRODUCER)
         self.spark_release = SparkRelease(spark, feed, store, kafka_options, self.sorted_topic)
-        self.driver_release = driver_release.DriverRelease(
-            feed, store, self.producer, self.sorted_topic, driver_release_rows, self.spark_release
-        )
+        self.driver_release = DriverRelease(feed, store, self.producer, self.sorted_topic)
         self.current: dict[str, Any] | None = None
 
     # -- the query ------------------------------------------------------------------------
@@ -133,8 +134,20 @@ class SorterJob:
         )
 
     def process_batch(self, df: DataFrame, batch_id: int) -> None:
-        self.step(batch_id, "read")
+        """One micro-batch, in the same order whichever engine releases it: read, decide,
+        release, resolved mark, prune, state saved.
+
+        Crash safety. Nothing before the state is saved changes what the next batch
+        starts from: a batch runs from the state the batch before it saved (``prev``), and
+        Spark runs a batch again, with the same offsets, until one run returns. So a run
+        cut short anywhere is redone from the same inputs with the same output: records
+        written twice are a replayed suffix of `.sorted` that sinks drop by position, and
+        the segments it wrote (named after the batch) are written again. Segments it
+        stops using are only listed (``garbage``) and deleted when the next batch starts,
+        once Spark has committed this one, so a replay still finds every segment it read.
+        """
         started = time.monotonic()
+        self.step(batch_id, "read")
         report = BatchReport(batch_id)
         prev = self.store.load_before(batch_id)
         # Segments the previous batch stopped using: only the batch before it (committed
@@ -148,29 +161,118 @@ class SorterJob:
             advanced_at=dict(prev.advanced_at),
             resolved_ts=prev.resolved_ts,
         )
-        # The dispatch. A Spark job costs 0.2-1 s of planning and scheduling whatever its
-        # size, so a batch of at most driver_release_rows rows takes one (the Kafka read,
-        # on the executors) and the driver releases it from Arrow; only a bigger batch,
-        # which the driver must not hold, is released by Spark's jobs (the batch after a
-        # big one goes there at once, with no read into the driver first).
-        if self._driver_may_take():
+        batch, not_driver = self._read(df, prev, report)
+        with _collector_paused():
+            # Decide: the marks merged, the window (R_prev, R], the engine.
+            lap = time.monotonic()
+            report.rows, report.marks = batch.rows, batch.mark_rows
+            window = self.advance(state, batch.marks)
+            choice = self._choose(batch, not_driver, window, prev.segments)
+            report.engine, report.reason = choice.engine, choice.reason
+            log.debug(
+                "batch %d: the %s engine (%s), window %s",
+                batch_id,
+                choice.engine,
+                choice.reason,
+                window,
+            )
+            report.timings["decide"] = time.monotonic() - lap
+            # Release: every record of the window written and flushed when it returns.
+            self.step(batch_id, "release")
+            lap = time.monotonic()
+            released = self._release(batch_id, batch, window, choice, prev.segments)
+            report.timings["release"] = time.monotonic() - lap
+            report.released_events = released.events
+            report.released_txns = released.txns
+            report.dead_letters = released.dead_letters
+            # The resolved mark, then pruning. The mark follows the records it covers
+            # (flushed by the release), so no reader sees R before them, and it goes out
+            # before pruning, whose compaction (a Spark job, up to a second) would only
+            # delay it: pruning writes nothing a replay cannot redo (it lists the segments
+            # to drop; a compaction writes a new segment named after the batch) and
+            # nothing of it counts until the state is saved. A crash in between replays
+            # the batch: its records and its mark again, which sinks drop by position.
+            if not window.empty:
+                self.step(batch_id, "resolved mark")
+                lap = time.monotonic()
+                self.resolved_mark(window.resolved_ts)
+                report.timings["mark"] = time.monotonic() - lap
+            state.resolved_ts = report.resolved_ts = window.resolved_ts
+            state.segments, garbage = self.prune(released.segments, window.resolved_ts, report)
+            state.garbage = released.garbage + garbage
+        self._finish(report, state, started)
+
+    def _read(
+        self, df: DataFrame, prev: DriverState, report: BatchReport
+    ) -> tuple[driver_rows.Batch | Staged, rules.Reason | None]:
+        """The batch's rows, parsed: into the driver as Arrow when they may fit there (one
+        Spark job, the Kafka read on the executors), else by Spark, which writes them as
+        the batch's segment on the way (and then releases the batch), with the reason.
+
+        A Spark job costs 0.2-1 s of planning and scheduling whatever its size, so a batch
+        of at most driver_release_rows rows takes one, and only a bigger batch, which the
+        driver must not hold, is parsed and released by Spark's jobs (the batch after a
+        big one goes there at once, with no read into the driver first)."""
+        limit = self.driver_release_rows
+        not_driver = rules.driver_reads(limit, self.last_rows)
+        if not_driver is None:
             lap = time.monotonic()
             table = df.select(*driver_rows.RAW_COLUMNS).toArrow()
             report.timings["read"] = time.monotonic() - lap
             self.last_rows = table.num_rows
-            if table.num_rows <= self.driver_release_rows:
-                with _collector_paused():
-                    self.driver_release.batch(self, table, prev, state, report)
-                self._finish(report, state, started)
-                return
+            if table.num_rows <= limit:
+                lap = time.monotonic()
+                batch = driver_rows.parse_batch(table)
+                report.timings["parse"] = time.monotonic() - lap
+                return batch, None
+            not_driver = rules.Reason.BIG_BATCH
             df = self.spark.createDataFrame(table)
-        self.spark_release.batch(self, df, prev, state, report)
-        self.last_rows = report.rows
-        self._finish(report, state, started)
+        self.step(report.batch_id, "segment")
+        lap = time.monotonic()
+        staged = self.spark_release.stage(df, report.batch_id, prev.resolved_ts)
+        report.timings["segment"] = time.monotonic() - lap
+        self.last_rows = staged.rows
+        return staged, not_driver
 
-    def _driver_may_take(self) -> bool:
-        limit = self.driver_release_rows
-        return limit > 0 and self.last_rows <= limit
+    def _choose(
+        self,
+        batch: driver_rows.Batch | Staged,
+        not_driver: rules.Reason | None,
+        window: Window,
+        pending: list[Segment],
+    ) -> rules.Choice:
+        """The engine that releases the batch, chosen once, before its release: Spark for
+        a batch Spark parsed (``not_driver`` says why), else the driver unless a commit_ts
+        of the window holds more changes than it may hold."""
+        if isinstance(batch, Staged):
+            assert not_driver is not None  # a batch Spark parsed is one the driver did not
+            return rules.Choice(rules.Engine.SPARK, not_driver)
+        counts = self.driver_release.ts_counts(window, pending, batch) if not window.empty else {}
+        return rules.choose(counts, window, self.driver_release_rows)
+
+    def _release(
+        self,
+        batch_id: int,
+        batch: driver_rows.Batch | Staged,
+        window: Window,
+        choice: rules.Choice,
+        pending: list[Segment],
+    ) -> Released:
+        """The batch released by the engine ``choice`` names: told the window (in parts,
+        for the driver), the pending segments and the batch's rows; it returns what it
+        did."""
+        if isinstance(batch, Staged):
+            return self.spark_release.release(batch_id, window, pending, batch)
+        if choice.engine is rules.Engine.DRIVER:
+            return self.driver_release.release(batch_id, batch, window, choice.parts, pending)
+        # Parsed by the driver, sorted by Spark (a commit_ts too big for the driver): the
+        # driver writes the batch's dead letters and keeps its rows as a segment (no
+        # part: it releases nothing), then Spark releases the window from the segments.
+        kept = self.driver_release.release(batch_id, batch, window, (), pending)
+        out = self.spark_release.release(batch_id, window, kept.segments, None)
+        out.dead_letters += kept.dead_letters
+        out.garbage = kept.garbage + out.garbage
+        return out
 
     def _finish(self, report: BatchReport, state: DriverState, started: float) -> None:
         self.store.save(state)
@@ -203,19 +305,24 @@ class SorterJob:
     def prune(
         self, segments: list[Segment], resolved_ts: int, report: BatchReport
     ) -> tuple[list[Segment], list[str]]:
-        """(kept, garbage): segments with nothing above R go; too many are compacted."""
+        """(kept, garbage): segments with nothing above R go; too many are compacted into
+        one by Spark (the old ones become garbage)."""
         kept, dropped = rules.prune(segments, resolved_ts)
         garbage = [s.name for s in dropped]
         if rules.should_compact(kept, self.max_segments):
+            self.step(report.batch_id, "compact")
+            lap = time.monotonic()
             merged = self.spark_release.compact(kept, report.batch_id, resolved_ts)
             garbage += [s.name for s in kept]
             kept = [merged] if merged.rows else []
             if not merged.rows:
                 garbage.append(merged.name)
             report.compacted = True
+            report.timings["compact"] = time.monotonic() - lap
         return kept, garbage
 
-    def resolved_mark(self, resolved_ts: int, flush: bool = True) -> None:
+    def resolved_mark(self, resolved_ts: int) -> None:
+        """One resolved mark R into `.sorted`, flushed."""
         value = records.resolved_mark(
             source_cluster=self.source_cluster_id,
             topic="",
@@ -230,17 +337,18 @@ class SorterJob:
             value=value,
             headers=records.resolved_mark_headers(resolved_ts),
         )
-        if flush and self.producer.flush(30) != 0:
+        if self.producer.flush(30) != 0:
             raise RuntimeError(f"could not write the resolved mark {resolved_ts} in 30 s")
 
 
 @contextlib.contextmanager
 def _collector_paused() -> Any:
-    """Python's cyclic garbage collector off for a driver batch. The batch makes a few
-    objects per change (the records it produces; none form cycles) and each of the
-    collector's passes, triggered every few hundred of them, walks them and everything
-    else the driver holds: measured, that tripled the release's time. Memory is still
-    freed as usual (by reference counting); cycles wait for the end of the batch."""
+    """Python's cyclic garbage collector off for a batch's work after its read. The
+    driver's release makes a few objects per change (the records it produces; none form
+    cycles) and each of the collector's passes, triggered every few hundred of them,
+    walks them and everything else the driver holds: measured, that tripled the
+    release's time. Memory is still freed as usual (by reference counting); cycles wait
+    for the end of the batch."""
     was_on = gc.isenabled()
     gc.disable()
     try:

@@ -1,15 +1,14 @@
 """What a micro-batch did, and the feed's expected source partitions: the sorter's plain
-data, shared by the Spark job (job.py) and the service around it (worker.py) without
-importing pyspark."""
+data, shared by the Spark job (job.py), its release engines and the service around it
+(worker.py) without importing pyspark."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from crossfeed.services.sorter import rules
-from crossfeed.services.sorter.rules import DriverState, Segment, Window
+from crossfeed.services.sorter.rules import Segment
 
 
 @dataclass
@@ -19,6 +18,8 @@ class BatchReport:
     batch_id: int
     rows: int = 0
     marks: int = 0
+    engine: str = ""  # rules.Engine: who released the batch
+    reason: str = ""  # rules.Reason: why that engine
     released_events: int = 0
     released_txns: int = 0
     dead_letters: int = 0
@@ -30,6 +31,21 @@ class BatchReport:
     timings: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass
+class Released:
+    """What a release engine did with a batch (driver_release.DriverRelease.release,
+    spark_release.SparkRelease.release): the changes and transactions it wrote to
+    `.sorted`, the rows it wrote to the DLQ, every record flushed; the pending segments
+    after it (the ones it was given, and the batch's own if it keeps one), not yet pruned;
+    and the segments it wrote that nothing needs after this batch (deleted a batch later)."""
+
+    events: int = 0
+    txns: int = 0
+    dead_letters: int = 0
+    segments: list[Segment] = field(default_factory=list)
+    garbage: list[str] = field(default_factory=list)
+
+
 class PartitionsSource:
     """The feed's expected source partitions; set from outside (a refresher thread)."""
 
@@ -39,18 +55,3 @@ class PartitionsSource:
 
     def set(self, keys: frozenset[str]) -> None:
         self.keys, self.at_s = keys, time.time()
-
-
-class BatchSteps(Protocol):
-    """The job's skeleton as a release engine sees it (job.SorterJob): the steps every
-    batch takes whichever engine releases it."""
-
-    def step(self, batch_id: int, step: str | None) -> None: ...
-
-    def advance(self, state: DriverState, marks: dict[str, int]) -> Window: ...
-
-    def prune(
-        self, segments: list[Segment], resolved_ts: int, report: BatchReport
-    ) -> tuple[list[Segment], list[str]]: ...
-
-    def resolved_mark(self, resolved_ts: int, flush: bool = True) -> None: ...

@@ -157,6 +157,12 @@ def ts_counts(table: pa.Table, window: Window) -> dict[int, int]:
 FILE = "part-00000-driver.parquet"
 
 
+def batch_segment(batch_id: int) -> str:
+    """The name of the segment that keeps batch ``batch_id``'s rows (either engine's; a
+    replay of the batch writes it again)."""
+    return f"seg-{batch_id:012d}"
+
+
 def _files(store: Store, segment: Segment) -> list[Path]:
     path = Path(store.segment_path(segment.name))
     return sorted(p for p in path.glob("*.parquet") if not p.name.startswith((".", "_")))

@@ -1,15 +1,15 @@
 """Spark's release: the sorter's rows as Spark SQL in the JVM, for what the driver must
-not hold (job.py says when).
+not hold (job.py decides when).
 
 * :func:`parse_rows` — the rows of the changes topic as the columns the sorter decides on
   (the same as driver_rows.parse gives: tests/integration/test_sorter_parse.py);
-* :meth:`SparkRelease.batch` — a whole batch in two Spark jobs: its rows parsed and written
-  as a segment (statistics and resolved marks observed on the way), then, if R went up,
-  every complete transaction of the window from all pending segments, sorted in one
-  partition (Spark's external sort, with spill) and written with Spark's Kafka writer
-  between begin/commit markers, dead letters in the same write;
-* :meth:`SparkRelease.release` — that second job alone (a single commit_ts of more
-  changes than the driver may hold comes here from the driver's release);
+* :meth:`SparkRelease.stage` — a batch too big for the driver parsed and written whole as
+  its segment (statistics and resolved marks observed on the way): one Spark job;
+* :meth:`SparkRelease.release` — every complete transaction of a window from the pending
+  segments, sorted in one partition (Spark's external sort, with spill) and written with
+  Spark's Kafka writer between begin/commit markers, a staged batch's dead letters in the
+  same write: one Spark job (a window where one commit_ts holds more changes than the
+  driver may hold comes here too, from segments the driver wrote);
 * :meth:`SparkRelease.compact` — many pending segments merged into one.
 
 Completeness is decided by window functions per transaction (no join): the count, the
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,9 +30,9 @@ from pyspark.sql import functions as F
 from crossfeed import dlq
 from crossfeed.feeds import FeedSpec
 from crossfeed.services.sorter import rules
-from crossfeed.services.sorter.report import BatchReport, BatchSteps
-from crossfeed.services.sorter.rules import DriverState, Segment, Window
-from crossfeed.services.sorter.segments import Store
+from crossfeed.services.sorter.report import Released
+from crossfeed.services.sorter.rules import Segment, Window
+from crossfeed.services.sorter.segments import Store, batch_segment
 from crossfeed.wire import grammar, headers, topics
 
 log = logging.getLogger(__name__)
@@ -175,29 +174,36 @@ def parse_rows(df: DataFrame) -> DataFrame:
     )
 
 
+@dataclass(frozen=True)
+class Staged:
+    """A micro-batch parsed by Spark and written whole as segment ``name`` (its marks and
+    bad rows too: the release dead-letters the bad and late ones from there)."""
+
+    name: str
+    rows: int
+    mark_rows: int
+    marks: dict[str, int]  # the newest resolved_ts per source partition among its marks
+    segment: Segment | None  # its data rows as a pending segment (None: it has none)
+    bad_rows: int  # unreadable rows, and data rows at or below R_prev (late)
+
+
 @dataclass
 class SparkRelease:
+    """Batches the driver must not hold, parsed, sorted and written by Spark jobs; and
+    the compaction of pending segments. It does what the job (job.py) tells it and
+    returns what it did."""
+
     spark: SparkSession
     feed: FeedSpec
     store: Store
     kafka_options: dict[str, str]
     sorted_topic: str
 
-    def batch(
-        self,
-        steps: BatchSteps,
-        df: DataFrame,
-        prev: DriverState,
-        state: DriverState,
-        report: BatchReport,
-    ) -> None:
-        batch_id = report.batch_id
-        steps.step(batch_id, "segment")
-        lap = time.monotonic()
-
-        # 1. the batch's rows as a segment on disk, and its statistics observed by the
-        # same Spark job (every Spark action costs 0.2-1 s here, whatever its size).
-        name = f"seg-{batch_id:012d}"
+    def stage(self, df: DataFrame, batch_id: int, prev_resolved_ts: int) -> Staged:
+        """One Spark job: the batch's rows parsed and written as its segment, with its
+        statistics and marks observed on the way (every Spark action costs 0.2-1 s here,
+        whatever its size); ``prev_resolved_ts`` (R_prev) says which data rows are late."""
+        name = batch_segment(batch_id)
         kind, ts = F.col("kind"), F.col("commit_ts")
         seen = Observation(f"segment-{batch_id}")
         observed = parse_rows(df).observe(
@@ -205,7 +211,7 @@ class SparkRelease:
             F.count(F.lit(1)).alias("rows"),
             F.count_if(kind == "data").alias("data"),
             F.count_if(kind == "bad").alias("bad"),
-            F.count_if((kind == "data") & (ts <= F.lit(prev.resolved_ts))).alias("late"),
+            F.count_if((kind == "data") & (ts <= F.lit(prev_resolved_ts))).alias("late"),
             F.max(F.when(kind == "data", ts)).alias("max_data_ts"),
             # One entry per mark: marks are few (a source partition's commits, ~10/s).
             F.collect_list(F.when(kind == "mark", F.struct("part", ts))).alias("marks"),
@@ -215,49 +221,39 @@ class SparkRelease:
             self.store.segment_path(name)
         )
         stats = observed_metrics(seen, f"batch {batch_id}'s segment")
-        marks = rules.max_marks((m["part"], int(m["commit_ts"])) for m in stats["marks"])
         data_rows = int(stats["data"])
-        bad_rows = int(stats["bad"]) + int(stats["late"])
-        report.rows = int(stats["rows"])
-        report.marks = len(stats["marks"])
-        report.timings["segment"] = time.monotonic() - lap
-        lap = time.monotonic()
-
-        # 2. resolved state and R
-        window = steps.advance(state, marks)
-        segments = list(prev.segments)
-        garbage: list[str] = []
-        if data_rows:
-            segments.append(Segment(name, int(stats["max_data_ts"]), data_rows))
-        else:
-            garbage.append(name)
-
-        # 3. release (and dead letters)
-        if not window.empty or bad_rows:
-            steps.step(batch_id, "release")
-            released = segments if not window.empty else []
-            (
-                report.released_events,
-                report.released_txns,
-                report.dead_letters,
-            ) = self.release(batch_id, released, name, window, bad_rows)
-            report.timings["release"] = time.monotonic() - lap
-            lap = time.monotonic()
-        if not window.empty:
-            steps.step(batch_id, "resolved mark")
-            steps.resolved_mark(window.resolved_ts)
-            state.resolved_ts = window.resolved_ts
-        report.resolved_ts = state.resolved_ts
-
-        # 4. segments no longer needed; compaction while R is held back
-        kept, dropped = steps.prune(segments, state.resolved_ts, report)
-        garbage += dropped
-        if report.compacted:
-            report.timings["compact"] = time.monotonic() - lap
-        state.segments = kept
-        state.garbage = garbage
+        return Staged(
+            name=name,
+            rows=int(stats["rows"]),
+            mark_rows=len(stats["marks"]),
+            marks=rules.max_marks((m["part"], int(m["commit_ts"])) for m in stats["marks"]),
+            segment=Segment(name, int(stats["max_data_ts"]), data_rows) if data_rows else None,
+            bad_rows=int(stats["bad"]) + int(stats["late"]),
+        )
 
     def release(
+        self, batch_id: int, window: Window, pending: list[Segment], batch: Staged | None
+    ) -> Released:
+        """Every transaction of ``window`` from the ``pending`` segments and ``batch``'s
+        (None: the batch is in ``pending`` already, or has nothing to release), and the
+        batch's bad and late rows as dead letters: one Spark job, one Kafka write, done
+        when it returns. A batch's segment with no data rows is garbage once read."""
+        out = Released(segments=list(pending))
+        bad_rows, fresh = 0, ""
+        if batch is not None:
+            if batch.segment is not None:
+                out.segments.append(batch.segment)
+            else:
+                out.garbage.append(batch.name)
+            bad_rows, fresh = batch.bad_rows, batch.name
+        if not window.empty or bad_rows:
+            released = out.segments if not window.empty else []
+            out.events, out.txns, out.dead_letters = self._write(
+                batch_id, released, fresh, window, bad_rows
+            )
+        return out
+
+    def _write(
         self, batch_id: int, segments: list[Segment], new: str, window: Window, bad_rows: int
     ) -> tuple[int, int, int]:
         """One Spark job, one Kafka write: released transactions in order into `.sorted`,
@@ -446,6 +442,8 @@ class SparkRelease:
         )
 
     def compact(self, segments: list[Segment], batch_id: int, resolved_ts: int) -> Segment:
+        """``segments``' rows above ``resolved_ts`` as one new segment (two Spark jobs);
+        the segments themselves are left as they are."""
         name = f"merged-{batch_id:012d}"
         path = self.store.segment_path(name)
         pending = self.spark.read.parquet(*(self.store.segment_path(s.name) for s in segments))

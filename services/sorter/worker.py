@@ -228,6 +228,8 @@ class SorterWorker:
                 "batch_id": report.batch_id,
                 "rows": report.rows,
                 "marks": report.marks,
+                "engine": report.engine,
+                "reason": report.reason,
                 "released_events": report.released_events,
                 "released_transactions": report.released_txns,
                 "dead_letters": report.dead_letters,
