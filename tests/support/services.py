@@ -42,6 +42,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support import worker_stack
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXIT_FEED_STOPPED = 3
 
@@ -75,12 +77,15 @@ def free_port() -> int:
     """A TCP port nothing listens on right now (bind port 0, read it, close), and never
     one this test run handed out before: the kernel may offer a port again as soon as it
     is closed, and two services started together then collided (a coordinator's REST
-    port was its neighbour's metrics port: "Address already in use")."""
+    port was its neighbour's metrics port: "Address already in use"). With several
+    pytest-xdist workers, each takes only the ports of its own residue (port mod workers),
+    so two workers never hand out the same one."""
+    workers, mine = worker_stack.worker_count(), worker_stack.worker_index() or 0
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("127.0.0.1", 0))
             port = int(sock.getsockname()[1])
-        if port not in _GIVEN_PORTS:
+        if port % workers == mine and port not in _GIVEN_PORTS:
             _GIVEN_PORTS.add(port)
             return port
 
