@@ -4,6 +4,7 @@ SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
 
@@ -41,7 +42,7 @@ lint: setup ## ruff, mypy (strict for the crossfeed package) and the import laye
 
 .PHONY: test
 test: setup lint ## lint, then unit and integration tests against real brokers
-	@$(BIN)/python -m pytest $(PYTEST_ARGS)
+	@$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 .PHONY: unit
 unit: setup ## unit tests only (no brokers)

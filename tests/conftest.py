@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+# First, before anything reads the local stack's ports: under pytest-xdist each worker gets
+# a stack of its own (tests/support/worker_stack.py).
+from tests.support import worker_stack
+
+# isort: split
+
 import re
 import uuid
 from collections.abc import Callable, Iterator
@@ -103,3 +109,7 @@ def postgres(clusters: Clusters, unique: Callable[[str], str]) -> Iterator[Any]:
             yield conn
         finally:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    worker_stack.schedule(items)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from crossfeed import paths
 
 OFFSET_STEP = 100
@@ -45,3 +47,70 @@ def _place_this_worker() -> None:
 
 
 _place_this_worker()
+
+
+# Which worker runs what: a group of tests runs whole in one worker (``--dist loadgroup``).
+# A group is a test file, except that files sharing an expensive session stack share a
+# group, so that stack starts once: Kafka Connect with Debezium, the secured pair.
+SHARED_STACK = {
+    "test_cdc.py": "connect",
+    "test_cdc_avro.py": "connect",
+    "test_cdc_avro_follow.py": "connect",
+    "test_disaster_recovery.py": "connect",
+    "test_commit_stream.py": "secured",
+    "test_coordinator_tls.py": "secured",
+    "test_secured_clusters.py": "secured",
+    "test_secured_follows.py": "secured",
+}
+
+# Seconds each long file took in a whole run (--durations=0, one worker). Groups start
+# longest first, so that no worker is left with a long file at the end while the other
+# idles; a file not listed counts as short.
+MEASURED_S = {
+    "test_active_active.py": 346,
+    "test_quickstarts.py": 192,
+    "test_outages.py": 190,
+    "test_cdc.py": 155,
+    "test_sorter.py": 139,
+    "test_disaster_recovery.py": 139,
+    "test_failover_clients.py": 131,
+    "test_demo.py": 122,
+    "test_mirror.py": 118,
+    "test_switchover_failback.py": 113,
+    "test_failover_real_clients.py": 101,
+    "test_failover.py": 98,
+    "test_mirror_follows.py": 91,
+    "test_ordered_e2e.py": 78,
+    "test_secured_clusters.py": 69,
+    "test_translation_deleted.py": 68,
+    "test_cdc_avro_follow.py": 65,
+    "test_ordered_kafka_sink.py": 64,
+    "test_cdc_avro.py": 64,
+    "test_puller_membership.py": 59,
+    "test_postgres_sink.py": 58,
+    "test_coordinator_ha.py": 53,
+    "test_local_stack.py": 49,
+    "test_coordinator_mirror.py": 49,
+    "test_sorter_parse.py": 44,
+}
+
+
+def group_of(file_name: str) -> str:
+    return SHARED_STACK.get(file_name, file_name)
+
+
+def schedule(items: list[pytest.Item]) -> None:
+    """Mark every test with its group and order the groups longest first (in place); a
+    group's tests keep their order."""
+    weights: dict[str, int] = {}
+    counted: set[str] = set()
+    for item in items:
+        name = item.path.name
+        group = group_of(name)
+        weights.setdefault(group, 0)
+        if name not in counted:
+            counted.add(name)
+            weights[group] += MEASURED_S.get(name, 0)
+        item.add_marker(pytest.mark.xdist_group(group))
+    position = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (-weights[group_of(item.path.name)], position[id(item)]))
