@@ -6,7 +6,7 @@ available."""
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from crossfeed.bench import chart_aa, chart_cdc, chart_dr
 from crossfeed.bench.aggregate import lookup
+from crossfeed.bench.chart_bars import Panel, bars, darker, one
 
 SYSTEMS: tuple[tuple[str, str, str], ...] = (
     ("ceiling", "dc-b ceiling", "#999999"),
@@ -32,42 +34,6 @@ FAILOVER_SIDES: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _bars(ax: Any, groups: list[str], series: list[tuple[str, str, list[Any]]]) -> None:
-    """Grouped bars: ``series`` is (label, colour, [spread or None per group])."""
-    width = 0.8 / max(1, len(series))
-    top = max([s["max"] for _, _, spreads in series for s in spreads if s is not None] or [1.0])
-    for i, (label, colour, spreads) in enumerate(series):
-        labelled = False
-        for g, s in enumerate(spreads):
-            x = g + (i - (len(series) - 1) / 2) * width
-            if s is None:
-                ax.text(x, top * 0.02, "n/a", ha="center", va="bottom", fontsize=8, rotation=90)
-                continue
-            err = [[s["median"] - s["min"]], [s["max"] - s["median"]]]
-            ax.bar(
-                x,
-                s["median"],
-                width,
-                color=colour,
-                yerr=err,
-                capsize=3,
-                label=None if labelled else label,
-            )
-            labelled = True
-            ax.text(x, s["max"], _short(s["median"]), ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(groups)), groups)
-    if ax.get_legend_handles_labels()[1]:
-        ax.legend(fontsize=7, loc="best")
-
-
-def _short(v: float) -> str:
-    if abs(v) >= 10_000:
-        return f"{v / 1000:.0f}k"
-    if abs(v) >= 100:
-        return f"{v:.0f}"
-    return f"{v:.2g}" if abs(v) < 10 else f"{v:.1f}"
-
-
 def render(result: Mapping[str, Any], path: Path) -> Path:
     fig = figure(result)
     fig.savefig(path, dpi=100)
@@ -75,19 +41,10 @@ def render(result: Mapping[str, Any], path: Path) -> Path:
     return path
 
 
-Panel = Callable[[Any], None]
-
-
 def figure(result: Mapping[str, Any]) -> Any:
     """One panel per figure that was measured, three to a row: the parts a run left out
     (``--only``) or could not measure get a line in the notes at the bottom, not a panel."""
     replicated = [*_mirror(result.get("throughput", {})), *_failover(result.get("failover", {}))]
-    from crossfeed.bench import (  # their panels use this module's bars
-        chart_aa,
-        chart_cdc,
-        chart_dr,
-    )
-
     ordered = result.get("ordered", {})
     panels = replicated + (_ordered(ordered) if ordered.get("available") else [])
     panels += chart_cdc.panels(result.get("cdc", {}))
@@ -145,7 +102,7 @@ def _mirror(tp: Mapping[str, Any]) -> list[Panel]:
         ]
 
     def throughput(ax: Any) -> None:
-        _bars(ax, groups, series("records_per_s", SYSTEMS))
+        bars(ax, groups, series("records_per_s", SYSTEMS))
         ax.set_title("mirror throughput, records/s (dc-a → dc-b)")
         for g, s in enumerate(sizes):
             r = lookup(tp[s], "ratios.crossfeed/mm2.median")
@@ -163,11 +120,11 @@ def _mirror(tp: Mapping[str, Any]) -> list[Panel]:
             )
 
     def cpu(ax: Any) -> None:
-        _bars(ax, groups, series("cpu_s_per_million", replicators))
+        bars(ax, groups, series("cpu_s_per_million", replicators))
         ax.set_title("CPU seconds per million records copied")
 
     def rss(ax: Any) -> None:
-        _bars(ax, groups, series("peak_rss_mb_total", replicators))
+        bars(ax, groups, series("peak_rss_mb_total", replicators))
         ax.set_title("peak RSS, MB (all the replicator's processes)")
 
     def lag(ax: Any) -> None:
@@ -177,11 +134,11 @@ def _mirror(tp: Mapping[str, Any]) -> list[Panel]:
                 lag_series.append(
                     (
                         f"{label} {name}",
-                        colour if name == "p50" else _darker(colour),
+                        colour if name == "p50" else darker(colour),
                         [lookup(tp[s], f"{key}.lag.{figure}") for s in sizes],
                     )
                 )
-        _bars(ax, groups, lag_series)
+        bars(ax, groups, lag_series)
         ax.set_title("end-to-end lag at 50% of each one's capacity, ms")
 
     return [throughput, cpu, rss, lag]
@@ -197,7 +154,7 @@ def _failover(fo: Mapping[str, Any]) -> list[Panel]:
         return side.get(figure) if side.get("available") else None
 
     def seconds(ax: Any) -> None:
-        _bars(
+        bars(
             ax,
             ["kill -9 dc-a → group reading on dc-b"],
             [(label, colour, [measured(key, "ready_s")]) for key, label, colour in FAILOVER_SIDES],
@@ -205,7 +162,7 @@ def _failover(fo: Mapping[str, Any]) -> list[Panel]:
         ax.set_title("consumer failover, seconds")
 
     def records(ax: Any) -> None:
-        _bars(
+        bars(
             ax,
             ["records re-read", "records skipped"],
             [
@@ -239,13 +196,6 @@ def _notes(result: Mapping[str, Any]) -> list[str]:
     return notes
 
 
-def _one(value: Any) -> dict[str, float] | None:
-    """A single measurement as a spread (min = median = max), or None."""
-    if not isinstance(value, (int, float)):
-        return None
-    return {"min": float(value), "median": float(value), "max": float(value)}
-
-
 def _ordered(ordered: Mapping[str, Any]) -> list[Panel]:
     """The ordered feed (bank workload) beside its references: three panels."""
     grey, blue, green = "#999999", "#1f77b4", "#2ca02c"
@@ -262,24 +212,24 @@ def _ordered(ordered: Mapping[str, Any]) -> list[Panel]:
                 lookup(ordered, "postgres.ceiling.rows_per_s"),
             ),
         ]
-        _bars(ax, ["events (row changes) / s"], [(n, c, [_one(v)]) for n, c, v in rate])
+        bars(ax, ["events (row changes) / s"], [(n, c, [one(v)]) for n, c, v in rate])
         ax.set_title("ordered feed, bank workload: throughput")
 
     def lag(ax: Any) -> None:
         lags = []
         for key, label, colour in (("kafka", "→ Kafka", blue), ("postgres", "→ PostgreSQL", green)):
             for figure in ("p50", "p99"):
-                shade = colour if figure == "p50" else _darker(colour)
+                shade = colour if figure == "p50" else darker(colour)
                 lags.append(
-                    (f"{label} {figure}", shade, [_one(lookup(ordered, f"{key}.lag_ms.{figure}"))])
+                    (f"{label} {figure}", shade, [one(lookup(ordered, f"{key}.lag_ms.{figure}"))])
                 )
-        _bars(ax, ["source commit → visible, ms"], lags)
+        bars(ax, ["source commit → visible, ms"], lags)
         ax.set_title("ordered feed: lag at half load")
 
     def rss(ax: Any) -> None:
         per_tree = ordered.get("kafka", {}).get("peak_rss_mb") or {}
         names = sorted(per_tree)
-        _bars(ax, names, [("→ Kafka", blue, [_one(per_tree.get(n)) for n in names])])
+        bars(ax, names, [("→ Kafka", blue, [one(per_tree.get(n)) for n in names])])
         ax.set_title("ordered feed: peak RSS per process tree, MB")
 
     return [throughput, lag, rss]
@@ -287,8 +237,3 @@ def _ordered(ordered: Mapping[str, Any]) -> list[Panel]:
 
 def _num(v: float | None) -> str:
     return "n/a" if v is None else f"{v:,.0f}"
-
-
-def _darker(colour: str) -> str:
-    r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
-    return f"#{int(r * 0.6):02x}{int(g * 0.6):02x}{int(b * 0.6):02x}"

@@ -8,7 +8,7 @@ from typing import Any
 
 from crossfeed.bench.aa_figures import DIRECTIONS
 from crossfeed.bench.aggregate import lookup
-from crossfeed.bench.chart import Panel, _bars, _darker, _one
+from crossfeed.bench.chart_bars import Panel, bars, darker, one
 
 BARS = (
     ("reference", "a-to-b", "reference (one direction)", "#777777"),
@@ -43,29 +43,29 @@ def notes(section: Mapping[str, Any]) -> list[str]:
 
 
 def panels(section: Mapping[str, Any]) -> list[Panel]:
-    bars = measured(section) if section.get("available") else []
-    if not bars:
+    shown = measured(section) if section.get("available") else []
+    if not shown:
         return []
 
     def lag(ax: Any) -> None:
         series = []
-        for phase, direction, label, colour in bars:
+        for phase, direction, label, colour in shown:
             for figure in ("p50", "p99"):
-                value = _one(lookup(section, f"{phase}.lag.{direction}.lag_ms.{figure}"))
+                value = one(lookup(section, f"{phase}.lag.{direction}.lag_ms.{figure}"))
                 if value is not None:
-                    shade = colour if figure == "p50" else _darker(colour)
+                    shade = colour if figure == "p50" else darker(colour)
                     series.append((f"{label} {figure}", shade, [value]))
-        _bars(ax, ["commit → visible, ms"], series)
+        bars(ax, ["commit → visible, ms"], series)
         rate = section.get("rate_transfers_per_s")
         ax.set_title(f"active-active: lag at {rate} transfers/s per direction (one run)")
 
     def cpu(ax: Any) -> None:
         series = []
-        for phase, direction, label, colour in bars:
+        for phase, direction, label, colour in shown:
             total = lookup(section, f"{phase}.cpu_us_per_change.{direction}.total")
             debezium = lookup(section, f"{phase}.cpu_us_per_change.{direction}.with_connect")
-            series.append((f"{label}: crossfeed", colour, [_one(total), _one(debezium)]))
-        _bars(ax, ["crossfeed", "with Debezium's workers"], series)
+            series.append((f"{label}: crossfeed", colour, [one(total), one(debezium)]))
+        bars(ax, ["crossfeed", "with Debezium's workers"], series)
         ax.set_title("active-active: CPU µs per change (one run)")
 
     return [lag, cpu]

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from crossfeed.bench.aggregate import lookup
-from crossfeed.bench.chart import Panel, _bars, _darker, _one
+from crossfeed.bench.chart_bars import Panel, bars, darker, one
 
 SIDES = (
     ("native", "PostgreSQL logical replication", "#777777"),
@@ -47,22 +47,22 @@ def panels(cdc: Mapping[str, Any]) -> list[Panel]:
         return []
 
     def rate(ax: Any) -> None:
-        series = [(label, c, [_one(lookup(cdc, f"{k}.rows_per_s"))]) for k, label, c in sides]
-        capture = _one(lookup(cdc, "crossfeed.capture_rows_per_s"))
+        series = [(label, c, [one(lookup(cdc, f"{k}.rows_per_s"))]) for k, label, c in sides]
+        capture = one(lookup(cdc, "crossfeed.capture_rows_per_s"))
         if capture is not None:  # what Debezium published per second, beside the apply
             series.append(("Debezium publishing (writer included)", "#98df8a", [capture]))
-        _bars(ax, ["rows / s applied from a backlog"], series)
+        bars(ax, ["rows / s applied from a backlog"], series)
         ax.set_title(f"CDC, SQL bank ({cdc.get('transfers', 0):,} transfers): apply rate, one run")
 
     def lag(ax: Any) -> None:
         series = []
         for key, label, colour in sides:
             for figure in ("p50", "p99"):
-                shade = colour if figure == "p50" else _darker(colour)
-                value = _one(lookup(cdc, f"{key}.lag.lag_ms.{figure}"))
+                shade = colour if figure == "p50" else darker(colour)
+                value = one(lookup(cdc, f"{key}.lag.lag_ms.{figure}"))
                 if value is not None:
                     series.append((f"{label} {figure}", shade, [value]))
-        _bars(ax, ["commit → visible, ms"], series)
+        bars(ax, ["commit → visible, ms"], series)
         ax.set_title("CDC: commit → visible lag at half load (one run)")
 
     def rss(ax: Any) -> None:
@@ -71,8 +71,8 @@ def panels(cdc: Mapping[str, Any]) -> list[Panel]:
             found = sorted((cdc[key].get("peak_rss_mb") or {}).items())
             measured_rss = [(p, mb) for p, mb in found if isinstance(mb, (int, float)) and mb > 0]
             for (process, mb), shade in zip(measured_rss, _cycle(SHADES[key]), strict=False):
-                series.append((f"{label}: {process}", shade, [_one(mb)]))
-        _bars(ax, ["peak RSS per process tree, MB"], series)
+                series.append((f"{label}: {process}", shade, [one(mb)]))
+        bars(ax, ["peak RSS per process tree, MB"], series)
         ax.set_title("CDC: peak RSS (one run)")
 
     return [rate, lag, rss]

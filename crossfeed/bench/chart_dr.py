@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from crossfeed.bench.chart import Panel, _bars
+from crossfeed.bench.chart_bars import Panel, bars
 from crossfeed.bench.dr_figures import SIDE_NAMES, SIDES, SIDES_OF
 
 SWITCHOVER_FIGURES = ["unavailable_s", "command_s", "writes_refused_s"]
@@ -46,7 +46,7 @@ def panels(section: Mapping[str, Any]) -> list[Panel]:
     repetitions = section.get("repetitions")
 
     def failover_time(ax: Any) -> None:
-        _bars(
+        bars(
             ax,
             ["command → a write\ncommitted on the target", "the command alone"],
             _series(failover, ["writable_s", "command_s"], SIDES_OF["failover"]),
@@ -54,7 +54,7 @@ def panels(section: Mapping[str, Any]) -> list[Panel]:
         ax.set_title(f"database failover, seconds ({repetitions} repetitions)")
 
     def unavailable(ax: Any) -> None:
-        _bars(
+        bars(
             ax,
             ["writes refused\n(the application)", "the command", "the report's\nwrites_refused_s"],
             _series(switchover, SWITCHOVER_FIGURES, SIDES_OF["switchover"]),
@@ -62,7 +62,7 @@ def panels(section: Mapping[str, Any]) -> list[Panel]:
         ax.set_title(f"database switchover, seconds ({repetitions} repetitions)")
 
     def lost(ax: Any) -> None:
-        _bars(
+        bars(
             ax,
             ["failover:\nRPO reported", "failover: lost\n(the application's count)"],
             _series(failover, ["rpo_reported", "app_lost"], SIDES_OF["failover"]),

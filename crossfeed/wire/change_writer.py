@@ -20,10 +20,41 @@ from __future__ import annotations
 
 import functools
 import struct
-from typing import TYPE_CHECKING, Any
+from collections.abc import Hashable, Mapping
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from crossfeed.wire.changes import ChangeEvent, Column
+
+# What this module reads of changes.py's Column and ChangeEvent: changes.py imports this
+# module, so it names the fields it needs rather than importing the classes back.
+class Column(Hashable, Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def primary_key(self) -> bool: ...
+    @property
+    def nullable(self) -> bool: ...
+
+
+class ChangeEvent(Protocol):
+    @property
+    def table(self) -> str: ...
+    @property
+    def op(self) -> str: ...
+    @property
+    def schema_version(self) -> int: ...
+    @property
+    def columns(self) -> tuple[Column, ...]: ...
+    @property
+    def key(self) -> Mapping[str, Any]: ...
+    @property
+    def before(self) -> Mapping[str, Any] | None: ...
+    @property
+    def after(self) -> Mapping[str, Any] | None: ...
+    @property
+    def ddl(self) -> str | None: ...
+
 
 # Symbol and branch orders of schemas/ChangeEvent.avsc.
 _OPS = {"insert": 0, "update": 1, "delete": 2, "ddl": 3}
@@ -92,7 +123,7 @@ def _value(buf: bytearray, value: Any) -> None:
         buf += data
 
 
-def _map(buf: bytearray, row: dict[str, Any]) -> None:
+def _map(buf: bytearray, row: Mapping[str, Any]) -> None:
     if row:
         buf += _count(len(row))
         for name, value in row.items():
