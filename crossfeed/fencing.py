@@ -36,12 +36,14 @@ def _qualified(schema: str, table: str) -> str:
     return f"{_ident(schema)}.{_ident(table)}"
 
 
+WRITABLE_SESSION = "-c default_transaction_read_only=off"
+"""libpq ``options`` of every crossfeed session that writes into a target: a database that
+a switchover made read-only for applications (docs/disaster-recovery.md) is still fenced,
+reset and written by crossfeed."""
+
+
 def _connect(dsn: str) -> psycopg.Connection[Any]:
-    """Never read-only: a target a switchover made read-only for applications is fenced
-    and written here all the same."""
-    return psycopg.connect(
-        dsn, autocommit=True, connect_timeout=10, options="-c default_transaction_read_only=off"
-    )
+    return psycopg.connect(dsn, autocommit=True, connect_timeout=10, options=WRITABLE_SESSION)
 
 
 def ensure_columns(conn: psycopg.Connection[Any], schema: str) -> None:

@@ -122,10 +122,7 @@ class ActiveActiveDemo(BankDemo):
         )
         stack.up(postgres=True, cdc=True, active_active=True)
         servers = (postgres.source(active_active=True), postgres.target(active_active=True))
-        uris = tuple(_on_server(s.uri, self.database) for s in servers)
-        for server in servers:
-            with psycopg.connect(_on_server(server.uri, "postgres"), autocommit=True) as conn:
-                conn.execute(f'CREATE DATABASE "{self.database}"')
+        uris = tuple(server.create_database(self.database) for server in servers)
         try:
             with demo_processes("crossfeed-demo-aa-", self.say) as procs:
                 return self._run(procs, uris[0], uris[1])
@@ -281,7 +278,7 @@ class ActiveActiveDemo(BankDemo):
         for server in servers:
             with (
                 contextlib.suppress(psycopg.Error),
-                psycopg.connect(_on_server(server.uri, "postgres"), autocommit=True) as conn,
+                psycopg.connect(server.database_uri("postgres"), autocommit=True) as conn,
             ):
                 captured.drop_slots(conn, slots)
                 captured.drop_origins(conn, [sql.origin(f) for f in feed_names(self.name)])
@@ -289,10 +286,6 @@ class ActiveActiveDemo(BankDemo):
             f"removed the pair's connectors, replication slots and origins; database "
             f"{self.database} stays on both servers"
         )
-
-
-def _on_server(uri: str, database: str) -> str:
-    return uri.rsplit("/", 1)[0] + f"/{database}"
 
 
 def _differences(uri_a: str, uri_b: str) -> list[str]:

@@ -120,9 +120,7 @@ class DrDemo(BankDemo):
         )
         stack.up(postgres=True, cdc=True, active_active=True)
         a = captured.create(self.database, stack.connect_worker().url)
-        b_uri = _on_server(postgres.target(active_active=True).uri, self.database)
-        with psycopg.connect(_on_server(b_uri, "postgres"), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{self.database}"')
+        b_uri = postgres.target(active_active=True).create_database(self.database)
         try:
             with demo_processes("crossfeed-demo-dr-", self.say) as procs:
                 return self._run(procs, a, b_uri)

@@ -13,6 +13,7 @@ import psycopg
 from psycopg import sql
 
 from crossfeed.core.switchover import Digest, comparable_columns
+from crossfeed.fencing import WRITABLE_SESSION
 
 HIDDEN_COLUMNS = frozenset(("_crossfeed_commit_ts", "_crossfeed_ts", "_crossfeed_side"))
 """crossfeed's bookkeeping in application tables: never compared, never replicated."""
@@ -22,9 +23,7 @@ Conn = psycopg.Connection[Any]
 
 def connect(uri: str) -> Conn:
     """An operator's session: never read-only (it works on a frozen database too)."""
-    return psycopg.connect(
-        uri, autocommit=True, connect_timeout=10, options="-c default_transaction_read_only=off"
-    )
+    return psycopg.connect(uri, autocommit=True, connect_timeout=10, options=WRITABLE_SESSION)
 
 
 def now_us(conn: Conn) -> int:

@@ -43,27 +43,23 @@ class CapturedDatabase:
         return str(connector.connector_config(self.uri, self.prefix)["slot.name"])
 
 
-def _admin_uri() -> str:
-    return postgres.source().uri.rsplit("/", 1)[0] + "/postgres"
-
-
 def create(
     name: str, connect_url: str, server: postgres.Postgres | None = None
 ) -> CapturedDatabase:
     """A fresh database ``name`` on the source server (or ``server``: an active-active
     pair's other side), its connector, registered later with ``register()`` on the Connect
     cluster at ``connect_url``, named and prefixed ``name`` too."""
-    admin_uri = _admin_uri() if server is None else server.uri.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin_uri, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    uri = admin_uri.rsplit("/", 1)[0] + f"/{name}"
-    return CapturedDatabase(name, name, uri, connect_url, admin_uri)
+    server = server or postgres.source()
+    uri = server.create_database(name)
+    return CapturedDatabase(name, name, uri, connect_url, server.database_uri("postgres"))
 
 
 def drop(db: CapturedDatabase) -> None:
     """Remove the connector, its replication slot and the database."""
     _remove_connector(db)
-    with psycopg.connect(db.admin_uri or _admin_uri(), autocommit=True) as conn:
+    with psycopg.connect(
+        db.admin_uri or postgres.source().database_uri("postgres"), autocommit=True
+    ) as conn:
         drop_slots(conn, [db.slot])
         conn.execute(f'DROP DATABASE IF EXISTS "{db.name}" WITH (FORCE)')
 

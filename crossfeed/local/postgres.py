@@ -87,7 +87,19 @@ class Postgres:
 
     @property
     def uri(self) -> str:
-        return f"postgresql://{USER}@127.0.0.1:{self.port}/{DATABASE}"
+        return self.database_uri(DATABASE)
+
+    def database_uri(self, database: str) -> str:
+        """The URI of ``database`` on this server (``postgres``: the admin database)."""
+        return f"postgresql://{USER}@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self, database: str) -> str:
+        """A new, empty ``database`` on this server; its URI."""
+        import psycopg
+
+        with psycopg.connect(self.database_uri("postgres"), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{database}"')
+        return self.database_uri(database)
 
     @property
     def dir(self) -> Path:
@@ -201,9 +213,7 @@ class Postgres:
     def ensure_database(self) -> None:
         import psycopg
 
-        with psycopg.connect(
-            f"postgresql://{USER}@127.0.0.1:{self.port}/postgres", autocommit=True
-        ) as conn:
+        with psycopg.connect(self.database_uri("postgres"), autocommit=True) as conn:
             exists = conn.execute(
                 "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)
             ).fetchone()
@@ -214,9 +224,7 @@ class Postgres:
         import psycopg
 
         try:
-            with psycopg.connect(
-                f"postgresql://{USER}@127.0.0.1:{self.port}/postgres", connect_timeout=2
-            ) as conn:
+            with psycopg.connect(self.database_uri("postgres"), connect_timeout=2) as conn:
                 conn.execute("SELECT 1")
             return True
         except psycopg.Error:
