@@ -174,15 +174,25 @@ def forward_feed(
     return forward, feeds
 
 
+def bank_under_way(
+    services: Any, clusters: Any, db: CapturedDatabase, schema: str, applied: int
+) -> tuple[Any, FileFeeds, FollowingTransfers]:
+    """The forward feed, and the application writing transfers at the source until the
+    target holds ``applied`` of them."""
+    target = clusters.postgres_uri
+    forward, feeds = forward_feed(services, clusters, db, target, schema)
+    bank = FollowingTransfers(db.uri, "public", "source", ACCOUNTS)
+    bank.start()
+    wait_for(f"{applied} transfers applied", lambda: len(ids(target, schema)) >= applied, 240)
+    return forward, feeds, bank
+
+
 def test_switchover_under_a_running_workload_loses_nothing_and_reverses_without_a_snapshot(
     clusters, both_sides, services, source_db, target_schema
 ):
     connect_a, connect_b = both_sides
     db, target = source_db, clusters.postgres_uri
-    forward, feeds = forward_feed(services, clusters, db, target, target_schema)
-    bank = FollowingTransfers(db.uri, "public", "source", ACCOUNTS)
-    bank.start()
-    wait_for("200 transfers applied", lambda: len(ids(target, target_schema)) >= 200, 240)
+    forward, feeds, bank = bank_under_way(services, clusters, db, target_schema, 200)
 
     request = SwitchoverRequest(
         feed=forward.name,
@@ -274,10 +284,7 @@ def test_failback_lists_the_divergent_tail_reseeds_the_old_primary_and_switches_
 ):
     connect_a, connect_b = both_sides
     db, target = source_db, clusters.postgres_uri
-    forward, feeds = forward_feed(services, clusters, db, target, target_schema)
-    bank = FollowingTransfers(db.uri, "public", "source", ACCOUNTS)
-    bank.start()
-    wait_for("100 transfers applied", lambda: len(ids(target, target_schema)) >= 100, 240)
+    forward, feeds, bank = bank_under_way(services, clusters, db, target_schema, 100)
 
     # dc-a is cut off: nothing more crosses, while the source still commits (the tail);
     # then the source server goes down too.
