@@ -71,23 +71,40 @@ def _kill_live() -> None:
 
 
 _GIVEN_PORTS: set[int] = set()
+_NEXT_IN_BLOCK = 0
 
 
 def free_port() -> int:
-    """A TCP port nothing listens on right now (bind port 0, read it, close), and never
-    one this test run handed out before: the kernel may offer a port again as soon as it
-    is closed, and two services started together then collided (a coordinator's REST
-    port was its neighbour's metrics port: "Address already in use"). With several
-    pytest-xdist workers, each takes only the ports of its own residue (port mod workers),
-    so two workers never hand out the same one."""
-    workers, mine = worker_stack.worker_count(), worker_stack.worker_index() or 0
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port % workers == mine and port not in _GIVEN_PORTS:
-            _GIVEN_PORTS.add(port)
-            return port
+    """A TCP port nothing listens on right now, and never one this test run handed out
+    before: the kernel may offer a port again as soon as it is closed, and two services
+    started together then collided (a coordinator's REST port was its neighbour's metrics
+    port: "Address already in use").
+
+    In one process the kernel picks (bind port 0). Under pytest-xdist each worker walks a
+    block of ports of its own (worker_stack.port_block), so two workers never hand out the
+    same one; the kernel cannot be asked for that, since Linux gives bind(0) odd ports
+    only, and a rule by residue left a worker with none at all."""
+    block = worker_stack.port_block()
+    if block is None:
+        while True:
+            port = _bound_free(0)
+            if port not in _GIVEN_PORTS:
+                _GIVEN_PORTS.add(port)
+                return port
+    global _NEXT_IN_BLOCK
+    for _ in range(len(block)):
+        port = block[_NEXT_IN_BLOCK % len(block)]
+        _NEXT_IN_BLOCK += 1
+        with contextlib.suppress(OSError):
+            return _bound_free(port)
+    raise RuntimeError(f"no free port left in ports {block.start}-{block.stop - 1}")
+
+
+def _bound_free(port: int) -> int:
+    """Bind ``port`` on 127.0.0.1 (0: the kernel's choice), close it, return it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", port))
+        return int(sock.getsockname()[1])
 
 
 def feed_name(text: str) -> str:

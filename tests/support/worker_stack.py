@@ -30,8 +30,25 @@ def worker_index() -> int | None:
     return int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else None
 
 
-def worker_count() -> int:
-    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+PORT_BLOCK_BASE = 5000
+PORT_BLOCK_SIZE = 1000
+"""Worker gwN's test ports (services' metrics and REST ports): 1,000 from
+``5000 + offset + 1000 * N``, below every local-stack port (15000 and up) and below the
+kernel's ephemeral ports (32768 and up)."""
+
+
+def port_block() -> range | None:
+    """The ports this worker hands out to the services it starts; None without workers.
+    A port is handed out again only after the whole block was (the caller cycles)."""
+    index = worker_index()
+    if index is None:
+        return None
+    start = PORT_BLOCK_BASE + _RUN_OFFSET + PORT_BLOCK_SIZE * index
+    return range(start, start + PORT_BLOCK_SIZE)
+
+
+_RUN_OFFSET = int(os.environ.get("CROSSFEED_LOCAL_PORT_OFFSET", "0") or 0)
+"""The offset the run was given, read before this worker shifts its own."""
 
 
 def _place_this_worker() -> None:
