@@ -1,12 +1,13 @@
 """One sorter instance: checks, the Spark query, heartbeats, metrics and /status.
 
-The Spark job (:mod:`crossfeed.services.sorter.job`) does the sorting; this module starts and stops
-it, keeps the feed's expected source partitions fresh (source metadata, refreshed every
-``sorter.partitions_refresh_s`` and persisted with the driver state, so a lost source
-cluster does not lose them), and reports: per-partition resolved_ts, the global R, and
-the *laggards* — partitions holding R back whose resolved_ts has not moved for
-``sorter.laggard_after_s`` — in /status, ``crossfeed_sorter_laggard_seconds`` and the
-heartbeat (``resolved`` per partition, ``laggards``: partition -> since, µs).
+The Spark job (:mod:`crossfeed.services.sorter.job`) does the sorting; this module starts
+and stops it, keeps the feed's expected source partitions fresh (:mod:`refresher`: source
+metadata, refreshed every ``sorter.partitions_refresh_s`` and persisted with the driver
+state, so a lost source cluster does not lose them), and reports (batches:
+:mod:`progress`): per-partition resolved_ts, the global R, and the *laggards* — partitions
+holding R back whose resolved_ts has not moved for ``sorter.laggard_after_s`` — in
+/status, ``crossfeed_sorter_laggard_seconds`` and the heartbeat (``resolved`` per
+partition, ``laggards``: partition -> since, µs).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from crossfeed.config import Settings
@@ -23,7 +23,9 @@ from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
 from crossfeed.kafka.reachability import wait_for_cluster
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
-from crossfeed.services.sorter import metrics, rules, sparkconf
+from crossfeed.services.sorter import metrics, progress, rules, sparkconf
+from crossfeed.services.sorter.progress import Progress
+from crossfeed.services.sorter.refresher import PartitionsRefresher
 from crossfeed.services.sorter.report import BatchReport, PartitionsSource
 from crossfeed.services.sorter.rules import DriverState
 from crossfeed.services.sorter.segments import Store
@@ -37,12 +39,6 @@ log = logging.getLogger(__name__)
 
 class SorterFailed(RuntimeError):
     """The Spark query stopped with an error (the message carries Spark's)."""
-
-
-def _iso(ts_s: float | None) -> str | None:
-    if ts_s is None:
-        return None
-    return datetime.fromtimestamp(ts_s, UTC).isoformat(timespec="milliseconds")
 
 
 def _reason(error: str) -> str:
@@ -78,14 +74,13 @@ class SorterWorker:
         self.store = Store(sparkconf.checkpoint_root(self.opts, feed.name))
         self.snapshot = DriverState()
         self.last_batch: dict[str, Any] | None = None
-        self.spark_progress: dict[str, Any] | None = None
+        self.progress = Progress(feed.name, self.opts.trigger_interval_ms)
         self.heartbeats: HeartbeatSender | None = None
         self.job: SorterJob | None = None
         self._lock = threading.Lock()
         self.partitions = PartitionsSource()
         self._labels = (feed.name,)
         self.idle = rules.IdleWatch(self.opts.laggard_after_s, self.started_s)
-        self._behind_warned_s = 0.0
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -110,10 +105,13 @@ class SorterWorker:
         self.heartbeats = HeartbeatSender(
             self.control_conf, self.instance_id, "sorter", self._heartbeat
         ).start()
-        refresher = threading.Thread(
-            target=self._refresh_partitions, args=(stop,), name="partitions", daemon=True
-        )
-        refresher.start()
+        PartitionsRefresher(
+            self.feed,
+            self.source_conf,
+            self.partitions,
+            self.opts.partitions_refresh_s,
+            lambda: len(self.snapshot.expected),
+        ).start(stop)
 
         from crossfeed.services.sorter.job import SorterJob, build_session
 
@@ -162,7 +160,7 @@ class SorterWorker:
                 if done:
                     error = "the Spark query stopped by itself"
                     break
-                self._note_progress(query)
+                self.progress.note_spark(query)
                 self._update_gauges()
         finally:
             self.state = "stopping"
@@ -188,35 +186,6 @@ class SorterWorker:
             raise SorterFailed(f"the sorter's Spark query failed: {_reason(error)}")
         log.info("sorter %s stopped", self.instance_id)
 
-    def _refresh_partitions(self, stop: threading.Event) -> None:
-        admin = clients.admin(self.source_conf, logger=clients.QUIET)
-        warned = False
-        while not stop.is_set():
-            try:
-                meta = admin.list_topics(timeout=10)
-                selected = self.feed.read_topics(meta.topics)
-                broken = [n for n in selected if meta.topics[n].error is not None]
-                if broken:  # a partial listing must not make partitions look removed
-                    raise RuntimeError(f"topics {broken} could not be described")
-                keys = frozenset(
-                    f"{name}/{p}" for name in selected for p in meta.topics[name].partitions
-                )
-                self.partitions.set(keys)
-                if warned:
-                    log.info("source %s answers again (%d partitions)", self.feed.source, len(keys))
-                warned = False
-            except Exception as err:  # the source is down: keep the persisted set
-                if not warned:
-                    log.warning(
-                        "cannot list the source %s's partitions (%s); using the last known "
-                        "set (%d partitions)",
-                        self.feed.source,
-                        err,
-                        len(self.snapshot.expected),
-                    )
-                warned = True
-            stop.wait(self.opts.partitions_refresh_s)
-
     # -- reporting ------------------------------------------------------------------------
 
     def _on_batch(self, report: BatchReport, state: DriverState) -> None:
@@ -224,75 +193,9 @@ class SorterWorker:
             self.snapshot = state
             changes = report.rows - report.marks
             self.idle.note(changes, state.pending_rows, state.resolved_ts, time.time())
-            self.last_batch = {
-                "batch_id": report.batch_id,
-                "rows": report.rows,
-                "marks": report.marks,
-                "engine": report.engine,
-                "reason": report.reason,
-                "released_events": report.released_events,
-                "released_transactions": report.released_txns,
-                "dead_letters": report.dead_letters,
-                "seconds": round(report.seconds, 3),
-                "timings": {k: round(v, 3) for k, v in report.timings.items()},
-                "compacted": report.compacted,
-                "at": _iso(time.time()),
-            }
-        metrics.BATCHES.labels(*self._labels).inc()
-        metrics.INPUT.labels(*self._labels).inc(report.rows)
-        metrics.EVENTS.labels(*self._labels).inc(report.released_events)
-        metrics.TRANSACTIONS.labels(*self._labels).inc(report.released_txns)
-        metrics.DLQ.labels(*self._labels).inc(report.dead_letters)
-        metrics.BATCH_SECONDS.labels(*self._labels).observe(report.seconds)
-        now = time.time()
-        if rules.falls_behind(report.seconds, self.opts.trigger_interval_ms) and (
-            now - self._behind_warned_s >= 60
-        ):
-            self._behind_warned_s = now
-            log.warning(
-                "batch %d took %.1fs for %d records, more than %d trigger intervals of %d ms: "
-                "the sorter falls behind its source (said at most once a minute)",
-                report.batch_id,
-                report.seconds,
-                report.rows,
-                rules.BEHIND_INTERVALS,
-                self.opts.trigger_interval_ms,
-            )
-        if report.dead_letters:
-            log.warning(
-                "batch %d: %d changes to %s", report.batch_id, report.dead_letters, topics.DLQ
-            )
-        log.info(
-            "batch %d: %d records (%d marks), released %d changes in %d transactions, "
-            "resolved_ts %d, %d pending in %d segments, %.2fs %s",
-            report.batch_id,
-            report.rows,
-            report.marks,
-            report.released_events,
-            report.released_txns,
-            report.resolved_ts,
-            report.pending_rows,
-            report.segments,
-            report.seconds,
-            {k: round(v, 2) for k, v in report.timings.items()},
-        )
+            self.last_batch = progress.summary(report)
+        self.progress.count(report)
         self._update_gauges()
-
-    def _note_progress(self, query: Any) -> None:
-        """Spark's own account of the newest micro-batch (where its time went: planning,
-        offsets, the foreachBatch work, the commit log), in /status and the debug log."""
-        try:
-            progress = query.lastProgress
-        except Exception:  # the JVM is going away
-            return
-        if not progress or progress.get("batchId") == (self.spark_progress or {}).get("batch_id"):
-            return
-        self.spark_progress = {
-            "batch_id": progress.get("batchId"),
-            "rows": progress.get("numInputRows"),
-            "duration_ms": progress.get("durationMs", {}),
-        }
-        log.debug("Spark micro-batch %s", self.spark_progress)
 
     def _laggards(self, state: DriverState, now: float) -> list[rules.Laggard]:
         expected = self.partitions.keys if self.partitions.keys is not None else state.expected
@@ -351,11 +254,11 @@ class SorterWorker:
             "state": self.state,
             "last_error": self.last_error or None,
             "resolved_ts_us": r if r >= 0 else None,
-            "resolved_ts": _iso(r / 1e6) if r >= 0 else None,
+            "resolved_ts": progress.iso(r / 1e6) if r >= 0 else None,
             "partitions": {
                 key: {
                     "resolved_ts_us": state.resolved.get(key),
-                    "advanced_at": _iso(state.advanced_at.get(key)),
+                    "advanced_at": progress.iso(state.advanced_at.get(key)),
                 }
                 for key in sorted(set(expected) | set(state.resolved))
             },
@@ -364,7 +267,7 @@ class SorterWorker:
                 {
                     "partition": lag.partition,
                     "resolved_ts_us": lag.resolved_ts_us,
-                    "since": _iso(lag.since_s),
+                    "since": progress.iso(lag.since_s),
                     "seconds": round(now - lag.since_s, 1),
                 }
                 for lag in laggards
@@ -374,6 +277,6 @@ class SorterWorker:
             "pending_segments": len(state.segments),
             "last_batch": last,
             "current_batch": self.job.current if self.job is not None else None,
-            "spark_progress": self.spark_progress,
+            "spark_progress": self.progress.spark_progress,
             "checkpoint_dir": str(self.store.root),
         }
