@@ -16,7 +16,13 @@ from typing import Any
 
 from crossfeed.kafka import clients
 from crossfeed.translation import kafka_io, metrics
-from crossfeed.translation.checkpoints import FEED_ROW, checkpoint_key, ensure_topic
+from crossfeed.translation.checkpoints import (
+    FEED_ROW,
+    StoredCheckpoint,
+    checkpoint_key,
+    ensure_topic,
+    read_checkpoints,
+)
 from crossfeed.translation.kafka_io import TP, Unreachable
 from crossfeed.translation.results import PartitionTranslation, TickReport
 from crossfeed.translation.rpo import PartitionRpo
@@ -40,6 +46,7 @@ class Destination:
         self.written: dict[tuple[str, str, int], Signature] = {}
         self.moved: dict[str, dict[TP, int]] = {}
         self.topic_ready = False
+        self.cluster_id: str | None = None
 
     def close(self) -> None:
         self.producer.flush(5)
@@ -94,9 +101,25 @@ class Destination:
         signature = (row.source_end, row.target_frontier, exact, row.unreplicated, log_start)
         self._put(FEED_ROW, row.topic, row.partition, signature, record)
 
-    def remember(self, group: str, topic: str, partition: int, signature: Signature) -> None:
-        """A checkpoint known to be written already (read back at start)."""
-        self.written[(group, topic, partition)] = signature
+    def recall(self) -> dict[tuple[str, str, int], StoredCheckpoint]:
+        """The checkpoints the feed wrote before (read back at start), remembered as
+        written so an unchanged one is not written again."""
+        rows = read_checkpoints(self.conf, self.feed, timeout_s=10)
+        for key, row in rows.items():
+            self.written[key] = (
+                row.source_offset,
+                row.target_offset,
+                row.exact,
+                row.gap_records,
+                row.source_log_start,
+            )
+        return rows
+
+    def ensure_cluster_id(self) -> None:
+        """Ask the target for its cluster id until it answers (scans classify copies of
+        target records by it)."""
+        if self.cluster_id is None:
+            self.cluster_id = clients.cluster_id(self.conf, 5.0)
 
     def _put(
         self, group: str, topic: str, partition: int, signature: Signature, record: dict[str, Any]
