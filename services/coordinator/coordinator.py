@@ -2,10 +2,10 @@
 and — while it leads — assigns puller tasks and publishes each feed's status.
 
 Every ``TICK_S`` the instance takes one lease step (``leadership.py``); a leader then
-decides on one snapshot (state + live members): the assignment rounds of
-``scheduler.py`` and the statuses of ``status.py``, written together in one fenced
-transaction, each decision logged as one line. REST mutations (``api.py``) take the same
-lock as the tick, so decisions never interleave.
+decides on one snapshot (state + live members, ``decisions.py``): the assignment rounds
+of ``scheduler.py`` and the statuses of ``status.py``, written together in one fenced
+transaction, each decision logged as one line. REST mutations (``api.py``, made by
+``changes.py``) take the same lock as the tick, so decisions never interleave.
 """
 
 from __future__ import annotations
@@ -24,17 +24,17 @@ from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka.diagnose import diagnose
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
-from crossfeed.services.coordinator import lifecycle, metrics, restarts, scheduler, updates
+from crossfeed.services.coordinator import lifecycle, metrics
 from crossfeed.services.coordinator.api import leader_only, make_app, token_check
+from crossfeed.services.coordinator.changes import PROBE_TIMEOUT_S, FeedChanges, PutResult
+from crossfeed.services.coordinator.decisions import Decisions
 from crossfeed.services.coordinator.dr import dr_routes
 from crossfeed.services.coordinator.failover import FailoverHooks, TranslatorLoop, make_router
 from crossfeed.services.coordinator.fold import StateView
 from crossfeed.services.coordinator.leadership import LeaderInfo, Leadership, now_ms
-from crossfeed.services.coordinator.lifecycle import NotLeaderNow
 from crossfeed.services.coordinator.members import Members, MembersView
-from crossfeed.services.coordinator.records import FeedStatus, StoredFeed, feed_key, status_key
 from crossfeed.services.coordinator.rest_server import RestServer
-from crossfeed.services.coordinator.status import control_lost, next_status
+from crossfeed.services.coordinator.status import control_lost
 from crossfeed.services.coordinator.store import StateStore
 from crossfeed.services.coordinator.writer import (
     Fenced,
@@ -51,30 +51,16 @@ LEADER_READ_WAIT_S = 1.0
 """How long a read of who leads waits for a tick in progress (``Coordinator.leader``)."""
 STARTUP_READ_S = 90.0
 TRANSLATED_STATES = ("normal", "error", "paused")
-STATUS_EVERY_MS = 1000
-"""Timestamps-only status changes are written at most this often per feed."""
-INITIAL_DELAY_MS = 2000
-"""A feed's first assignment waits until its live pullers have not changed for this long
-(like Kafka's group.initial.rebalance.delay.ms): pullers starting together then get
-their tasks once, instead of having them handed from one to the next while starting."""
-PROBE_TIMEOUT_S = 5.0
 READ_SYNC_TIMEOUT_S = 2.0
 LOST_SYNC_TIMEOUT_S = 0.5
 """How long a REST read waits for the state topic once it is known not to answer."""
 CONTROL_LOST_S = 3.0
 """The control cluster away this long: every running feed is shown in error."""
-PAST = {
-    "pause": "paused",
-    "resume": "resumed",
-    "remove": "removed",
-    "fail_over": "failed over",
-    "fail_back": "failed back",
-}
-PutResult = str
-"""What ``put`` did: ``created``, ``updated`` or ``unchanged``."""
 
 
 class Coordinator:
+    """One coordinator instance; see the module docstring."""
+
     def __init__(self, settings: Settings, instance_id: str, host: str, port: int) -> None:
         self.settings = settings
         self.instance_id = instance_id
@@ -89,11 +75,17 @@ class Coordinator:
         self.leadership = Leadership(self.store, self.writer, instance_id, ttl_ms)
         self.members = Members(self.conf)
         self.lock = threading.RLock()
-        self.error_since: dict[str, int] = {}
-        self.pullers_since: dict[str, tuple[frozenset[str], int]] = {}
-        # Tasks being restarted, per feed: held out of the assignment until their owner
-        # lets go (restarts.py). The leader's memory only: a new leader simply assigns them.
-        self.held: dict[str, dict[int, restarts.Held]] = {}
+        stuck_ms = int(settings.coordinator.error_stuck_s * 1000)
+        self.decisions = Decisions(self.timeout_ms, stuck_ms)
+        self.changes = FeedChanges(
+            settings,
+            self.store,
+            self.writer,
+            self.leadership,
+            self.decisions,
+            self.lock,
+            self._lead_at,
+        )
         # Offset translation runs on the leader, one translator per running mirror feed.
         self.translators = TranslatorLoop(settings)
         tls = settings.coordinator.tls_cert_file, settings.coordinator.tls_key_file
@@ -219,82 +211,14 @@ class Coordinator:
             metrics.publish(self.store.snapshot(), self.members.ages_ms(now), now, members)
 
     def _lead(self, now: int, members: MembersView) -> None:
-        view = self.store.snapshot()
         epoch = self.leadership.leading_epoch
         assert epoch is not None
-        live = self._schedulable(view, members, now)
-        self._release_held(members, now)
-        rounds = scheduler.plan(view, live, epoch, self.held)
-        statuses = self._next_statuses(view, members, now, epoch)
-        records: list[Record] = [(a.key, a.encode()) for r in rounds for a in r.assignments]
-        records += [(status_key(s.feed), s.encode()) for s in statuses]
-        if not self._write(records):
-            return
-        for round_ in rounds:
-            for line in round_.lines:
-                log.info("%s", line)
-        for status in statuses:
-            before = view.statuses.get(status.feed)
-            if before is None or before.state != status.state:
-                why = f": {status.last_error}" if status.last_error else ""
-                log.info("changefeed %s is now %s%s", status.feed, status.state, why)
+        decided = self.decisions.decide(self.store.snapshot(), members, now, epoch)
+        if self._write(decided.records()):
+            decided.log()
 
-    def _release_held(self, members: MembersView, now: int) -> None:
-        for feed, held in list(self.held.items()):
-            beats = {
-                i: restarts.OwnerBeat(m.sent_at_ms, restarts.puller_task_numbers(feed, m.tasks))
-                for i, m in members.of_role("puller", feed).items()
-            }
-            left = restarts.still_held(held, beats, now, self.timeout_ms)
-            for s in sorted(set(held) - set(left)):
-                log.info("task %s/%d let go: assigning it again (restart)", feed, s)
-            if left:
-                self.held[feed] = left
-            else:
-                del self.held[feed]
-
-    def _schedulable(self, view: StateView, members: MembersView, now: int) -> dict[str, list[str]]:
-        """Live pullers per feed, leaving out feeds waiting for their first assignment
-        until their pullers have settled (INITIAL_DELAY_MS)."""
-        out = {}
-        for name in view.feeds:
-            pullers = frozenset(members.of_role("puller", name))
-            seen = self.pullers_since.get(name)
-            if seen is None or seen[0] != pullers:
-                seen = self.pullers_since[name] = (pullers, now)
-            started = any(a.tasks for a in view.assignments.get(name, {}).values())
-            if started or now - seen[1] >= INITIAL_DELAY_MS:
-                out[name] = sorted(pullers)
-        return out
-
-    def _next_statuses(
-        self, view: StateView, members: MembersView, now: int, epoch: int
-    ) -> list[FeedStatus]:
-        out = []
-        stuck_ms = int(self.settings.coordinator.error_stuck_s * 1000)
-        for name in sorted(view.feeds):
-            previous = view.statuses.get(name) or FeedStatus(name, "normal")
-            if previous.state == "removed":
-                continue
-            if previous.state == "error":
-                since = self.error_since.setdefault(name, now)
-            else:
-                self.error_since.pop(name, None)
-                since = now
-            new = next_status(
-                previous,
-                members.of_feed(name),
-                now_ms=now,
-                epoch=epoch,
-                error_age_ms=now - since,
-                stuck_after_ms=stuck_ms,
-                ordered=view.feeds[name].spec.mode == "ordered",
-            )
-            moved = (new.state, new.last_error) != (previous.state, previous.last_error)
-            due = now - previous.updated_at_ms >= STATUS_EVERY_MS
-            if moved or (due and not new.same_content(previous)):
-                out.append(new)
-        return out
+    def _lead_at(self, now: int) -> None:
+        self._lead(now, self.members.view(now, self.timeout_ms))
 
     def _write(self, records: list[Record]) -> bool:
         try:
@@ -339,101 +263,21 @@ class Coordinator:
             if locked:
                 self.lock.release()
 
+    # Changes to the feeds (changes.py), made by the leader under the tick's lock.
+
     def create(self, spec: FeedSpec) -> None:
-        # Probing clusters takes up to seconds: outside the lock, so the lease keeps ticking.
-        lifecycle.check_new_feed(spec, self.store.snapshot(), self.settings, self._probe)
-        with self.lock:
-            self._require_leader()
-            view = self.store.snapshot()
-            lifecycle.check_new_feed(spec, view, self.settings, lambda _alias: None)
-            now = now_ms()
-            epoch = self._epoch()
-            records: list[Record] = [
-                (feed_key(spec.name), StoredFeed(spec, now).encode()),
-                (
-                    status_key(spec.name),
-                    FeedStatus(spec.name, "normal", updated_at_ms=now, leader_epoch=epoch).encode(),
-                ),
-            ]
-            self._write_or_moved(records)
-            log.info(
-                "created changefeed %s: %s -> %s, %s mode, topics %s%s, %d task(s)",
-                spec.name,
-                spec.source,
-                spec.sink_uri,
-                spec.mode,
-                spec.topics,
-                f" excluding {spec.exclude}" if spec.exclude else "",
-                spec.config.staging_partitions,
-            )
-            self._lead(now_ms(), self.members.view(now_ms(), self.timeout_ms))
+        self.changes.create(spec)
 
     def put(self, spec: FeedSpec) -> PutResult:
         """Create the feed, or change an existing one (topics, rename format, options)."""
-        stored = self.store.snapshot().feeds.get(spec.name)
-        if stored is None or self.store.snapshot().state(spec.name) == "removed":
-            self.create(spec)
-            return "created"
-        with self.lock:
-            self._require_leader()
-            stored = self.store.snapshot().feeds.get(spec.name)
-            if stored is None or self.store.snapshot().state(spec.name) == "removed":
-                raise NotLeaderNow()  # removed meanwhile: the client's retry creates it
-            spec = updates.unmasked(stored.spec, spec)
-            if not updates.check_update(stored.spec, spec):
-                return "unchanged"
-            self._write_or_moved(
-                [(feed_key(spec.name), StoredFeed(spec, stored.created_at_ms).encode())]
-            )
-            log.info(
-                "updated changefeed %s: topics %s%s, rename format %s, options %s "
-                "(running pullers pick it up; running tasks after a restart)",
-                spec.name,
-                spec.topics,
-                f" excluding {spec.exclude}" if spec.exclude else "",
-                spec.rename_format,
-                StoredFeed(spec, 0).record()["config"],
-            )
-            return "updated"
+        return self.changes.put(spec)
 
     def restart(self, name: str, task: int | None) -> list[int]:
         """Revoke the feed's tasks (or one) and give them out again once let go."""
-        with self.lock:
-            self._require_leader()
-            view = self.store.snapshot()
-            state = (view.state(name) or "normal") if name in view.feeds else None
-            tasks = lifecycle.restartable(
-                name, state, view.feeds[name].spec if state else None, task
-            )
-            owner = {s: i for i, a in view.assignments.get(name, {}).items() for s in a.tasks}
-            now = now_ms()
-            held = self.held.setdefault(name, {})
-            for s in tasks:
-                held[s] = restarts.Held(owner.get(s), now)
-            log.info("restarting task(s) %s of changefeed %s", ", ".join(map(str, tasks)), name)
-            self._lead(now, self.members.view(now, self.timeout_ms))
-            return tasks
+        return self.changes.restart(name, task)
 
     def act(self, name: str, action: lifecycle.Action) -> None:
-        with self.lock:
-            self._require_leader()
-            view = self.store.snapshot()
-            state = (view.state(name) or "normal") if name in view.feeds else None
-            new_state = lifecycle.transition(name, state, action)
-            if new_state == state:
-                return
-            previous = view.statuses.get(name) or FeedStatus(name, "normal")
-            status = replace(
-                previous,
-                state=new_state,  # type: ignore[arg-type]
-                last_error=None if new_state == "normal" else previous.last_error,
-                updated_at_ms=now_ms(),
-                leader_epoch=self._epoch(),
-            )
-            self._write_or_moved([(status_key(name), status.encode())])
-            self.error_since.pop(name, None)
-            log.info("%s changefeed %s (was %s)", PAST[action], name, state)
-            self._lead(now_ms(), self.members.view(now_ms(), self.timeout_ms))
+        self.changes.act(name, action)
 
     def _translated_feeds(self) -> list[FeedSpec]:
         """Feeds whose consumer groups are translated: every one still replicating."""
@@ -462,41 +306,3 @@ class Coordinator:
     def mark_failed_over(self, name: str) -> None:
         """Set a feed failed_over: its tasks stop (leader only, like ``act``)."""
         self.act(name, "fail_over")
-
-    def _require_leader(self) -> None:
-        if not self.leadership.is_leader():
-            raise NotLeaderNow()
-
-    def _epoch(self) -> int:
-        epoch = self.leadership.leading_epoch
-        if epoch is None:
-            raise NotLeaderNow()
-        return epoch
-
-    def _write_or_moved(self, records: list[Record]) -> None:
-        """Write for a REST request; once more if we were fenced but still lead."""
-        for attempt in (1, 2):
-            try:
-                self.writer.write(records, guard=self.leadership.is_leader)
-                return
-            except Fenced as err:
-                if not self.leadership.fenced(err) or attempt == 2:
-                    raise NotLeaderNow() from None
-            except NotLeader:
-                raise NotLeaderNow() from None
-            except WriteFailed as err:
-                raise lifecycle.LifecycleError(503, f"could not store the change: {err}") from None
-
-    def _probe(self, alias: str) -> str | None:
-        conf = self.settings.cluster(alias).client_config()
-        answered, texts = clients.probe(conf, PROBE_TIMEOUT_S)
-        if answered:
-            return None
-        refused = diagnose(alias, conf, texts)  # reachable, but our settings are wrong
-        if refused:
-            return refused
-        return (
-            f"no broker answers at {conf.get('bootstrap.servers')} (waited "
-            f"{PROBE_TIMEOUT_S:.0f}s); start the cluster ('crossfeed local start {alias}' for "
-            f"the local stack) or fix {alias}.bootstrap.servers in the configuration"
-        )
