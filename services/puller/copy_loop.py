@@ -14,8 +14,10 @@ from crossfeed.core.task_txn import Next, Outcome
 from crossfeed.core.timestamps import commit_interval_ms
 from crossfeed.services.puller import metrics
 from crossfeed.services.puller.membership import CoordinatorMembership, GroupMembership
-from crossfeed.services.puller.task import FeedContext, PullerTask, TxnFailure
+from crossfeed.services.puller.task import PullerTask
+from crossfeed.services.puller.task_state import FeedContext
 from crossfeed.services.puller.tasks import TaskSet
+from crossfeed.services.puller.txn_producer import TxnFailure
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,8 @@ from crossfeed.core.partitions import TopicPartition
 from crossfeed.feeds import FeedSpec
 from crossfeed.services.puller import metrics
 from crossfeed.services.puller.source_reader import SourceReader
-from crossfeed.services.puller.task import PartitionState, PullerTask
+from crossfeed.services.puller.task import PullerTask
+from crossfeed.services.puller.task_state import PartitionState
 
 log = logging.getLogger(__name__)
 

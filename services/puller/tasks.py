@@ -23,7 +23,8 @@ from crossfeed.services.puller.resume_checks import Marks, ResumeChecks, start_o
 from crossfeed.services.puller.routes import Routes
 from crossfeed.services.puller.source_gaps import RouteMap, SourceGaps
 from crossfeed.services.puller.source_reader import SourceReader
-from crossfeed.services.puller.task import FeedContext, PullerTask, transactional_id
+from crossfeed.services.puller.task import PullerTask, transactional_id
+from crossfeed.services.puller.task_state import FeedContext
 from crossfeed.wire import topics
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,8 @@ from crossfeed.services.puller.membership import CoordinatorMembership, GroupMem
 from crossfeed.services.puller.routes import Routes
 from crossfeed.services.puller.source_gaps import RouteMap, SourceGaps
 from crossfeed.services.puller.source_reader import SourceReader
-from crossfeed.services.puller.task import FeedContext, PullerTask
+from crossfeed.services.puller.task import PullerTask
+from crossfeed.services.puller.task_state import FeedContext
 from crossfeed.services.puller.tasks import TaskSet
 from crossfeed.wire import topics
 
