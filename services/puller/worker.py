@@ -34,6 +34,7 @@ from crossfeed.services.puller.membership import CoordinatorMembership, GroupMem
 from crossfeed.services.puller.routes import Routes
 from crossfeed.services.puller.source_gaps import RouteMap, SourceGaps
 from crossfeed.services.puller.source_reader import SourceReader
+from crossfeed.services.puller.target_sync import TargetSync
 from crossfeed.services.puller.task import PullerTask
 from crossfeed.services.puller.task_state import FeedContext
 from crossfeed.services.puller.tasks import TaskSet
@@ -84,6 +85,7 @@ class PullerWorker:
         self.gaps = SourceGaps(feed, self.reader, self.route)
         # Once started: the topics found, the tasks run here and their copying.
         self.discovery: Discovery | None = None
+        self.target_sync: TargetSync | None = None
         self.taskset: TaskSet | None = None
         self.loop: CopyLoop | None = None
 
@@ -135,6 +137,7 @@ class PullerWorker:
         parts = (discovery, self.routes, self.reader, self.gaps, self.input)
         self.taskset = TaskSet(ctx, opts, self.target_conf, self.instance_id, parts, self.route)
         self.loop = CopyLoop(self.taskset, self.membership)
+        self.target_sync = TargetSync(discovery)
         self.discovery = discovery  # last: /status says "normal" from here on
         ensure_control_topics(self.control_conf)
         self.membership.start(self.taskset)
@@ -234,11 +237,11 @@ class PullerWorker:
         self.taskset.add_found(new)
 
     def _sync_configs(self) -> None:
-        assert self.discovery is not None
+        assert self.target_sync is not None
         try:
-            self.discovery.sync_configs()
+            self.target_sync.sync_configs()
             if self.settings.puller.acl_sync:
-                self.discovery.sync_acls()
+                self.target_sync.sync_acls()
         except KafkaException as err:
             log.warning("topic config or ACL sync failed: %s", err)
 
@@ -270,9 +273,15 @@ class PullerWorker:
         not acknowledged (a feed in error for coordinator.error_stuck_s is stopped whole,
         and a gap stops at most its own partition), configs a target topic refuses,
         source topics deleted."""
-        return self.gaps.notices() + (
-            self.discovery.notices() if self.discovery is not None else []
-        )
+        sync, found = self.target_sync, self.discovery
+        if sync is None or found is None:
+            return self.gaps.notices()
+        return [
+            *self.gaps.notices(),
+            *sync.config_notices(),
+            *found.notices(),
+            *sync.acl_notices(),
+        ]
 
     def _problem(self) -> str | None:
         """Why the instance makes no progress now, if it knows (heartbeat's last_error)."""
