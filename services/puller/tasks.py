@@ -40,14 +40,18 @@ class TaskSet:
         opts: PullerSettings,
         target_conf: dict[str, Any],
         instance_id: str,
-        parts: tuple[Discovery, Routes, SourceReader, SourceGaps, DebeziumInput | TopicsInput],
+        *,
+        discovery: Discovery,
+        routes: Routes,
+        reader: SourceReader,
+        gaps: SourceGaps,
+        feed_input: DebeziumInput | TopicsInput,
         route: RouteMap,
     ) -> None:
-        self.ctx = ctx
-        self.opts = opts
-        self.target_conf = target_conf
-        self.instance_id = instance_id
-        self.discovery, self.routes, self.reader, self.gaps, self.input = parts
+        self.ctx, self.opts = ctx, opts
+        self.target_conf, self.instance_id = target_conf, instance_id
+        self.discovery, self.routes, self.reader = discovery, routes, reader
+        self.gaps, self.input = gaps, feed_input
         self.checks = ResumeChecks(target_conf, ctx.source_cluster_id)
         self.tasks: dict[int, PullerTask] = {}
         # (topic, partition) of every source partition read -> its task and state: a

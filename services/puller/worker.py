@@ -19,6 +19,7 @@ from confluent_kafka import KafkaException
 
 from crossfeed.cdc.schema_copy import SchemaFollower
 from crossfeed.config import Settings
+from crossfeed.config.settings import PullerSettings
 from crossfeed.core import topic_configs
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
@@ -102,20 +103,8 @@ class PullerWorker:
         )
         if not created:
             staging_max = _staging_limit(target_admin, self.changes_topic, staging_max)
-        ctx = FeedContext(
-            feed=self.feed,
-            source_cluster_id=source_id,
-            target_cluster_id=target_id,
-            changes_topic=self.changes_topic,
-            max_batch_records=opts.max_batch_records,
-            max_batch_bytes=opts.max_batch_bytes,
-            pack_bytes=opts.pack_bytes,
-            commit_interval_s=opts.commit_interval_ms / 1000,
-            backlog_commit_interval_s=opts.backlog_commit_interval_ms / 1000,
-            resolved_interval_s=opts.resolved_interval_ms / 1000,
-            staging_max_bytes=staging_max,
-            schemas_topic=self.input.schemas_topic(),
-            follower=_follower(self.feed),
+        ctx = _feed_context(
+            opts, self.feed, (source_id, target_id), staging_max, self.input.schemas_topic()
         )
         kafka_topics.ensure_internal(target_admin, topics.DLQ)
         if self.feed.mode == "mirror":
@@ -134,8 +123,18 @@ class PullerWorker:
         self.last_refresh = time.monotonic()
         self.gaps.count()  # 0 until a gap is reported, or carried by a task's marks
         self.reader.open(self.feed.name)
-        parts = (discovery, self.routes, self.reader, self.gaps, self.input)
-        self.taskset = TaskSet(ctx, opts, self.target_conf, self.instance_id, parts, self.route)
+        self.taskset = TaskSet(
+            ctx,
+            opts,
+            self.target_conf,
+            self.instance_id,
+            discovery=discovery,
+            routes=self.routes,
+            reader=self.reader,
+            gaps=self.gaps,
+            feed_input=self.input,
+            route=self.route,
+        )
         self.loop = CopyLoop(self.taskset, self.membership)
         self.target_sync = TargetSync(discovery)
         self.discovery = discovery  # last: /status says "normal" from here on
@@ -358,3 +357,28 @@ def _staging_limit(admin: Any, changes_topic: str, default: int) -> int:
     if configured and configured.isdigit():
         return min(default, int(configured))
     return default
+
+
+def _feed_context(
+    opts: PullerSettings,
+    feed: FeedSpec,
+    cluster_ids: tuple[str, str],
+    staging_max: int,
+    schemas_topic: str | None,
+) -> FeedContext:
+    """What the feed's tasks here share; ``cluster_ids``: the source's and the target's."""
+    return FeedContext(
+        feed=feed,
+        source_cluster_id=cluster_ids[0],
+        target_cluster_id=cluster_ids[1],
+        changes_topic=topics.changes(feed.name),
+        max_batch_records=opts.max_batch_records,
+        max_batch_bytes=opts.max_batch_bytes,
+        pack_bytes=opts.pack_bytes,
+        commit_interval_s=opts.commit_interval_ms / 1000,
+        backlog_commit_interval_s=opts.backlog_commit_interval_ms / 1000,
+        resolved_interval_s=opts.resolved_interval_ms / 1000,
+        staging_max_bytes=staging_max,
+        schemas_topic=schemas_topic,
+        follower=_follower(feed),
+    )
