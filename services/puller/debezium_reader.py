@@ -21,19 +21,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed.cdc.registry import SchemaRegistry, read_debezium
-from crossfeed.core.debezium_order import RECENT_XIDS, Emit, Joiner, Waiting, drain
+from crossfeed.core.debezium_order import RECENT_XIDS, Emit, Joiner, drain
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
+from crossfeed.services.puller.debezium_parts import DataPartitions, Key
 from crossfeed.wire import debezium, headers, ids, records, topics
 
 log = logging.getLogger(__name__)
@@ -43,19 +42,6 @@ COMMIT_INTERVAL_S = 0.1
 REFRESH_S = 5.0  # new tables (data topics) are picked up this often
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
 T = TypeVar("T")
-
-
-@dataclass
-class _Partition:
-    """A data partition: what was read and not yet emitted, in order."""
-
-    name: str  # "topic/partition": the joiner's name for it
-    tp: KafkaTP
-    buffer: Waiting[Any] = field(default_factory=deque)
-    next_offset: int = -1  # the first offset not yet emitted or dropped (-1: unknown)
-    read_next: int = -1  # the offset after the last one read
-    paused: bool = False
-    streamed: bool = False  # a streamed event was read: its snapshot rows are all behind
 
 
 class DebeziumReader:
@@ -148,14 +134,12 @@ class _Loop:
         self.c = reader
         self.feed = reader.feed
         self.joiner = Joiner(covers=self._covers)
-        self.parts: dict[tuple[str, int], _Partition] = {}
-        self.buffers: dict[str, Waiting[Any]] = {}  # each part's buffer, by its name
+        self.data = DataPartitions(reader.feed, reader.txn_topic)
         self.txn_next = 0  # the transaction topic: next offset to read
         self.txn_assigned = False  # Debezium creates it with the first streamed transaction
         self.end_offsets: dict[int, int] = {}  # commit LSN -> offset of the ENDs read
         self.heartbeats: set[int] = set()  # heartbeat partitions read
-        self.buffered = 0
-        self.snapshot_until: dict[tuple[str, int], int] | None = None
+        self.snapshot_until: dict[Key, int] | None = None
         self.watermark = -1  # the resolved_ts last written
         self.dirty = False
         self.last_commit = time.monotonic()
@@ -198,7 +182,7 @@ class _Loop:
 
     def _restore(self, admin: Any) -> None:
         counts = kafka_topics.partition_counts(admin)
-        data = self._data_partitions(counts)
+        data = self.data.of_counts(counts)
         wanted = [
             KafkaTP(self.c.out, 0),  # carries the ordering state (see _commit)
             KafkaTP(self.c.txn_topic, 0),
@@ -209,7 +193,7 @@ class _Loop:
         state = carrier.metadata if carrier is not None and carrier.offset >= 0 else None
         found = committed.get((self.c.txn_topic, 0))
         self.txn_next = found.offset if found is not None and found.offset >= 0 else 0
-        completed = self._completed_before(self.txn_next)
+        completed = _completed_before(self.c, self.txn_next)
         self.joiner.restore(state, completed)
         if state:
             self.watermark = self.joiner.resolved_ts()
@@ -217,7 +201,7 @@ class _Loop:
         for key in data:
             tp = committed.get(key)
             offset = tp.offset if tp is not None and tp.offset >= 0 else OFFSET_BEGINNING
-            assign.append(self._add_partition(key, offset))
+            assign.append(self.data.add(key, offset))
         assign.extend(self._heartbeat_partitions(counts))
         self.consumer.assign(assign)
         self.last_refresh = time.monotonic()
@@ -228,48 +212,9 @@ class _Loop:
             self.c.prefix,
             self.c.out,
             "committed positions" if state else "the beginning",
-            len(self.parts),
+            len(self.data.parts),
             len(completed),
         )
-
-    def _completed_before(self, end: int) -> list[str]:
-        """xids of the transactions completed before ``end`` of the transaction topic."""
-        if end <= 0:
-            return []
-        reader: Any = clients.consumer(
-            self.c.conf, **{"group.id": ids.debezium_reader_group(self.feed.name)}
-        )
-        try:
-            start = max(0, end - 2 * RECENT_XIDS)
-            reader.assign([KafkaTP(self.c.txn_topic, 0, start)])
-            xids: list[str] = []
-            deadline = time.monotonic() + 60
-            position = start
-            while position < end and time.monotonic() < deadline:
-                for msg in reader.consume(5000, 1.0):
-                    if msg.error() or msg.offset() >= end:
-                        continue
-                    position = msg.offset() + 1
-                    try:
-                        done = self.c.read(msg.value(), debezium.txn_record, debezium.txn_record_of)
-                    except debezium.NotDebezium:
-                        continue
-                    if done is not None:
-                        xids.append(done.xid)
-                if reader.position([KafkaTP(self.c.txn_topic, 0)])[0].offset >= end:
-                    break
-            return xids
-        finally:
-            reader.close()
-
-    def _data_partitions(self, counts: dict[str, int]) -> list[tuple[str, int]]:
-        """The feed's tables' partitions among the source's topics (``counts``)."""
-        return [
-            (topic, p)
-            for topic in self.feed.selector.select(counts)
-            if topic != self.c.txn_topic
-            for p in range(counts[topic])
-        ]
 
     def _txn_partition(self, counts: dict[str, int]) -> list[KafkaTP]:
         """The transaction topic, once Debezium has created it."""
@@ -284,13 +229,6 @@ class _Loop:
         self.heartbeats.update(fresh)
         # Heartbeats only matter from now on: start at the end.
         return [KafkaTP(self.c.heartbeat_topic, p, -1) for p in fresh]
-
-    def _add_partition(self, key: tuple[str, int], offset: int) -> KafkaTP:
-        tp = KafkaTP(key[0], key[1], offset)
-        part = self.parts[key] = _Partition(f"{key[0]}/{key[1]}", KafkaTP(key[0], key[1]))
-        part.next_offset = offset if offset >= 0 else -1
-        self.buffers[part.name] = part.buffer  # what drain() decides on, by partition name
-        return tp
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -310,22 +248,10 @@ class _Loop:
             elif topic == self.c.heartbeat_topic:
                 self._on_heartbeat(msg)
             else:
-                part = self.parts.get((topic, msg.partition()))
-                if part is None or part.paused or msg.offset() < part.read_next:
-                    # fetched before a pause, or again: librdkafka drops what was fetched
-                    # before a seek, so what is read after the rewind starts at its offset
-                    continue
-                if part.next_offset < 0:
-                    part.next_offset = msg.offset()
-                part.read_next = msg.offset() + 1
-                ts_us = max(msg.timestamp()[1], 0) * 1000
-                event = self._event(msg.value())
-                part.streamed = part.streamed or (event is not None and event.xid is not None)
-                part.buffer.append((msg, event, ts_us))
-                self.buffered += len(msg.value() or b"")
+                self.data.take(msg, self._event)
         self._drain()
-        if self.buffered > MAX_BUFFER_BYTES:
-            self._spill()
+        if self.data.buffered > MAX_BUFFER_BYTES:
+            self.data.spill(self.consumer)
         self._check_snapshot()
         if time.monotonic() - self.last_commit >= COMMIT_INTERVAL_S:
             self._commit()
@@ -333,9 +259,9 @@ class _Loop:
     def _refresh(self, admin: Any) -> None:
         counts = kafka_topics.partition_counts(admin)
         new = [
-            self._add_partition(key, OFFSET_BEGINNING)
-            for key in self._data_partitions(counts)
-            if key not in self.parts
+            self.data.add(key, OFFSET_BEGINNING)
+            for key in self.data.of_counts(counts)
+            if key not in self.data.parts
         ]
         new.extend(self._txn_partition(counts))
         new.extend(self._heartbeat_partitions(counts))
@@ -366,7 +292,7 @@ class _Loop:
             if self.joiner.on_end(end):
                 self.end_offsets[end.lsn] = offset
             if self.joiner.head_lsn() != head:
-                self._resume_paused()  # a partition rewound for this head reads again
+                self.data.resume(self.consumer)  # a partition rewound for this head reads again
         self.dirty = True
 
     def _on_heartbeat(self, msg: Any) -> None:
@@ -381,10 +307,8 @@ class _Loop:
     def _drain(self) -> None:
         """Emit what the head allows (crossfeed/core/debezium_order.py: drain)."""
         head = self.joiner.head_lsn()
-        for msg, verdict in drain(self.joiner, self.buffers):
-            part = self.parts[(msg.topic(), msg.partition())]
-            part.next_offset = msg.offset() + 1
-            self.buffered -= len(msg.value() or b"")
+        for msg, verdict in drain(self.joiner, self.data.buffers):
+            self.data.drained(msg)
             self.dirty = True
             if isinstance(verdict, Emit):
                 if verdict.echo:
@@ -392,7 +316,7 @@ class _Loop:
                 else:
                     self._emit(msg, verdict)
         if self.joiner.head_lsn() != head:
-            self._resume_paused()  # a partition rewound for the new head reads again
+            self.data.resume(self.consumer)  # a partition rewound for the new head reads again
 
     def _event(self, value: bytes | None) -> debezium.DataEvent | None:
         """A data event's ordering facts (None: a tombstone, which the sink would skip)."""
@@ -419,31 +343,6 @@ class _Loop:
         )
         self.c.emitted += 1
 
-    def _spill(self) -> None:
-        """Too much waits for its END: rewind the fullest partition and pause it."""
-        part = max(self.parts.values(), key=lambda p: len(p.buffer))
-        first = part.buffer[0][0].offset()
-        for msg, _, _ in part.buffer:
-            self.buffered -= len(msg.value() or b"")
-        part.buffer.clear()
-        part.paused = True
-        self.consumer.pause([part.tp])
-        self.consumer.seek(KafkaTP(part.tp.topic, part.tp.partition, first))
-        part.next_offset = part.read_next = first
-        log.info(
-            "debezium reader of feed %s: %s rewound to %d until its transaction is the head",
-            self.feed.name,
-            part.name,
-            first,
-        )
-
-    def _resume_paused(self) -> None:
-        paused = [p for p in self.parts.values() if p.paused]
-        for part in paused:
-            part.paused = False
-        if paused:
-            self.consumer.resume([p.tp for p in paused])
-
     # -- the initial snapshot -----------------------------------------------------------
 
     def _snapshot_signal(self) -> None:
@@ -451,11 +350,7 @@ class _Loop:
         data partition is read up to its current end, no snapshot row is left unread."""
         if self.joiner.streaming or self.snapshot_until is not None:
             return
-        until = {}
-        for key, part in self.parts.items():
-            _, high = self.consumer.get_watermark_offsets(part.tp, timeout=10, cached=False)
-            until[key] = high
-        self.snapshot_until = until
+        self.snapshot_until = self.data.ends(self.consumer)
 
     def _check_snapshot(self) -> None:
         """Streaming starts once every data partition is past its snapshot rows: read up
@@ -463,12 +358,10 @@ class _Loop:
         first in a partition)."""
         if self.joiner.streaming or self.snapshot_until is None:
             return
-        for key, high in self.snapshot_until.items():
-            part = self.parts[key]
-            if high > max(part.read_next, part.next_offset, 0) and not part.streamed:
-                return
+        if not self.data.past(self.snapshot_until):
+            return
         self.joiner.start_streaming()
-        self._resume_paused()
+        self.data.resume(self.consumer)
         self.dirty = True
         log.info("debezium reader of feed %s: initial snapshot read", self.feed.name)
 
@@ -495,10 +388,7 @@ class _Loop:
             self.dirty = True
         if not self.dirty:
             return
-        positions = self._txn_positions()
-        for part in self.parts.values():
-            if part.next_offset >= 0:
-                positions.append(KafkaTP(part.tp.topic, part.tp.partition, part.next_offset))
+        positions = [*self._txn_positions(), *self.data.positions()]
         meta = self.consumer.consumer_group_metadata()
         self.producer.send_offsets_to_transaction(positions, meta, 30)
         self.producer.commit_transaction(30)
@@ -520,3 +410,32 @@ class _Loop:
             offset = min(self.end_offsets.values(), default=self.txn_next)
             positions.append(KafkaTP(self.c.txn_topic, 0, offset))
         return positions
+
+
+def _completed_before(c: DebeziumReader, end: int) -> list[str]:
+    """xids of the transactions completed before ``end`` of the transaction topic."""
+    if end <= 0:
+        return []
+    reader: Any = clients.consumer(c.conf, **{"group.id": ids.debezium_reader_group(c.feed.name)})
+    try:
+        start = max(0, end - 2 * RECENT_XIDS)
+        reader.assign([KafkaTP(c.txn_topic, 0, start)])
+        xids: list[str] = []
+        deadline = time.monotonic() + 60
+        position = start
+        while position < end and time.monotonic() < deadline:
+            for msg in reader.consume(5000, 1.0):
+                if msg.error() or msg.offset() >= end:
+                    continue
+                position = msg.offset() + 1
+                try:
+                    done = c.read(msg.value(), debezium.txn_record, debezium.txn_record_of)
+                except debezium.NotDebezium:
+                    continue
+                if done is not None:
+                    xids.append(done.xid)
+            if reader.position([KafkaTP(c.txn_topic, 0)])[0].offset >= end:
+                break
+        return xids
+    finally:
+        reader.close()

@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from crossfeed.core import acls, topic_configs
+from crossfeed.core import topic_configs
 from crossfeed.core.partitions import TopicPartition, grow_refused, partitions_to_add
 from crossfeed.feeds import FeedSpec
-from crossfeed.kafka import acls as kafka_acls
 from crossfeed.kafka import topics as kafka_topics
 
 log = logging.getLogger(__name__)
@@ -46,11 +45,6 @@ class Discovery:
     waiting: set[str] = field(default_factory=set)
     # Topic configs a target topic never takes from its source (core/topic_configs.py).
     excluded: topic_configs.Excluded = field(default_factory=topic_configs.Excluded)
-    # Target topic -> {config: why} the target refused at the last config sync.
-    refused: dict[str, dict[str, str]] = field(default_factory=dict)
-    # Topic ACLs the target refused (rule -> why), or why none could be read or made.
-    acls_refused: dict[acls.TopicAcl, str] = field(default_factory=dict)
-    acls_problem: str | None = None
     # Source topics copied before and no longer on the source: their targets are kept.
     deleted: set[str] = field(default_factory=set)
     # When the last listing that succeeded began (µs since the epoch): every source topic
@@ -212,107 +206,18 @@ class Discovery:
         outcome.update((sources[name], result) for name, result in made.items())
         return outcome
 
-    def sync_configs(self) -> None:
-        """Target topics take their source topics' configs (core/topic_configs.py): two
-        DescribeConfigs requests and at most one IncrementalAlterConfigs for every topic
-        copied. A config the target refuses is left as it is and reported
-        (:attr:`refused`, the puller's notices), the others are changed all the same."""
-        if self.feed.mode == "ordered":
-            return
-        targets = {
-            t: self.feed.target_topic(t) for t in sorted(self.ready) if t not in self.deleted
-        }
-        if not targets:
-            return
-        sources = kafka_topics.overridden_configs_of(self.source, list(targets))
-        current = kafka_topics.overridden_configs_of(self.target, list(set(targets.values())))
-        wanted: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {}
-        for topic, target in targets.items():
-            source, now = sources.get(topic), current.get(target)
-            if not isinstance(source, dict) or not isinstance(now, dict):
-                continue  # deleted meanwhile, or not described: the next round
-            change = topic_configs.changes(source, now, self.excluded)
-            if change:
-                wanted[target] = (change.set, change.delete)
-        refused = kafka_topics.alter_topic_configs(self.target, wanted)
-        for target, (to_set, to_delete) in sorted(wanted.items()):
-            done = {k: v for k, v in to_set.items() if k not in refused.get(target, {})}
-            gone = [k for k in to_delete if k not in refused.get(target, {})]
-            if done or gone:
-                log.info(
-                    "feed %s: target topic %s follows its source: set %s%s",
-                    self.feed.name,
-                    target,
-                    done or "nothing",
-                    f", removed {gone}" if gone else "",
-                )
-        for target, why in sorted(refused.items()):
-            if self.refused.get(target) != why:
-                log.warning(
-                    "feed %s: target topic %s refuses configs %s; not synced",
-                    self.feed.name,
-                    target,
-                    why,
-                )
-        self.refused = refused
-
-    def sync_acls(self) -> None:
-        """The target topics get the READ and DESCRIBE ACLs of their source topics
-        (core/acls.py): two DescribeAcls requests and at most one CreateAcls. Nothing
-        happens where either cluster has no authorizer; what the target refuses is left
-        out and reported (:meth:`notices`), not an error."""
-        if self.feed.mode == "ordered":
-            return
-        targets = {
-            t: self.feed.target_topic(t) for t in sorted(self.ready) if t not in self.deleted
-        }
-        try:
-            source = kafka_acls.topic_acls(self.source)
-            target = kafka_acls.topic_acls(self.target) if source is not None else None
-        except KafkaException as err:
-            problem = f"topic ACLs not copied: cannot read them ({err.args[0].str()})"
-            if problem != self.acls_problem:
-                log.warning("feed %s: %s", self.feed.name, problem)
-            self.acls_problem = problem
-            return
-        self.acls_problem = None
-        if source is None or target is None:
-            return  # no authorizer on one side: no ACLs to copy, or none to make
-        need = acls.missing(acls.for_targets(source, targets), target)
-        refused = kafka_acls.create_topic_acls(self.target, need)
-        for rule in need:
-            if rule not in refused:
-                log.info(
-                    "feed %s: ACL copied to target topic %s: %s %s %s from %s",
-                    self.feed.name,
-                    rule.topic,
-                    rule.permission,
-                    rule.operation,
-                    rule.principal,
-                    rule.host,
-                )
-        for rule, why in sorted(refused.items()):
-            if self.acls_refused.get(rule) != why:
-                log.warning("feed %s: %s", self.feed.name, _acl_refused(rule, why))
-        self.acls_refused = refused
-
     def notices(self) -> list[str]:
-        """What the status says without the feed being in error: configs a target topic
-        refused, source topics deleted (their targets are kept)."""
-        out = [
-            f"target topic {target} refuses config {key} from its source ({why}); not synced"
-            for target, why in sorted(self.refused.items())
-            for key in sorted(why)
-        ]
-        out += [
+        """What the status says without the feed being in error: source topics deleted
+        (their targets are kept)."""
+        return [
             f"source topic {topic} was deleted; its target topic "
             f"{self._target_or_same(topic)} is kept (a mirror is also a backup)"
             for topic in sorted(self.deleted)
         ]
-        out += [_acl_refused(rule, why) for rule, why in sorted(self.acls_refused.items())]
-        if self.acls_problem:
-            out.append(self.acls_problem)
-        return out
+
+    def copied(self) -> dict[str, str]:
+        """Source topic -> target topic, of the topics copied now (mirror feeds)."""
+        return {t: self.feed.target_topic(t) for t in sorted(self.ready) if t not in self.deleted}
 
     def _target_or_same(self, topic: str) -> str:
         try:
@@ -344,10 +249,3 @@ class Discovery:
     @property
     def last_error(self) -> str | None:
         return "; ".join(self.errors[t] for t in sorted(self.errors)) or None
-
-
-def _acl_refused(rule: acls.TopicAcl, why: str) -> str:
-    return (
-        f"target topic {rule.topic} refuses ACL {rule.permission} {rule.operation} for "
-        f"{rule.principal} from {rule.host} ({why}); not copied"
-    )

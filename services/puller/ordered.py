@@ -21,23 +21,19 @@ topic's ``max.message.bytes``.
 Debezium input (``--input debezium``): a value in the JSON converter's form keeps only its
 payload in ``.changes``, with ``crossfeed-schema`` naming its Connect schema, which goes
 once per task into ``_crossfeed.<feed>.schemas`` in the same Kafka transaction as (or an
-earlier one than) the first change that refers to it (:class:`SchemaRefs`).
+earlier one than) the first change that refers to it (task_state.SchemaRefs).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from crossfeed.core import provenance
 from crossfeed.core.timestamps import commit_ts_us, parse_commit_ts
 from crossfeed.kafka.protocols import Message
+from crossfeed.services.puller.task_state import FeedContext, PartitionState
 from crossfeed.wire import codec, headers, records
 from crossfeed.wire.changes import parse_txn
-from crossfeed.wire.debezium import EnvelopeSplitter
-
-if TYPE_CHECKING:
-    from crossfeed.services.puller.task import FeedContext, PartitionState
 
 RESOLVED = headers.TYPE_RESOLVED.encode()
 FROM_WATERMARKS = (headers.RESOLVED_FROM, headers.RESOLVED_FROM_WATERMARKS.encode())
@@ -46,34 +42,8 @@ FINAL = headers.WATERMARK_FINAL.encode()
 # header 61 + record framing), and per header (varints): what the size check adds.
 RECORD_OVERHEAD = 128
 HEADER_OVERHEAD = 10
-Header = tuple[str, bytes | None]
-Staged = tuple[bytes | None, bytes | None, list[Header], int]
-"""An ordered feed's staging record: key, value, headers, timestamp (ms, -1 none)."""
 Refused = tuple[str, str]
 """Why a source record goes to the dead letter topic instead: error class, reason."""
-
-
-@dataclass
-class SchemaRefs:
-    """A partition's Connect schemas by reference (Debezium input). ``sent``: schemas this
-    task has written or will write in its open transaction; a failed transaction ends the
-    task, and its successor starts with none (a schema written twice is compacted away)."""
-
-    splitter: EnvelopeSplitter = field(default_factory=EnvelopeSplitter)
-    sent: set[bytes] = field(default_factory=set)
-    unsent: list[tuple[bytes, bytes]] = field(default_factory=list)  # (id, schema) to write
-
-    def take(self, value: bytes | None) -> tuple[bytes, bytes] | None:
-        """(schema id, payload) of a JSON-converter value, the schema queued for writing
-        unless sent; None for a value of any other form (it travels whole)."""
-        split = self.splitter.split(value)
-        if split is None:
-            return None
-        sid, schema, payload = split
-        if sid not in self.sent:
-            self.sent.add(sid)
-            self.unsent.append((sid, schema))
-        return sid, payload
 
 
 def staged_size(key: bytes | None, value: bytes | None, hdrs: list[Any]) -> int:

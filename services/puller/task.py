@@ -24,163 +24,27 @@ after a failure — are crossfeed/core/task_txn.py's; this module does the I/O.
 
 from __future__ import annotations
 
-import functools
 import logging
-import re
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 
-from crossfeed.cdc.schema_copy import SchemaFollower
 from crossfeed.core import provenance
-from crossfeed.core.gaps import Gap, carry
+from crossfeed.core.gaps import Gap
 from crossfeed.core.partitions import TopicPartition
-from crossfeed.core.task_txn import Decision, Limits, Outcome, Phase, TaskTxn
-from crossfeed.dlq import GAP_END, DeadLetter, FeedStopped
-from crossfeed.feeds import FeedSpec
+from crossfeed.core.task_txn import Decision, Outcome, Phase, TaskTxn
 from crossfeed.kafka import clients
 from crossfeed.kafka.protocols import Message, TransactionalProducer
-from crossfeed.kafka.targets import record_size
-from crossfeed.services.puller import metrics, ordered
-from crossfeed.services.puller.copies import Copy, CopyProblem, Route
-from crossfeed.wire import confluent_avro, headers, ids, records, topics
+from crossfeed.services.puller import letters, marks, metrics, ordered, shipping
+from crossfeed.services.puller.copies import CopyProblem, Route
+from crossfeed.services.puller.shipping import COPY_OVERHEAD
+from crossfeed.services.puller.task_state import FeedContext, PartitionState, SchemaRefs
+from crossfeed.services.puller.txn_producer import TaskProducer, TxnFailure
+from crossfeed.wire import confluent_avro, ids, records, topics
 
 log = logging.getLogger(__name__)
-
-MARK_HEADERS = [headers.MARK_HEADER]
-COPY_OVERHEAD = 64  # bytes a buffered copy costs beyond key and value (headers, tuple)
-GAP_ERROR_CLASS = "SourceRecordsDeleted"  # a gap's dead letter (core/gaps.py)
-SIZE_SLACK = 64 << 10  # below max.message.bytes by this much, no exact size check is needed
-
-
-@dataclass(frozen=True)
-class TxnFailure:
-    """Why the task's transaction did not commit. The commit path (:meth:`PullerTask.seal`,
-    :meth:`PullerTask.finish`) returns it rather than raising: librdkafka's exceptions
-    are turned into this value where they are caught, and the worker decides what
-    next from it (:meth:`PullerTask.failed`)."""
-
-    outcome: Outcome  # FENCED (another instance owns the task) or FAILED
-    detail: str
-
-    @classmethod
-    def of(cls, err: BaseException) -> TxnFailure:
-        """An exception from outside the commit path (a send that failed)."""
-        if isinstance(err, KafkaException):
-            kafka_err: KafkaError = err.args[0]
-            fenced = clients.is_fenced(kafka_err)
-            return cls(Outcome.FENCED if fenced else Outcome.FAILED, kafka_err.str())
-        return cls(Outcome.FAILED, str(err))
-
-
-@dataclass(frozen=True)
-class FeedContext:
-    """What every task of one feed on one instance shares."""
-
-    feed: FeedSpec
-    source_cluster_id: str
-    target_cluster_id: str
-    changes_topic: str
-    max_batch_records: int
-    max_batch_bytes: int
-    pack_bytes: int
-    commit_interval_s: float
-    backlog_commit_interval_s: float
-    resolved_interval_s: float
-    staging_max_bytes: int = 64 << 20  # the staging topic's max.message.bytes
-    schemas_topic: str | None = None  # Debezium input: where the Connect schemas go
-    # mirror feeds with schema.registry.target_url: the schemas follow the records
-    follower: SchemaFollower | None = None
-
-    @property
-    def name(self) -> str:
-        return self.feed.name
-
-    @functools.cached_property
-    def filtering(self) -> bool:
-        opts = self.feed.config
-        return bool(opts.filter_reject_header or opts.filter_reject_key_regex)
-
-    @functools.cached_property
-    def ordered(self) -> bool:
-        return self.feed.mode == "ordered"
-
-    @functools.cached_property
-    def limits(self) -> Limits:
-        return Limits(self.max_batch_records, self.max_batch_bytes, self.resolved_interval_s)
-
-    def reject_reason(self, msg: Message) -> str | None:
-        """Why a configured filter rejects this record, or None."""
-        opts = self.feed.config
-        if opts.filter_reject_header and any(
-            k == opts.filter_reject_header for k, _ in (msg.headers() or [])
-        ):
-            return f"record carries header {opts.filter_reject_header!r} (filter.reject.header)"
-        if opts.filter_reject_key_regex is not None:
-            key = msg.key()
-            if key is not None and re.fullmatch(
-                opts.filter_reject_key_regex, key.decode("utf-8", "replace")
-            ):
-                return f"key matches {opts.filter_reject_key_regex!r} (filter.reject.key.regex)"
-        return None
-
-
-@dataclass(eq=False)
-class PartitionState:
-    """One source partition of a task: what waits to be sent, and its timestamps. Compared
-    and hashed by identity: it keys the task's positions (TaskTxn), looked up per record."""
-
-    tp: TopicPartition
-    stamper: provenance.Stamper  # the provenance header of its copies
-    route: Route | None = None  # mirror feeds: where the copies go
-    copies: list[Copy] = field(default_factory=list)  # mirror copies not yet sent
-    copies_bytes: int = 0
-    max_copy: int = 0  # largest key + value among them (is a size check needed?)
-    last_ts_us: int = 0  # commit_ts of the newest copied record
-    resolved_ts_us: int = 0  # resolved_ts of the last committed mark
-    pending_resolved_us: int = 0  # resolved_ts of the mark in the open transaction
-    labels: tuple[str, str, str] = ("", "", "")
-    key: bytes = b""  # the marks' key: the source topic-partition
-    letters: list[tuple[Any, Any, Any]] = field(default_factory=list)  # dead letters to send
-    records: int = 0  # sent since the metrics were last updated
-    bytes: int = 0
-    dead_letters: int = 0
-    loop_dropped: int = 0
-    # Ordered feeds.
-    staged: list[ordered.Staged] = field(default_factory=list)  # staging records not yet sent
-    staged_bytes: int = 0
-    watermarked: bool = False  # the partition follows producer watermarks
-    # Gaps reported and not acknowledged, carried in every mark (core/gaps.py, D).
-    gaps: tuple[Gap, ...] = ()
-    watermark_us: int = 0  # the newest producer watermark read (working)
-    schemas: ordered.SchemaRefs | None = None  # Debezium input: schemas by reference
-
-    def restore(self, resolved_ts_us: int, watermarked: bool) -> None:
-        """Start from a previous owner's last mark: resolved_ts never goes backwards."""
-        self.resolved_ts_us = self.pending_resolved_us = resolved_ts_us
-        self.watermarked = watermarked
-        self.watermark_us = resolved_ts_us if watermarked else 0
-
-    def floor_us(self) -> int:
-        """Ordered feeds: a change at or below this commit_ts is late (its partition's
-        resolved_ts, emitted or promised by a watermark already read)."""
-        # watermark_us: the newest watermark read (0 until one is, and for a new owner of
-        # a partition that follows the clock): a final one binds too.
-        return max(self.resolved_ts_us, self.pending_resolved_us, self.watermark_us)
-
-    def is_loop(self, hdrs: list[Any], target_cluster_id: str) -> bool:
-        """True (and counted) when the target cluster is already in the hop list."""
-        try:
-            copy = provenance.should_copy(hdrs, target_cluster_id)
-        except ValueError:  # unreadable provenance: copy it; the hop list is not ours
-            return False
-        if not copy:
-            self.loop_dropped += 1
-        return not copy
 
 
 @dataclass
@@ -196,15 +60,17 @@ class PullerTask:
     producer: TransactionalProducer
     partitions: dict[TopicPartition, PartitionState] = field(default_factory=dict)
     txn: TaskTxn[PartitionState] = field(init=False)
-    in_txn: bool = False  # the producer's transaction has begun
     pending: Future[TxnFailure | None] | None = None  # the sealed transaction's commit, under way
     pending_since: float | None = None  # when that commit was handed to its thread
     # registry ids the copies not yet sealed name (ctx.follower): in the target registry
     # before their transaction commits
     schema_ids: set[int] = field(default_factory=set)
 
+    out: TaskProducer = field(init=False)  # the producer, as the transactions use it
+
     def __post_init__(self) -> None:
         self.txn = TaskTxn(self.ctx.limits, last_commit=time.monotonic())
+        self.out = TaskProducer(self.producer, self.staging_partition, self.transactional_id)
 
     @property
     def transactional_id(self) -> str:
@@ -219,7 +85,7 @@ class PullerTask:
             route,
             labels=(self.ctx.name, tp.topic, str(tp.partition)),
             key=records.mark_key(tp.topic, tp.partition),
-            schemas=None if self.ctx.schemas_topic is None else ordered.SchemaRefs(),
+            schemas=None if self.ctx.schemas_topic is None else SchemaRefs(),
         )
         self.txn.add_partition(state, next_offset)
         self.partitions[tp] = state
@@ -303,164 +169,24 @@ class PullerTask:
         )
 
     def _ship(self, state: PartitionState) -> TxnFailure | None:
-        """Send the partition's dead letters and records (inside the transaction); the
-        counters are kept per send, not per record. Never while a commit is under way:
-        the producer's next transaction waits for it."""
+        """Send the partition's dead letters and records. Never while a commit is under
+        way: the producer's next transaction waits for it."""
         assert self.pending is None and self.txn.may_send()
-        failure = self._begin()
-        if failure is not None:
-            return failure
-        try:
-            if state.letters:
-                for key, value, hdrs in state.letters:
-                    self._produce(topics.DLQ, value, key, hdrs, partition=-1)
-                    state.dead_letters += 1
-                state.letters.clear()
-            schemas = state.schemas
-            if schemas is not None and schemas.unsent:
-                # Before the changes that refer to them, in the same transaction.
-                assert self.ctx.schemas_topic is not None
-                for sid, schema in schemas.unsent:
-                    self._produce(self.ctx.schemas_topic, schema, sid, None, partition=0)
-                schemas.unsent.clear()
-            if state.staged:
-                # By position, like the copies (keywords cost ~2 µs per record here).
-                topic, partition, producer = (
-                    self.ctx.changes_topic,
-                    self.staging_partition,
-                    self.producer,
-                )
-                for key, value, hdrs, ts_ms in state.staged:
-                    # A record without a timestamp (-1) is staged at the time of writing (0).
-                    clients.produce_copy(
-                        producer, topic, value, key, partition, None, max(ts_ms, 0), hdrs
-                    )
-                state.records += len(state.staged)
-                state.bytes += state.staged_bytes
-                state.staged = []
-                state.staged_bytes = 0
-            if state.copies:
-                self._write_copies(state)
-        except KafkaException as err:  # librdkafka refused a record (a fenced producer)
-            return TxnFailure.of(err)
-        return None
-
-    def _write_copies(self, state: PartitionState) -> None:
-        """A mirror partition's buffered copies into its target partition."""
-        route = state.route
-        assert route is not None
-        copies, state.copies = state.copies, []
-        buffered, state.copies_bytes = state.copies_bytes, 0
-        written = size_total = 0
-        if route.exact or state.max_copy + SIZE_SLACK > route.max_message_bytes:
-            # Copy by copy: each size-checked, in a block of its own.
-            for copy in copies:
-                offset, _, key, value, hdrs = copy
-                exact = record_size(key, value, hdrs)
-                if exact > route.max_message_bytes:
-                    self._letter(
-                        key,
-                        value,
-                        hdrs,
-                        offset,
-                        "RecordTooLarge",
-                        f"record of {exact} bytes exceeds max.message.bytes="
-                        f"{route.max_message_bytes} of target topic {route.target_topic}",
-                        state,
-                    )
-                    continue
-                route.write_one(self.producer, copy)
-                written += 1
-                size_total += (len(key) if key else 0) + (len(value) if value else 0)
-            for letter_key, letter_value, letter_hdrs in state.letters:
-                self._produce(topics.DLQ, letter_value, letter_key, letter_hdrs, partition=-1)
-                state.dead_letters += 1
-            state.letters.clear()
-        else:
-            route.write(self.producer, copies)
-            written = len(copies)
-            size_total = buffered - COPY_OVERHEAD * written
-        state.max_copy = 0
-        state.records += written
-        state.bytes += size_total
-        state.last_ts_us = max(copies[-1][1], 0) * 1000
+        return shipping.ship(self.ctx, self.out, state)
 
     def dead_letter(
         self, msg: Message, error_class: str, reason: str, state: PartitionState
     ) -> None:
         """A source record that is not copied, kept in ``_crossfeed.dlq`` with why."""
-        self._letter(
-            msg.key(), msg.value(), msg.headers() or [], msg.offset(), error_class, reason, state
-        )
-
-    def _letter(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        hdrs: list[Any],
-        offset: int,
-        error_class: str,
-        reason: str,
-        state: PartitionState,
-    ) -> None:
-        letter = DeadLetter(
-            feed=self.ctx.name,
-            cluster_id=self.ctx.source_cluster_id,
-            topic=state.tp.topic,
-            partition=state.tp.partition,
-            offset=offset,
-            stage="puller",
-            error_class=error_class,
-            error_message=reason,
-        )
-        if self.ctx.feed.config.errors_tolerance == "none":
-            raise FeedStopped(letter)
-        log.warning("dead letter: %s", letter.describe())
-        # Sent with the partition's records (_ship): a commit may be under way.
-        state.letters.append((key, value, letter.headers(hdrs)))
+        record = (msg.key(), msg.value(), msg.headers() or [])
+        letters.letter(self.ctx, state, record, msg.offset(), error_class, reason)
 
     def gap_letter(self, state: PartitionState, gap: Gap) -> None:
-        """The records of ``gap`` will never be copied (deleted at the source): a dead
-        letter without key or value says so in the target, sent in the transaction whose
-        mark moves the partition past the gap (both go with the next one when a commit
-        is under way)."""
-        letter = DeadLetter(
-            feed=self.ctx.name,
-            cluster_id=self.ctx.source_cluster_id,
-            topic=state.tp.topic,
-            partition=state.tp.partition,
-            offset=gap.first,
-            stage="puller",
-            error_class=GAP_ERROR_CLASS,
-            error_message=f"offsets {gap.first}-{gap.last} ({gap.count} records) were deleted "
-            "at the source before they were copied",
-        )
-        state.letters.append((None, None, letter.headers([(GAP_END, str(gap.end).encode())])))
+        """The records of ``gap`` will never be copied: their dead letter goes in the
+        transaction whose mark moves the partition past the gap (both go with the next
+        one when a commit is under way)."""
+        letters.gap_letter(self.ctx, state, gap)
         self.txn.skip_to(state, gap.end)
-
-    def _produce(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None,
-        hdrs: list[Any] | None,
-        timestamp_ms: int = -1,
-        partition: int | None = None,
-    ) -> None:
-        """One of crossfeed's own records (staging, mark, sync, dead letter)."""
-        kwargs: dict[str, Any] = {}
-        if timestamp_ms >= 0:
-            kwargs["timestamp"] = timestamp_ms
-        if partition != -1:  # -1: the producer's partitioner decides
-            kwargs["partition"] = self.staging_partition if partition is None else partition
-        clients.produce_waiting(self.producer, topic, value=value, key=key, headers=hdrs, **kwargs)
-
-    def _begin(self) -> TxnFailure | None:
-        if self.in_txn:
-            return None
-        failure = self._txn(self.producer.begin_transaction)
-        self.in_txn = failure is None
-        return failure
 
     # -- transactions ---------------------------------------------------------------
 
@@ -503,7 +229,7 @@ class PullerTask:
         (:func:`ordered.next_resolved`).
         """
         assert self.pending is None
-        failure = self._begin()
+        failure = self.out.begin()
         for state in self.partitions.values():
             # the records first: a mark covers what precedes it
             failure = failure or self._ship(state)
@@ -514,38 +240,17 @@ class PullerTask:
                 self.txn.skip_to(self.partitions[tp], offset)
         sealed = self.txn.seal()
         now_us = int(time.time() * 1_000_000)
-        lateness_us = self.ctx.feed.config.lateness_ms * 1000
         for tp, state in self.partitions.items():
-            if self.ctx.ordered:
-                resolved = ordered.next_resolved(
-                    previous=state.resolved_ts_us,
-                    watermarked=state.watermarked,
-                    watermark_us=state.watermark_us,
-                    newest_commit_ts_us=state.last_ts_us,
-                    caught_up=tp in caught_up,
-                    now_us=now_us,
-                    lateness_us=lateness_us,
-                    known_until_us=known_until_us,
-                )
-                mark_headers = ordered.ordered_mark_headers(resolved, state.watermarked)
-            else:
-                resolved = max(
-                    (now_us if tp in caught_up else state.last_ts_us) - lateness_us,
-                    state.resolved_ts_us,  # resolved_ts never goes backwards
-                    0,
-                )
-                mark_headers = MARK_HEADERS
-            if state.gaps:
-                mark_headers = [*mark_headers, (headers.GAPS, carry(list(state.gaps)).encode())]
-            mark = records.resolved_mark(
-                source_cluster=self.ctx.source_cluster_id,
-                topic=tp.topic,
-                partition=tp.partition,
-                resolved_ts_us=resolved,
-                next_offset=sealed[state],
+            resolved, mark = marks.resolved_mark(
+                self.ctx,
+                state,
+                sealed[state],
+                caught_up=tp in caught_up,
+                now_us=now_us,
+                known_until_us=known_until_us,
             )
             try:
-                self._produce(self.ctx.changes_topic, mark, state.key, mark_headers)
+                self.out.produce(self.ctx.changes_topic, *mark)
             except KafkaException as err:
                 return TxnFailure.of(err)
             state.pending_resolved_us = resolved
@@ -563,33 +268,16 @@ class PullerTask:
                 return TxnFailure.of(err)
             if left:
                 return TxnFailure(Outcome.FAILED, f"{left} copies still undelivered")
-            for tp, state in self.partitions.items():
-                route = state.route
-                if route is None or not route.blocks:
-                    continue
-                runs = route.runs()
-                if isinstance(runs, CopyProblem):
-                    return TxnFailure(Outcome.FAILED, runs.detail)
-                for run in runs:
-                    value = records.offset_sync(
-                        feed=self.ctx.name,
-                        source_cluster=self.ctx.source_cluster_id,
-                        topic=tp.topic,
-                        partition=tp.partition,
-                        target_topic=route.target_topic,
-                        target_partition=route.partition,
-                        source_start=run.source_start,
-                        source_end=run.source_end,
-                        target_start=run.target_start,
-                    )
-                    key = records.offset_sync_key(self.ctx.name, tp.topic, tp.partition)
-                    try:
-                        self._produce(topics.OFFSET_SYNCS, value, key, None, partition=-1)
-                    except KafkaException as err:
-                        return TxnFailure.of(err)
-                    metrics.OFFSET_SYNCS.labels(self.ctx.name).inc()
+            for sync in marks.offset_syncs(self.ctx, self.partitions):
+                if isinstance(sync, CopyProblem):
+                    return TxnFailure(Outcome.FAILED, sync.detail)
+                try:
+                    self.out.produce(topics.OFFSET_SYNCS, *sync, partition=-1)
+                except KafkaException as err:
+                    return TxnFailure.of(err)
+                metrics.OFFSET_SYNCS.labels(self.ctx.name).inc()
         started = time.monotonic()
-        failure = self._txn(self.producer.commit_transaction, 60)
+        failure = self.out.commit()
         if failure is None:
             elapsed = time.monotonic() - started
             metrics.TRANSACTION_COMMIT_SECONDS.labels(self.ctx.name).observe(elapsed)
@@ -609,7 +297,7 @@ class PullerTask:
             state.resolved_ts_us = state.pending_resolved_us
             if state.route is not None:  # a mirror partition: its copies are in the target
                 metrics.CHECKPOINT_TS.labels(*state.labels).set(state.resolved_ts_us / 1e6)
-        self.in_txn = False
+        self.out.in_txn = False
         metrics.TRANSACTIONS.labels(self.ctx.name).inc()
         return self.txn.finished(Outcome.COMMITTED, time.monotonic())
 
@@ -620,36 +308,9 @@ class PullerTask:
             return self.txn.finished(failure.outcome, time.monotonic(), failure.detail)
         return self.txn.fail(failure.outcome, failure.detail)
 
-    def _txn(self, call: Callable[..., None], *args: float) -> TxnFailure | None:
-        """Run a transactional call; retriable errors are retried, anything else is
-        returned as the failure (fenced: another instance owns the task)."""
-        err: KafkaError | None = None
-        for _attempt in range(6):
-            try:
-                clients.served(call, *args)  # a commit serves delivery reports too
-                return None
-            except KafkaException as exc:
-                err = exc.args[0]
-                if err is None or not err.retriable() or clients.is_fenced(err):
-                    break
-                time.sleep(0.2)
-        assert err is not None
-        if clients.is_fenced(err):
-            return TxnFailure(
-                Outcome.FENCED,
-                f"task {self.transactional_id} fenced: another instance owns it ({err.str()})",
-            )
-        return TxnFailure(Outcome.FAILED, err.str())
-
     def close(self) -> None:
-        """Let the producer go. A task that ended in a failure drops what it still
-        holds (its transaction is settled by the next owner's ``init_transactions``)."""
-        try:
-            if self.txn.phase is Phase.DEAD:
-                self.producer.purge()
-            clients.flush(self.producer, 5)
-        except KafkaException as err:  # a fenced producer has nothing left to deliver
-            log.info("task %d: producer closed (%s)", self.staging_partition, err)
+        """Let the producer go (what a failed task holds is dropped: txn_producer.py)."""
+        self.out.close(dead=self.txn.phase is Phase.DEAD)
 
 
 def transactional_id(feed: str, staging_partition: int) -> str:

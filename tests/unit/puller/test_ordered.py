@@ -15,7 +15,9 @@ from crossfeed.core.partitions import TopicPartition
 from crossfeed.dlq import FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.services.puller.ordered import next_resolved, staged_size
-from crossfeed.services.puller.task import FeedContext, PullerTask, TxnFailure
+from crossfeed.services.puller.task import PullerTask
+from crossfeed.services.puller.task_state import FeedContext
+from crossfeed.services.puller.txn_producer import TxnFailure
 from crossfeed.wire import codec, headers
 from crossfeed.wire.records import resolved_mark_headers as watermark_headers
 from tests.support.recording_producer import RecordingProducer

@@ -16,7 +16,9 @@ from crossfeed.core.task_txn import Next, Outcome
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka.protocols import TransactionalProducer
 from crossfeed.services.puller.copies import Route
-from crossfeed.services.puller.task import FeedContext, PullerTask, TxnFailure
+from crossfeed.services.puller.task import PullerTask
+from crossfeed.services.puller.task_state import FeedContext
+from crossfeed.services.puller.txn_producer import TxnFailure
 from crossfeed.wire import codec, headers, topics
 from tests.support.kafka_fakes import FakeProducer, FakeRecord
 
