@@ -23,6 +23,7 @@ from crossfeed.kafka import topics as kafka_topics
 from crossfeed.kafka.reachability import wait_for_cluster
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
 from crossfeed.services.sink import dead_letters, metrics, reporting
+from crossfeed.services.sink.inputs import input_for
 from crossfeed.services.sink.reporting import SORTED_PARTITION as SORTED_PARTITION
 from crossfeed.services.sink.schemas import SchemaStore
 from crossfeed.services.sink.sorted_stream import (
@@ -91,6 +92,7 @@ class OrderedSink:
         self.committed = Applied()  # what is durably in the target with the data
         self.committed_offset = -1  # the sorted offset to resume from (-1: the start)
         self.sequencer = Sequencer()
+        self.input = input_for(feed)  # what differs for Debezium input (inputs.py)
         # Debezium input: the changes' Connect schemas, by reference (made with the clients).
         self.schemas: SchemaStore | None = None
         self._init_target()
@@ -105,8 +107,7 @@ class OrderedSink:
         admin = clients.admin(conf)
         kafka_topics.ensure_internal(admin, topics.DLQ)
         kafka_topics.ensure_internal(admin, self.sorted_topic)
-        if self.feed.input == "debezium":
-            self.schemas = SchemaStore(self.feed.name, conf)
+        self.schemas = self.input.schema_store(self.feed.name, conf)
         return admin
 
     def _consumer_conf(self) -> dict[str, Any]:

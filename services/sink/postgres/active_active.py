@@ -153,8 +153,8 @@ class ActiveActiveSink(PostgresSink):
         self.local_name = self.local.encode()
         self.conflicts = {lww.WON: 0, lww.LOST: 0}
         self.last_prune = 0.0
-        if self.feed.input == "debezium":
-            self.decoder = ReplicatedDecoder(self._debezium_mounter(), self.counters, self.side)
+        # a pair's feed is a Debezium one (feeds.py): its changes carry more than rows
+        self.decoder = ReplicatedDecoder(self._debezium_mounter(), self.counters, self.side)
 
     # -- the session ----------------------------------------------------------------------
 

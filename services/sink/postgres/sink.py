@@ -62,7 +62,7 @@ from crossfeed.services.sink.base import SORTED_PARTITION, relax_cycle_collector
 from crossfeed.services.sink.postgres import lock, position
 from crossfeed.services.sink.postgres.batch import Batch
 from crossfeed.services.sink.postgres.debezium import DebeziumMounter
-from crossfeed.services.sink.postgres.decoders import ChangeEventDecoder, DebeziumDecoder, Decoder
+from crossfeed.services.sink.postgres.decoders import Decoder
 from crossfeed.services.sink.postgres.mapping import Misfit
 from crossfeed.services.sink.postgres.position import Fenced
 from crossfeed.services.sink.postgres.writer import LOST, MAX_ROWS, PostgresWriter, Refused
@@ -93,7 +93,8 @@ class PostgresSink(PostgresWriter):
         # Debezium in Avro: the schemas its records name, from the registry (once per id)
         url = self.feed.config.schema_registry_url
         self.registry = SchemaRegistry(url) if url else None
-        self.decoder = self._decoder()
+        # the one way this feed's records become row changes (decoders.py)
+        self.decoder: Decoder = self.input.decoder(self._debezium_mounter)
         self.failures = 0
         self.careful_until = -1  # write change by change (savepoints) below this offset
         self.syncpoint = (0, 0)  # newest (consistency_ts µs, target time ms)
@@ -298,12 +299,6 @@ class PostgresSink(PostgresWriter):
         self.open.append(change)
         if len(self.open) >= MAX_ROWS:
             self._spill_open()
-
-    def _decoder(self) -> Decoder:
-        """The one way this feed's records become row changes (decoders.py)."""
-        if self.feed.input != "debezium":
-            return ChangeEventDecoder()
-        return DebeziumDecoder(self._debezium_mounter())
 
     def _debezium_mounter(self) -> DebeziumMounter:
         return DebeziumMounter(self._schema, self.registry.schema if self.registry else None)
