@@ -35,6 +35,7 @@ from typing import Any
 import psycopg
 
 from crossfeed.core import lww
+from crossfeed.core.columns import HIDDEN_COLUMNS
 from crossfeed.pair import catalog, sql
 from crossfeed.services.sink import metrics
 from crossfeed.services.sink.postgres import mapping
@@ -49,7 +50,7 @@ from crossfeed.services.sink.schemas import reference
 log = logging.getLogger(__name__)
 
 PRUNE_EVERY_S = 60.0
-NOT_REPLICATED = frozenset((*sql.HIDDEN_COLUMNS, mapping.COMMIT_TS_COLUMN))
+NOT_REPLICATED = HIDDEN_COLUMNS
 RACE_RETRIES = 5
 
 
