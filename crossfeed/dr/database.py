@@ -12,10 +12,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from crossfeed.core.columns import COMMIT_TS_COLUMN, HIDDEN_COLUMNS
 from crossfeed.core.switchover import Digest, comparable_columns
 from crossfeed.fencing import WRITABLE_SESSION
 
-HIDDEN_COLUMNS = frozenset(("_crossfeed_commit_ts", "_crossfeed_ts", "_crossfeed_side"))
 """crossfeed's bookkeeping in application tables: never compared, never replicated."""
 
 Conn = psycopg.Connection[Any]
@@ -302,8 +302,8 @@ def _reseed_table(
                 gone,
             )
         if changed:
-            stamped = "_crossfeed_commit_ts" in source_columns
-            names = [*wanted, *(["_crossfeed_commit_ts"] if stamped else [])]
+            stamped = COMMIT_TS_COLUMN in source_columns
+            names = [*wanted, *([COMMIT_TS_COLUMN] if stamped else [])]
             updates = sql.SQL(", ").join(
                 sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in names
             )

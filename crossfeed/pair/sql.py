@@ -34,11 +34,9 @@ from __future__ import annotations
 
 from typing import Final
 
+from crossfeed.core.columns import SIDE_COLUMN, TS_COLUMN
 from crossfeed.wire.debezium import ORIGIN_PREFIX
 
-TS_COLUMN: Final = "_crossfeed_ts"
-SIDE_COLUMN: Final = "_crossfeed_side"
-HIDDEN_COLUMNS: Final = (TS_COLUMN, SIDE_COLUMN)
 TOMBSTONES: Final = "crossfeed_tombstones"
 CONFLICTS: Final = "crossfeed_conflicts"
 APPLYING_SETTING: Final = "crossfeed.applying"

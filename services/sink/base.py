@@ -17,14 +17,15 @@ from confluent_kafka import KafkaError
 
 from crossfeed.config import Settings
 from crossfeed.core.timestamps import commit_interval_ms
-from crossfeed.dlq import DeadLetter, FeedStopped
 from crossfeed.feeds import FeedSpec
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
 from crossfeed.kafka.reachability import wait_for_cluster
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
-from crossfeed.services.sink import metrics
-from crossfeed.services.sink.schemas import SchemaStore, SchemasUnreadable, UnknownSchema
+from crossfeed.services.sink import dead_letters, metrics, reporting
+from crossfeed.services.sink.inputs import input_for
+from crossfeed.services.sink.reporting import SORTED_PARTITION as SORTED_PARTITION
+from crossfeed.services.sink.schemas import SchemaStore
 from crossfeed.services.sink.sorted_stream import (
     Applied,
     BadMarker,
@@ -37,7 +38,6 @@ from crossfeed.wire import ids, topics
 
 log = logging.getLogger(__name__)
 
-SORTED_PARTITION = 0
 CONSUME_BATCH = 2000
 READ_WAIT_S = 0.05
 GC_THRESHOLD = 50_000  # allocations between two runs of the cycle collector
@@ -52,6 +52,15 @@ def relax_cycle_collector() -> None:
     (modules, settings) is frozen out of its walks."""
     gc.freeze()
     gc.set_threshold(GC_THRESHOLD, 20, 100)
+
+
+def commit_interval_s(msgs: list[Any], keep_up_ms: int, backlog_ms: int) -> float:
+    """How long a transaction may stay open after a read of ``msgs``: catching up a
+    backlog (the read filled the batch with old records), longer: fewer, larger commits
+    (timestamps.py)."""
+    newest = msgs[-1].timestamp()[1]
+    full = len(msgs) == CONSUME_BATCH
+    return commit_interval_ms(full, newest, time.time() * 1000, keep_up_ms, backlog_ms) / 1000
 
 
 class OrderedSink:
@@ -83,6 +92,7 @@ class OrderedSink:
         self.committed = Applied()  # what is durably in the target with the data
         self.committed_offset = -1  # the sorted offset to resume from (-1: the start)
         self.sequencer = Sequencer()
+        self.input = input_for(feed)  # what differs for Debezium input (inputs.py)
         # Debezium input: the changes' Connect schemas, by reference (made with the clients).
         self.schemas: SchemaStore | None = None
         self._init_target()
@@ -97,8 +107,7 @@ class OrderedSink:
         admin = clients.admin(conf)
         kafka_topics.ensure_internal(admin, topics.DLQ)
         kafka_topics.ensure_internal(admin, self.sorted_topic)
-        if self.feed.input == "debezium":
-            self.schemas = SchemaStore(self.feed.name, conf)
+        self.schemas = self.input.schema_store(self.feed.name, conf)
         return admin
 
     def _consumer_conf(self) -> dict[str, Any]:
@@ -137,19 +146,7 @@ class OrderedSink:
         """One read of the sorted stream, each record to ``handle`` (False: stop here)."""
         msgs = clients.read_batch(consumer, CONSUME_BATCH, self._read_wait())
         if msgs:
-            # Catching up a backlog (the read filled the batch with old records), a
-            # transaction may stay open longer: fewer, larger commits (timestamps.py).
-            newest = msgs[-1].timestamp()[1]
-            self.interval_s = (
-                commit_interval_ms(
-                    len(msgs) == CONSUME_BATCH,
-                    newest,
-                    time.time() * 1000,
-                    self.keep_up_ms,
-                    self.backlog_ms,
-                )
-                / 1000
-            )
+            self.interval_s = commit_interval_s(msgs, self.keep_up_ms, self.backlog_ms)
         for msg in msgs:
             error = msg.error()
             if error:
@@ -313,19 +310,7 @@ class OrderedSink:
             metrics.CHECKPOINT_TS.labels(*self.labels).set(self.committed.checkpoint_ts / 1e6)
 
     def _count_commit(self) -> None:
-        metrics.TRANSACTIONS.labels(*self.labels).inc()
-        metrics.SOURCE_TRANSACTIONS.labels(*self.labels).inc(self.txn_sources)
-        metrics.EVENTS.labels(*self.labels).inc(self.txn_events)
-        metrics.BYTES.labels(*self.labels).inc(self.txn_bytes)
-        for table, count in self.skipped.items():
-            metrics.LWW_SKIPPED.labels(self.feed.name, table).inc(count)
-        if self.txn_dead:
-            metrics.DLQ.labels(self.feed.name, self.sorted_topic, "0").inc(self.txn_dead)
-        if self.committed.checkpoint_ts:
-            metrics.CHECKPOINT_TS.labels(*self.labels).set(self.committed.checkpoint_ts / 1e6)
-        if self.newest_ts_ms >= 0:
-            lag = max(0.0, time.time() - self.newest_ts_ms / 1000)
-            metrics.LAG_SECONDS.labels(*self.labels).set(lag)
+        reporting.count_commit(self)
         if self.state == "error":
             log.info("feed %s: sink writing again", self.feed.name)
             self.state, self.last_error = "normal", None
@@ -340,57 +325,13 @@ class OrderedSink:
     def _dead_letter(
         self, msg: Any, error_class: str, reason: str, producer: Any, cluster: str
     ) -> None:
-        """``msg`` (a sorted record) to ``_crossfeed.dlq`` with the context headers, or
-        FeedStopped with errors.tolerance=none."""
-        letter = DeadLetter(
-            feed=self.feed.name,
-            cluster_id=cluster,
-            topic=msg.topic(),
-            partition=msg.partition(),
-            offset=msg.offset(),
-            stage="sink",
-            error_class=error_class,
-            error_message=reason,
-        )
-        if self.feed.config.errors_tolerance == "none":
-            raise FeedStopped(letter)
-        log.warning("dead letter: %s", letter.describe())
-        try:
-            value = self._value(msg, msg.headers())  # the value as the source had it
-        except (UnknownSchema, SchemasUnreadable):
-            value = msg.value()  # the payload alone, its header naming the schema
-        clients.produce_waiting(
-            producer,
-            topics.DLQ,
-            value=value,
-            key=msg.key(),
-            headers=letter.headers(msg.headers() or []),
-        )
+        """``msg`` (a sorted record) to ``_crossfeed.dlq`` (dead_letters.py)."""
+        why = (error_class, reason)
+        dead_letters.send(self.feed, msg, why, producer, cluster, self._value)
         self.txn_dead += 1
 
     def _heartbeat_content(self, applying: bool, **extra: Any) -> HeartbeatContent:
-        return HeartbeatContent(
-            tasks=[f"{self.feed.name}/sink/{SORTED_PARTITION}"] if applying else [],
-            feeds=[self.feed.name],
-            address=self.address,
-            last_error=self.last_error or "",
-            checkpoint_ts_us=self.committed.checkpoint_ts if applying else 0,
-            **extra,
-        )
+        return reporting.heartbeat_content(self, applying, **extra)
 
     def _status(self, applying: bool, target: str, **extra: Any) -> dict[str, Any]:
-        return {
-            "role": "sink",
-            "mode": "ordered",
-            "target": target,
-            "instance": self.instance_id,
-            "feed": self.feed.name,
-            "state": self.state,
-            "last_error": self.last_error,
-            "tasks": [SORTED_PARTITION] if applying else [],
-            "applied": self.committed.position.describe(),
-            "applied_commit_ts_us": self.committed.position.commit_ts,
-            "checkpoint_ts_us": self.committed.checkpoint_ts,
-            "committed_offset": self.committed_offset,
-            **extra,
-        }
+        return reporting.status(self, applying, target, **extra)

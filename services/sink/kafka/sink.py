@@ -35,30 +35,24 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from crossfeed.cdc.schema_copy import SchemaFollower
 from crossfeed.dlq import FeedStopped
-from crossfeed.kafka import clients, tails
-from crossfeed.kafka import topics as kafka_topics
+from crossfeed.kafka import clients
 from crossfeed.kafka.protocols import GroupConsumer, Message, TransactionalProducer
-from crossfeed.kafka.tails import TailReader
-from crossfeed.kafka.targets import TargetTopics, record_size
+from crossfeed.kafka.targets import record_size
 from crossfeed.membership import HeartbeatContent
 from crossfeed.services.sink import metrics
 from crossfeed.services.sink.base import SORTED_PARTITION, OrderedSink, relax_cycle_collector
-from crossfeed.services.sink.schemas import UnknownSchema
-from crossfeed.services.sink.sorted_stream import (
-    Applied,
-    BadMarker,
-    Kind,
-    Position,
-    classify,
-    resume_position,
-    written_position,
+from crossfeed.services.sink.kafka import position
+from crossfeed.services.sink.kafka.target import (
+    check_target,
+    ready_target,
+    target_producer,
+    warn_if_expired,
 )
-from crossfeed.wire import confluent_avro, ids
+from crossfeed.services.sink.schemas import UnknownSchema
+from crossfeed.wire import confluent_avro
 from crossfeed.wire.headers import SCHEMA, TIMESTAMP
 
 log = logging.getLogger(__name__)
-
-TRANSACTION_TIMEOUT_MS = 300_000  # a long source transaction keeps one Kafka transaction open
 
 
 class KafkaSink(OrderedSink):
@@ -95,26 +89,8 @@ class KafkaSink(OrderedSink):
     def start(self, stop: threading.Event) -> None:
         relax_cycle_collector()
         admin = self._prepare_cluster(self.target_alias, self.target_conf, stop)
-        # One partition: its consumers see the global order.
-        kafka_topics.ensure_topic(admin, self.target_topic, 1)
-        target = TargetTopics(admin).get(self.target_topic)
-        deadline = time.monotonic() + 30
-        while target is None and time.monotonic() < deadline and not stop.is_set():
-            time.sleep(0.2)  # a topic just created may not be in the metadata yet
-            target = TargetTopics(admin).get(self.target_topic)
-        if target is None:
-            raise RuntimeError(
-                f"target topic {self.target_topic} is not readable after creating it"
-            )
-        self.max_message_bytes = target.max_message_bytes
-        self.retention_ms = time_retention_ms(admin, self.target_topic)
-        if target.partitions != 1:
-            log.warning(
-                "target topic %s has %d partitions; ordered feed %s writes partition 0 only",
-                self.target_topic,
-                target.partitions,
-                self.feed.name,
-            )
+        target = ready_target(admin, self.target_topic, self.feed.name, stop)
+        self.max_message_bytes, self.retention_ms = target
         self.producer = self._new_producer()
         conf = {
             **self._consumer_conf(),
@@ -266,27 +242,13 @@ class KafkaSink(OrderedSink):
         self._reset_txn()
 
     def _warn_if_expired(self) -> None:
-        """Target records keep their source timestamps, and the broker's time retention
-        counts from those: replaying history older than the target's ``retention.ms``
-        writes records the broker deletes at its next retention check (within minutes).
-        Nothing crossfeed can undo afterwards, so it says so, once a minute at most."""
-        if self.retention_ms is None or self.newest_ts_ms < 0:
-            return
-        now = time.time()
-        if self.newest_ts_ms >= now * 1000 - self.retention_ms:
-            return
-        if now - self.expired_warned_at >= 60:
-            self.expired_warned_at = now
-            log.warning(
-                "feed %s writes records with source timestamps older than the retention.ms "
-                "(%d) of target topic %s (the newest just committed: %s); the broker "
-                "deletes them at its next retention check: give the topic a longer "
-                "retention.ms (-1 keeps everything) to keep this history",
-                self.feed.name,
-                self.retention_ms,
-                self.target_topic,
-                time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.newest_ts_ms / 1000)),
-            )
+        """Records older than the target's retention.ms: said once a minute at most."""
+        self.expired_warned_at = warn_if_expired(
+            (self.feed.name, self.target_topic),
+            self.retention_ms,
+            self.newest_ts_ms,
+            self.expired_warned_at,
+        )
 
     def _abort(self, cut_at: int | None = None) -> None:
         """Abort the open Kafka transaction and rewind the input to the committed offset;
@@ -310,13 +272,7 @@ class KafkaSink(OrderedSink):
         self._reset_txn()
 
     def _seek_committed(self) -> None:
-        offset = self.committed_offset
-        if offset < 0:
-            low, _ = self._clients()[1].get_watermark_offsets(
-                KafkaTP(self.sorted_topic, SORTED_PARTITION), timeout=10
-            )
-            offset = low
-        self._clients()[1].seek(KafkaTP(self.sorted_topic, SORTED_PARTITION, offset))
+        position.seek(self._clients()[1], self.sorted_topic, self.committed_offset)
 
     def _on_kafka_error(self, exc: KafkaException) -> None:
         err: KafkaError = exc.args[0]
@@ -332,14 +288,10 @@ class KafkaSink(OrderedSink):
 
     def _reload_position(self) -> None:
         """The committed offset and position, as the group coordinator has them."""
-        tp = KafkaTP(self.sorted_topic, SORTED_PARTITION)
-        committed = self._clients()[1].committed([tp], timeout=10)[0]
-        try:
-            self.committed = Applied.decode(committed.metadata)
-        except ValueError as err:
-            log.warning("feed %s: %s; starting with no position", self.feed.name, err)
-            self.committed = Applied()
-        self.committed_offset = committed.offset if committed.offset >= 0 else -1
+        consumer = self._clients()[1]
+        self.committed, self.committed_offset = position.group_position(
+            consumer, self.sorted_topic, self.feed.name
+        )
         self._restart_sequencer()
 
     def _on_assign(self, consumer: Any, partitions: list[KafkaTP]) -> None:
@@ -364,85 +316,23 @@ class KafkaSink(OrderedSink):
         )
 
     def _check_target(self) -> int | None:
-        """The applied position checked against the end of the target topic (see
-        sorted_stream.resume_position): corrected where the target's records say more.
-        Returns the sorted-stream offset to read from again when transactions the position
-        covers are not in the target (else None)."""
-        tail = None
-        for attempt in range(3):  # the target may just be back: a few tries, then go on
-            reader = TailReader(self.target_conf)
-            try:
-                tail = reader.read(KafkaTP(self.target_topic, 0), written_position)
-                break
-            except KafkaException as err:
-                log.warning(
-                    "feed %s: could not read the end of %s (%s)%s",
-                    self.feed.name,
-                    self.target_topic,
-                    err.args[0].str() if err.args else err,
-                    "; trying again" if attempt < 2 else "; resuming from the applied position",
-                )
-                time.sleep(1.0)
-            finally:
-                reader.close()
-        if tail is None:
-            return None
-        applied = self.committed.position
-        resumed = resume_position(applied, tail.committed, tail.aborted)
-        if resumed == applied:
-            return None
-        rewind = None
-        if resumed < applied:
-            try:
-                rewind = self._begin_at_or_below(resumed)
-            except KafkaException as err:
-                log.error(
-                    "feed %s: transactions after %s are not in %s, but %s could not be read "
-                    "back to them (%s); resuming from the applied position",
-                    self.feed.name,
-                    resumed.describe(),
-                    self.target_topic,
-                    self.sorted_topic,
-                    err,
-                )
-                return None
-        log.warning(
-            "feed %s: the applied position says %s, the target %s says %s (%d aborted "
-            "records); resuming after %s%s",
+        """The applied position checked against the end of the target topic (target.py):
+        corrected where the target's records say more. Returns the sorted-stream offset to
+        read from again when transactions the position covers are not in the target."""
+        found = check_target(
+            self.target_conf,
+            (self.target_topic, self.sorted_topic),
             self.feed.name,
-            applied.describe(),
-            self.target_topic,
-            "nothing" if tail.committed is None else tail.committed.describe(),
-            len(tail.aborted),
-            resumed.describe(),
-            "" if rewind is None else f", reading {self.sorted_topic} again from {rewind}",
+            (self.committed.position, self.committed_offset),
         )
+        if found is None:
+            return None
+        resumed, rewind = found
         self.committed = dataclasses.replace(self.committed, position=resumed)
         if rewind is not None:
             self.committed_offset = rewind
         self._restart_sequencer()
         return rewind
-
-    def _begin_at_or_below(self, position: Position) -> int:
-        """The offset of the newest ``begin`` at or below ``position`` before the committed
-        offset (the sequencer drops that transaction and applies what follows), or the
-        sorted partition's start."""
-        where = KafkaTP(self.sorted_topic, SORTED_PARTITION)
-        reader = clients.consumer(self.target_conf, **{"group.id": "crossfeed-tail-check"})
-        try:
-            low, high = reader.get_watermark_offsets(where, timeout=10)
-            end = self.committed_offset if self.committed_offset >= 0 else high
-            for start in tails.backwards(low, end, 4096):
-                begins: list[int] = [
-                    msg.offset()
-                    for msg in tails.scan(reader, where, start, end)
-                    if _is_begin_at_or_below(msg.headers(), position)
-                ]
-                if begins:
-                    return max(begins)
-            return int(low)
-        finally:
-            reader.close()
 
     def _on_revoke(self, consumer: Any, partitions: list[KafkaTP]) -> None:
         self._finish("before revocation")
@@ -455,37 +345,13 @@ class KafkaSink(OrderedSink):
     # -- helpers --------------------------------------------------------------------
 
     def _new_producer(self) -> TransactionalProducer:
-        return clients.transactional_producer(
-            self.target_conf,
-            ids.sink_transactional_id(self.feed.name, self.instance_id),
-            **{
-                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-                "linger.ms": 5,
-                "batch.size": 1 << 20,
-                "queue.buffering.max.kbytes": 131072,
-            },
-        )
+        return target_producer(self.target_conf, self.feed.name, self.instance_id)
 
     def _heartbeat(self) -> HeartbeatContent:
         return self._heartbeat_content(self.owner)
 
     def status(self) -> dict[str, Any]:
         return self._status(self.owner, f"kafka://{self.target_alias}/{self.target_topic}")
-
-
-def time_retention_ms(admin: Any, topic: str) -> int | None:
-    """``topic``'s time retention in ms when the broker deletes its records by their own
-    timestamps (``cleanup.policy`` with ``delete``, CreateTime, ``retention.ms`` >= 0);
-    None otherwise, or when its configs cannot be read (the warning is only advice)."""
-    keys = ("cleanup.policy", "message.timestamp.type", "retention.ms")
-    try:
-        policy, stamps, retention = kafka_topics.effective_configs(admin, topic, keys).values()
-    except KafkaException as err:
-        log.info("configs of target topic %s not read (%s)", topic, err)
-        return None
-    if "delete" not in (policy or "delete") or stamps == "LogAppendTime" or retention is None:
-        return None
-    return int(retention) if int(retention) >= 0 else None
 
 
 def source_timestamp(sorted_ts_ms: int, hdrs: list[Any] | None) -> tuple[int, list[Any] | None]:
@@ -504,11 +370,3 @@ def source_timestamp(sorted_ts_ms: int, hdrs: list[Any] | None) -> tuple[int, li
         elif name != SCHEMA:
             kept.append((name, value))
     return ts_ms, kept
-
-
-def _is_begin_at_or_below(hdrs: list[Any] | None, position: Position) -> bool:
-    try:
-        marker = classify(hdrs)
-    except BadMarker:
-        return False
-    return marker.kind is Kind.BEGIN and marker.position <= position

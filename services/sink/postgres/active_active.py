@@ -35,18 +35,22 @@ from typing import Any
 import psycopg
 
 from crossfeed.core import lww
+from crossfeed.core.columns import HIDDEN_COLUMNS
 from crossfeed.pair import catalog, sql
 from crossfeed.services.sink import metrics
 from crossfeed.services.sink.postgres import mapping
 from crossfeed.services.sink.postgres.batch import Batch
 from crossfeed.services.sink.postgres.debezium import DebeziumMounter
 from crossfeed.services.sink.postgres.mapping import Misfit, RowChange
-from crossfeed.services.sink.postgres.sink import LOST, Fenced, PostgresSink, Refused
+from crossfeed.services.sink.postgres.position import Fenced
+from crossfeed.services.sink.postgres.sink import PostgresSink
+from crossfeed.services.sink.postgres.writer import LOST, Refused
+from crossfeed.services.sink.schemas import reference
 
 log = logging.getLogger(__name__)
 
 PRUNE_EVERY_S = 60.0
-NOT_REPLICATED = frozenset((*sql.HIDDEN_COLUMNS, mapping.COMMIT_TS_COLUMN))
+NOT_REPLICATED = HIDDEN_COLUMNS
 RACE_RETRIES = 5
 
 
@@ -89,53 +93,20 @@ class InOrder(Batch):
         self.changes = 0
 
 
-class ActiveActiveSink(PostgresSink):
-    def _init_target(self) -> None:
-        super()._init_target()
-        self.done = InOrder()
-        config = self.feed.config
-        assert config.active_active_side and config.active_active_target_side
-        self.side = config.active_active_side
-        self.local = config.active_active_target_side
-        self.counters = config.counters()
-        self.ready: set[str] = set()  # tables seen with hidden columns and triggers
-        self.unsafe: dict[str, str] = {}  # tables the pair's checks refuse: why
-        self.local_name = self.local.encode()
-        self.conflicts = {lww.WON: 0, lww.LOST: 0}
-        self.last_prune = 0.0
+class ReplicatedDecoder:
+    """The pair's Debezium envelopes (decoders.py): row changes of the application's
+    columns, with the side, the source time and the counters' deltas they carry."""
 
-    # -- the session ----------------------------------------------------------------------
+    def __init__(
+        self, mounter: DebeziumMounter, counters: dict[str, frozenset[str]], side: str
+    ) -> None:
+        self.mounter, self.counters, self.side = mounter, counters, side
 
-    def _prepare_session(self, conn: psycopg.Connection[Any]) -> None:
-        """The pair's functions, the applying flag and the replication origin."""
-        for statement in sql.schema_ddl(self.schema):
-            conn.execute(statement)
-        conn.commit()
-        name = sql.origin(self.feed.name)
-        conn.execute(f"SET {sql.APPLYING_SETTING} = 'on'")
-        conn.execute(
-            "SELECT pg_replication_origin_create(%(o)s) WHERE NOT EXISTS "
-            "(SELECT 1 FROM pg_replication_origin WHERE roname = %(o)s)",
-            {"o": name},
-        )
-        try:
-            conn.execute("SELECT pg_replication_origin_session_setup(%s)", (name,))
-        except psycopg.errors.ObjectInUse as err:  # a sink that died is still connected
-            raise Fenced(f"replication origin {name} is in use: {err}") from err
-        conn.commit()
-        self.ready.clear()
-
-    # -- changes --------------------------------------------------------------------------
-
-    def _mount_debezium(
-        self,
-        mounter: DebeziumMounter,
-        key: bytes | None,
-        value: bytes | None,
-        commit_ts: int,
-        sid: bytes | None,
-    ) -> RowChange | None:
-        written = mounter.mount_written(key, value, commit_ts, sid, self.counters)
+    def decode(
+        self, key: bytes | None, value: bytes | None, commit_ts: int, hdrs: list[Any] | None
+    ) -> Replicated | None:
+        sid = reference(value, hdrs)
+        written = self.mounter.mount_written(key, value, commit_ts, sid, self.counters)
         if written is None:
             return None
         change = written.change
@@ -168,6 +139,47 @@ class ActiveActiveSink(PostgresSink):
             replicated.deltas = deltas
         return replicated
 
+
+class ActiveActiveSink(PostgresSink):
+    def _init_target(self) -> None:
+        super()._init_target()
+        self.done = InOrder()
+        config = self.feed.config
+        assert config.active_active_side and config.active_active_target_side
+        self.side = config.active_active_side
+        self.local = config.active_active_target_side
+        self.counters = config.counters()
+        self.ready: set[str] = set()  # tables seen with hidden columns and triggers
+        self.unsafe: dict[str, str] = {}  # tables the pair's checks refuse: why
+        self.local_name = self.local.encode()
+        self.conflicts = {lww.WON: 0, lww.LOST: 0}
+        self.last_prune = 0.0
+        # a pair's feed is a Debezium one (feeds.py): its changes carry more than rows
+        self.decoder = ReplicatedDecoder(self._debezium_mounter(), self.counters, self.side)
+
+    # -- the session ----------------------------------------------------------------------
+
+    def _prepare_session(self, conn: psycopg.Connection[Any]) -> None:
+        """The pair's functions, the applying flag and the replication origin."""
+        for statement in sql.schema_ddl(self.schema):
+            conn.execute(statement)
+        conn.commit()
+        name = sql.origin(self.feed.name)
+        conn.execute(f"SET {sql.APPLYING_SETTING} = 'on'")
+        conn.execute(
+            "SELECT pg_replication_origin_create(%(o)s) WHERE NOT EXISTS "
+            "(SELECT 1 FROM pg_replication_origin WHERE roname = %(o)s)",
+            {"o": name},
+        )
+        try:
+            conn.execute("SELECT pg_replication_origin_session_setup(%s)", (name,))
+        except psycopg.errors.ObjectInUse as err:  # a sink that died is still connected
+            raise Fenced(f"replication origin {name} is in use: {err}") from err
+        conn.commit()
+        self.ready.clear()
+
+    # -- changes --------------------------------------------------------------------------
+
     def _fit(self, change: RowChange) -> None:
         """An application's table: never created here; given the hidden columns and
         triggers when first seen; new columns added as the ordinary sink does."""
@@ -192,19 +204,7 @@ class ActiveActiveSink(PostgresSink):
                     self._execute(statement)
                 self._forget_tables()
             self.ready.add(change.table)
-        known = (change.table, change.schema_version, change.shape)
-        if change.op != "ddl" and known in self.fitted:
-            return
-        existing = self._table(change.table)
-        plan = mapping.plan(self.schema, existing, change, self.auto_create, commit_ts_column=False)
-        if not plan.statements:
-            self.fitted.add(known)
-            return
-        self._spill_open()
-        for statement in plan.statements:
-            log.info("feed %s: %s", self.feed.name, statement)
-            self._execute(statement)
-        self._forget_tables()
+        self._fit_columns(change, commit_ts_column=False)
 
     def _check_table(self, table: str) -> None:
         """What pair create checks, for a table first seen here (the schema may have

@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-COMMIT_TS_COLUMN: Final = "_crossfeed_commit_ts"
+from crossfeed.core.columns import COMMIT_TS_COLUMN as COMMIT_TS_COLUMN
+
 POSITION_TABLE: Final = "crossfeed_position"
 SYNCPOINT_TABLE: Final = "crossfeed_syncpoint"
 
