@@ -45,7 +45,10 @@ CLUSTERS = (
     KafkaNode("dc-a", 19092 + _OFF, 19093 + _OFF),
     KafkaNode("dc-b", 29092 + _OFF, 29093 + _OFF),
 )
-READY_TIMEOUT_S = 60.0
+READY_TIMEOUT_S = 180.0
+"""A ceiling, not a wait: a broker or database answers within seconds on an idle machine
+(and one that exits is reported at once), but two stacks starting beside a busy one on
+2 cores took past 60 s."""
 CONNECT_READY_TIMEOUT_S = 240.0  # a JVM loading Connect and its plugins on 2 busy cores
 REGISTRY_READY_TIMEOUT_S = 120.0
 REGISTRY_B_PORT = 28081 + _OFF

@@ -4,15 +4,17 @@ state snapshot and the live members — the same data on the leader and on stand
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
 from crossfeed.core.secrets import mask_text, masked
 from crossfeed.services.coordinator.fold import StateView
-from crossfeed.services.coordinator.leadership import LeaderInfo
 from crossfeed.services.coordinator.members import Member, MembersView
 from crossfeed.services.coordinator.records import task_name
+
+if TYPE_CHECKING:  # a name for a signature only: leadership imports metrics, which imports us
+    from crossfeed.services.coordinator.leadership import LeaderInfo
 
 
 class FeedInfo(BaseModel):

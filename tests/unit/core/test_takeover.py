@@ -63,13 +63,16 @@ txns = st.lists(
 def test_the_count_is_the_distinct_transactions_after_the_applied_one(
     spec: list[tuple[int, int]], applied: int
 ) -> None:
-    known = [Known(f"{o}.{o}", o, o * 1000) for o, copies in spec for _ in range(copies + 1)]
+    # commit time (order + 1) ms: a commit time of 0 means "not known" (Known's contract)
+    known = [Known(f"{o}.{o}", o, (o + 1) * 1000) for o, copies in spec for _ in range(copies + 1)]
     expected = {o for o, _ in spec if o > applied}
-    r = rpo(applied, applied * 1000, known, exact=True, known_from="x")
+    r = rpo(applied, (applied + 1) * 1000, known, exact=True, known_from="x")
     assert r.transactions == len(expected)
     if expected:
-        assert r.last_lost_us == max(expected) * 1000
-        assert r.first_lost_us == min(expected) * 1000
+        assert r.last_lost_us == (max(expected) + 1) * 1000
+        assert r.first_lost_us == (min(expected) + 1) * 1000
     # what is known from more places never counts less
-    more = rpo(applied, applied * 1000, [*known, Known("new", 99, 1)], exact=False, known_from="x")
+    more = rpo(
+        applied, (applied + 1) * 1000, [*known, Known("new", 99, 1)], exact=False, known_from="x"
+    )
     assert more.transactions == len(expected) + 1
