@@ -55,7 +55,7 @@ ORDERED_FIGURES = tuple(
     for side, figures in (
         ("produce", ("events_per_s",)),
         ("spark_passthrough", ("events_per_s", "startup_s")),
-        ("kafka", ("events_per_s", "of_spark_passthrough", *_TARGET_FIGURES)),
+        ("kafka", ("events_per_s", "of_spark_passthrough", "idle_cores.feed", *_TARGET_FIGURES)),
         (
             "postgres",
             (
@@ -203,7 +203,7 @@ def ordered_section(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             out[side]["peak_rss_mb"] = peaks
         # CPU per change and the cores in use at half load: each process's median too,
         # so they add up like the total's.
-        for figure in ("cpu_us_per_change", "lag_cores"):
+        for figure in ("cpu_us_per_change", "lag_cores", "idle_cores"):
             labels = {label for r in good for label in lookup(r, f"{side}.{figure}") or {}}
             for label in sorted(labels):
                 figures = spread(lookup(r, f"{side}.{figure}.{label}") for r in good)

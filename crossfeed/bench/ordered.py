@@ -11,6 +11,8 @@ Per target, on one backlog of bank transfers written to dc-a beforehand:
   everything a change costs on the machine (the sorter and the sink from the first change
   on the target, leaving their start-up out; the others from the pipeline's start, since
   the pullers copy the backlog before that);
+* **idle cores** (into Kafka): the feed's processes and the brokers over 30 s of a quiet
+  source after the lag phase (crossfeed/bench/feed_idle.py);
 * **lag at half load**: the workload at half that rate for ``lag_seconds``, source
   commit_ts → visible on the target, p50/p99. The workload encodes the phase's transfers
   before its clock starts (``build_ahead``), so while the pipeline is measured it costs
@@ -41,7 +43,7 @@ from typing import Any
 
 import yaml
 
-from crossfeed.bench import jvm
+from crossfeed.bench import feed_idle, jvm
 from crossfeed.bench.cleanup import Janitor, delete_groups
 from crossfeed.bench.measure import (
     PeakRss,
@@ -242,12 +244,19 @@ def kafka_target(
         result["lag_phase_events"] = summary.events
         result["lag_phase_last_commit_ts"] = summary.last_commit_ts
         result["peak_rss_mb"] = rss.finish()
+        # Then the source goes quiet: what the feed costs while nothing happens.
+        time.sleep(feed_idle.SETTLE_S)
+        result["idle_cores"] = feed_idle.idle_cores(pids, IDLE_SECONDS)
         return result
     finally:
         rss.stopping.set()
         cost.stop()
         watch.stop()
         pipeline.stop()
+
+
+IDLE_SECONDS = 30.0
+"""How long the Kafka target's feed is measured quiet, after its lag phase."""
 
 
 def cost_meter(pids: dict[str, int], database: bool = False) -> ProcessCost:

@@ -208,20 +208,14 @@ def _ordered_lines(o: dict[str, Any], cpus: int) -> list[str]:
             f"p50 {_num(lag.get('p50'))} ms, p99 {_num(lag.get('p99'))} ms; start-up "
             f"{_num(side.get('startup_s'), 1)} s; peak RSS MB {side.get('peak_rss_mb')}"
         )
-        cpu = side.get("cpu_us_per_change")
-        if isinstance(cpu, dict):
-            each = ", ".join(
-                f"{label} {_num(us, 1)}" for label, us in cpu.items() if label != "total"
-            )
-            lines.append(f"    CPU per change: {_num(cpu.get('total'), 1)} µs ({each})")
-        cores = side.get("lag_cores")
-        if isinstance(cores, dict):
-            each = ", ".join(
-                f"{label} {_num(n, 2)}" for label, n in cores.items() if label != "total"
-            )
-            lines.append(
-                f"    cores in use at half load: {_num(cores.get('total'), 2)} of {cpus} ({each})"
-            )
+        for figure, total, digits, text in (
+            ("cpu_us_per_change", "total", 1, "CPU per change: {} µs"),
+            ("lag_cores", "total", 2, f"cores in use at half load: {{}} of {cpus}"),
+            ("idle_cores", "feed", 3, "cores while the source is quiet: {}"),
+        ):
+            line = _per_process(side.get(figure), total, digits, text)
+            if line:
+                lines.append(line)
         if o.get("repetitions", 1) > 1:
             lines.append(
                 f"    medians of {o['repetitions']} repetitions ({len(o.get('failed', []))} "
@@ -231,6 +225,15 @@ def _ordered_lines(o: dict[str, Any], cpus: int) -> list[str]:
                 f"{_range(o, f'{key}.lag_cores.total', 2)}"
             )
     return lines
+
+
+def _per_process(figures: Any, total: str, digits: int, text: str) -> str | None:
+    """``text`` with the ``total`` figure, then each process's in brackets (None: not
+    measured)."""
+    if not isinstance(figures, dict):
+        return None
+    each = ", ".join(f"{label} {_num(n, digits)}" for label, n in figures.items() if label != total)
+    return "    " + text.format(_num(figures.get(total), digits)) + f" ({each})"
 
 
 def _range(o: dict[str, Any], figure: str, digits: int = 0) -> str:

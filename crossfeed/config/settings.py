@@ -244,6 +244,14 @@ class SorterSettings(_Section):
         description="micro-batch trigger interval; 0: the next batch at once (an idle feed "
         "then asks Kafka for new offsets every 10 ms)",
     )
+    quiet_pause_ms: int = Field(
+        5000,
+        ge=0,
+        description="after a micro-batch that read no change and left none pending, the "
+        "longest wait before the next (the first change ends it at once): a quiet feed's "
+        "marks then cost one batch per pause, not one per puller commit; at most half of "
+        "laggard_after_s. 0: no pause",
+    )
     max_offsets_per_trigger: int = Field(
         50_000,
         ge=1,

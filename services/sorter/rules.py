@@ -106,6 +106,20 @@ def falls_behind(seconds: float, trigger_interval_ms: int) -> bool:
     return seconds > max(BEHIND_INTERVALS * trigger_interval_ms / 1000, 1.0)
 
 
+def quiet_pause_s(
+    changes: int, pending: int, resolved_ts: int, pause_ms: int, laggard_after_s: float
+) -> float:
+    """How long the sorter waits after a batch before the next may start (quiet.py): 0
+    unless the batch read no change (marks alone), left none pending and R is known (a
+    feed starting, still hearing from its partitions, reads on). At most half of
+    ``laggard_after_s``: while the feed is quiet each partition's resolved_ts is seen to
+    advance once a pause, and a partition not seen to for ``laggard_after_s`` is reported
+    as a laggard."""
+    if changes or pending or resolved_ts < 0 or pause_ms <= 0:
+        return 0.0
+    return min(pause_ms / 1000, laggard_after_s / 2)
+
+
 @dataclass
 class IdleWatch:
     """Whether the feed's source has gone quiet with nothing waiting (lag means changes

@@ -25,6 +25,7 @@ from crossfeed.kafka.reachability import wait_for_cluster
 from crossfeed.membership import HeartbeatContent, HeartbeatSender, ensure_control_topics
 from crossfeed.services.sorter import metrics, progress, rules, sparkconf
 from crossfeed.services.sorter.progress import Progress
+from crossfeed.services.sorter.quiet import QuietWatch
 from crossfeed.services.sorter.refresher import PartitionsRefresher
 from crossfeed.services.sorter.report import BatchReport, PartitionsSource
 from crossfeed.services.sorter.rules import DriverState
@@ -77,6 +78,7 @@ class SorterWorker:
         self.progress = Progress(feed.name, self.opts.trigger_interval_ms)
         self.heartbeats: HeartbeatSender | None = None
         self.job: SorterJob | None = None
+        self.quiet: QuietWatch | None = None
         self._lock = threading.Lock()
         self.partitions = PartitionsSource()
         self._labels = (feed.name,)
@@ -147,6 +149,9 @@ class SorterWorker:
             on_batch=self._on_batch,
         )
         self.job = job
+        quiet = self.quiet = QuietWatch(
+            self.target_conf, topics.changes(self.feed.name), self.store.spark_dir / "offsets", stop
+        )
         query = job.start()
         self.state = "running"
         error: str | None = None
@@ -176,6 +181,7 @@ class SorterWorker:
                 except Exception as err:  # the JVM may be going away already
                     log.warning("stopping the query: %s", err)
             spark.stop()
+            quiet.close()
             if self.heartbeats is not None:
                 self.heartbeats.leave()
             self.store.close()
@@ -196,6 +202,25 @@ class SorterWorker:
             self.last_batch = progress.summary(report)
         self.progress.count(report)
         self._update_gauges()
+        self._pause_if_quiet(report.batch_id, changes, state)
+
+    def _pause_if_quiet(self, batch_id: int, changes: int, state: DriverState) -> None:
+        """After a batch of marks alone, with nothing pending: Spark's next batch waits
+        until a change arrives, or for ``sorter.quiet_pause_ms`` (quiet.py). The batch is
+        over (its state saved, reported): the pause is not part of its time."""
+        pause = rules.quiet_pause_s(
+            changes,
+            state.pending_rows,
+            state.resolved_ts,
+            self.opts.quiet_pause_ms,
+            self.opts.laggard_after_s,
+        )
+        if not pause or self.quiet is None or self.job is None:
+            return
+        self.job.step(batch_id, "quiet")
+        ended = self.quiet.wait(batch_id, pause)
+        self.job.step(batch_id, None)
+        log.debug("batch %d: the quiet pause ended: %s", batch_id, ended)
 
     def _laggards(self, state: DriverState, now: float) -> list[rules.Laggard]:
         expected = self.partitions.keys if self.partitions.keys is not None else state.expected

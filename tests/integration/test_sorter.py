@@ -74,7 +74,11 @@ def factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceFactory
 
 
 def start_sorter(
-    clusters: Clusters, factory: ServiceFactory, stem: str, driver_release_rows: int = 20_000
+    clusters: Clusters,
+    factory: ServiceFactory,
+    stem: str,
+    driver_release_rows: int = 20_000,
+    **sorter_settings: Any,
 ) -> SorterFeed:
     name = f"{stem}-{uuid.uuid4().hex[:6]}"
     source_topic = f"{name}-src"
@@ -103,6 +107,7 @@ def start_sorter(
                 "max_offsets_per_trigger": 20_000,
                 # 0: every batch through Spark's jobs (segments, sort, Kafka writer)
                 "driver_release_rows": driver_release_rows,
+                **sorter_settings,
             }
         },
     )
@@ -305,6 +310,61 @@ def test_kill_9_mid_run_and_restart_loses_nothing(
     assert feed.sorter.terminate(60) == 0
     stopping = feed.sorter.log_text().rsplit("received SIGTERM", 1)[1]
     assert "Traceback" not in stopping  # a graceful stop is quiet (py4j's included)
+
+
+def test_a_quiet_feed_pauses_between_batches_until_a_change_arrives(
+    clusters: Clusters, factory: ServiceFactory
+) -> None:
+    """Marks alone, nothing pending: the sorter waits (sorter.quiet_pause_ms) before its
+    next batch instead of taking one per commit of marks; the first change ends the wait
+    at once, and what the pause held back is all read then."""
+    pause_s = 240  # far longer than any wait below: only a change can end it
+    feed = start_sorter(
+        clusters,
+        factory,
+        "sorter-quiet",
+        quiet_pause_ms=pause_s * 1000,
+        laggard_after_s=2 * pause_s,
+    )
+    base = int(time.time() * 1e6)
+
+    def marks(ts: int) -> None:
+        for p in range(SOURCE_PARTITIONS):
+            feed.writer.mark(feed.source_topic, p, ts)
+        feed.writer.flush()
+
+    marks(base)
+    status = feed.sorter.wait_status(
+        lambda s: (
+            (s["current_batch"] or {}).get("step") == "quiet"
+            and (s.get("resolved_ts_us") or -1) >= base
+        ),
+        300,
+        "the sorter pausing after a batch of marks",
+    )
+    paused_batch = status["current_batch"]["batch_id"]
+    # Marks keep coming, as pullers commit them: no batch reads them during the pause.
+    for i in range(1, 21):
+        marks(base + i * 1000)
+        time.sleep(0.25)
+    status = feed.sorter.status()
+    assert status is not None
+    assert (status["current_batch"] or {}).get("batch_id") == paused_batch
+    assert status["resolved_ts_us"] == base
+
+    # A change ends the pause: it is released (with its marks) long before the pause is up.
+    change_ts = base + 30_000
+    began = time.monotonic()
+    feed.writer.data(
+        Change(feed.source_topic, 3, change_ts, "t-quiet", 1, 1, b"k", b"v", change_ts // 1000)
+    )
+    marks(change_ts)
+    feed.wait_resolved(change_ts, timeout=pause_s / 2)
+    assert time.monotonic() - began < pause_s / 2
+    result = check_sorted(feed.read_sorted())
+    assert result.txns == [(change_ts, "t-quiet", [b"v"])]
+    assert result.resolved[-1] == change_ts
+    assert feed.sorter.terminate(60) == 0  # a stop ends a pause too
 
 
 def test_missing_jars_is_a_clear_error(

@@ -288,3 +288,27 @@ def test_a_batch_falls_behind_only_past_ten_trigger_intervals_and_a_second() -> 
     assert rules.falls_behind(1.2, 100)
     assert not rules.falls_behind(4.0, 500) and rules.falls_behind(5.1, 500)
     assert rules.falls_behind(1.1, 0)  # trigger 0: a second still is long
+
+
+# -- the quiet pause ----------------------------------------------------------------------------
+
+
+def test_quiet_pause_only_after_marks_alone_and_nothing_pending():
+    assert rules.quiet_pause_s(0, 0, 77, 5000, 10.0) == 5.0
+    assert rules.quiet_pause_s(1, 0, 77, 5000, 10.0) == 0.0  # a change read: next batch at once
+    assert rules.quiet_pause_s(0, 3, 77, 5000, 10.0) == 0.0  # changes wait for R: no pause
+    assert rules.quiet_pause_s(0, 0, -1, 5000, 10.0) == 0.0  # R unknown yet: a feed starting
+    assert rules.quiet_pause_s(0, 0, 77, 0, 10.0) == 0.0  # pauses off
+
+
+@given(
+    st.integers(0, 3),
+    st.integers(0, 3),
+    st.integers(-1, 3),
+    st.integers(0, 120_000),
+    st.floats(0.1, 600, allow_nan=False),
+)
+def test_quiet_pause_stays_under_half_the_laggard_time(changes, pending, r, pause_ms, after_s):
+    pause = rules.quiet_pause_s(changes, pending, r, pause_ms, after_s)
+    assert 0 <= pause <= min(pause_ms / 1000, after_s / 2)
+    assert (pause > 0) == (changes == 0 and pending == 0 and r >= 0 and pause_ms > 0)
