@@ -10,14 +10,12 @@ where the batch ended, and the first record that is not a resolved mark ends the
 once. A change therefore waits for no pause: only R moves less often while nothing
 happens (and the resolved mark the sinks see with it).
 
-Where the batch ended comes from Spark's own offset log (``<checkpoint>/offsets/<batch
-id>``, written before the batch runs): the last line is the Kafka source's end offsets,
-``{"<topic>": {"<partition>": offset}}``. If it cannot be read, there is no pause.
+Where the batch ended comes from Spark's own offset log (offset_log.py); if it cannot be
+read, there is no pause.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -28,23 +26,13 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from crossfeed.kafka import clients
+from crossfeed.services.sorter.offset_log import batch_end
 from crossfeed.wire import headers
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5
 """Longest one read blocks: how soon a stop is seen."""
-
-
-def batch_end(offsets_dir: Path, batch_id: int, topic: str) -> dict[int, int] | None:
-    """The next offset per partition of ``topic`` after micro-batch ``batch_id``, from
-    Spark's offset log; None if the log has no readable entry for it."""
-    try:
-        lines = (offsets_dir / str(batch_id)).read_text().strip().splitlines()
-        ends = json.loads(lines[-1])[topic]
-        return {int(part): int(offset) for part, offset in ends.items()}
-    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return None
 
 
 def is_mark(record_headers: Any) -> bool:
