@@ -13,9 +13,6 @@ from crossfeed import paths
 from crossfeed.local import processes
 
 HEAP = os.environ.get("CROSSFEED_KAFKA_HEAP", "-Xms256m -Xmx1g")
-JVM_OPTIONS = os.environ.get("CROSSFEED_KAFKA_JVM_OPTIONS", "")
-"""More options for the local stack's JVMs (brokers, Connect): the test suite's stacks run
-with ``-XX:TieredStopAtLevel=1`` (tests/support/worker_stack.py)."""
 
 LOG4J2_PROPERTIES = """\
 status = warn
@@ -52,7 +49,6 @@ def java_command(
         "java",
         *HEAP.split(),
         "-XX:+UseG1GC",
-        *JVM_OPTIONS.split(),
         *jvm_options,
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={log4j}",

@@ -3,9 +3,9 @@
 A feed whose source sends nothing but resolved marks still gets a micro-batch from every
 puller commit (a task commits its marks every ``puller.resolved_interval_ms``), and a
 micro-batch costs the sorter's JVM ~0.15 CPU-s whatever it holds: about a sixth of a core
-per quiet feed. After a batch that read no change and left none pending, the job waits
-(``sorter.quiet_pause_ms``) before it returns, so Spark starts the next batch later and
-reads the marks of the pause in one; meanwhile :class:`QuietWatch` reads `.changes` from
+per quiet feed. After a batch that read no change and left none pending, the sorter waits
+(``sorter.quiet_pause_ms``) before the batch's call returns to Spark — its state saved, its
+report out — so Spark starts the next batch later and reads the marks of the pause in one; meanwhile :class:`QuietWatch` reads `.changes` from
 where the batch ended, and the first record that is not a resolved mark ends the pause at
 once. A change therefore waits for no pause: only R moves less often while nothing
 happens (and the resolved mark the sinks see with it).

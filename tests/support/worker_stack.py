@@ -65,12 +65,6 @@ def _place_this_worker() -> None:
 
 _place_this_worker()
 
-# The stacks' brokers and Connect compile with C1 alone: a test run is mostly start-ups
-# and short bursts, where C2's compiling costs more CPU than its code saves. Measured on a
-# fresh stack under tests/integration/test_mirror.py: the brokers used 93 CPU-s with C2,
-# 77 with C1 alone, in the same time. The suite is CPU-bound on two cores.
-os.environ.setdefault("CROSSFEED_KAFKA_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
-
 
 # Which worker runs what: a group of tests runs whole in one worker (``--dist loadgroup``).
 # A group is a test file, except that files sharing an expensive session stack share a
