@@ -5,10 +5,11 @@ puller commit (a task commits its marks every ``puller.resolved_interval_ms``), 
 micro-batch costs the sorter's JVM ~0.15 CPU-s whatever it holds: about a sixth of a core
 per quiet feed. After a batch that read no change and left none pending, the sorter waits
 (``sorter.quiet_pause_ms``) before the batch's call returns to Spark — its state saved, its
-report out — so Spark starts the next batch later and reads the marks of the pause in one; meanwhile :class:`QuietWatch` reads `.changes` from
-where the batch ended, and the first record that is not a resolved mark ends the pause at
-once. A change therefore waits for no pause: only R moves less often while nothing
-happens (and the resolved mark the sinks see with it).
+report out — so Spark starts the next batch later and reads the marks of the pause in one.
+Meanwhile :class:`QuietWatch` reads `.changes` from where the batch ended, and the first
+record that is not a resolved mark ends the pause at once. A change therefore waits for no
+pause: only R moves less often while nothing happens (and the resolved mark the sinks see
+with it).
 
 Where the batch ended comes from Spark's own offset log (offset_log.py); if it cannot be
 read, there is no pause.
