@@ -113,3 +113,11 @@ def postgres(clusters: Clusters, unique: Callable[[str], str]) -> Iterator[Any]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     worker_stack.schedule(items)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: absent under -p no:xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` (make test): whole groups of files per worker."""
+    if config.getvalue("dist") == "loadgroup":
+        return worker_stack.FileGroups(config, log)
+    return None

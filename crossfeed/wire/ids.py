@@ -25,6 +25,12 @@ def sink_transactional_id(feed: str, instance: str) -> str:
     return f"crossfeed-sink.{feed}.{instance}"
 
 
+def sorter_quiet_group(feed: str) -> str:
+    """The sorter's watch for a change during a quiet pause (assigned, never joined, never
+    committed: its positions come from Spark's offset log each time)."""
+    return f"crossfeed-sorter-quiet.{feed}"
+
+
 def debezium_reader_group(feed: str) -> str:
     """Debezium input: the group whose committed offsets are the Debezium reader's positions
     in Debezium's topics (never joined: the reader assigns its partitions)."""

@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from crossfeed.kafka import clients
 from crossfeed.services.sorter.offset_log import batch_end
-from crossfeed.wire import headers
+from crossfeed.wire import headers, ids, topics
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +49,14 @@ class QuietWatch:
     """Waits, between two micro-batches of a quiet feed, until a change arrives."""
 
     def __init__(
-        self, conf: Mapping[str, Any], topic: str, offsets_dir: Path, stop: threading.Event
+        self,
+        conf: Mapping[str, Any],
+        feed: str,
+        offsets_dir: Path,
+        stop: threading.Event,
     ) -> None:
-        self.conf, self.topic, self.offsets_dir, self.stop = conf, topic, offsets_dir, stop
+        self.conf, self.offsets_dir, self.stop = conf, offsets_dir, stop
+        self.topic, self.group = topics.changes(feed), ids.sorter_quiet_group(feed)
         self._consumer: Consumer | None = None
 
     def wait(self, batch_id: int, seconds: float) -> str:
@@ -81,7 +86,7 @@ class QuietWatch:
             # Assigned, never subscribed: the group joins nothing and nothing is committed
             # (positions come from the offset log each time). A fetch returns as soon as a
             # record arrives, so the client's fetch wait only paces empty answers.
-            self._consumer = clients.consumer(self.conf, **{"group.id": "crossfeed-sorter-quiet"})
+            self._consumer = clients.consumer(self.conf, **{"group.id": self.group})
         return self._consumer
 
     def close(self) -> None:

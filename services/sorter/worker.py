@@ -150,7 +150,7 @@ class SorterWorker:
         )
         self.job = job
         quiet = self.quiet = QuietWatch(
-            self.target_conf, topics.changes(self.feed.name), self.store.spark_dir / "offsets", stop
+            self.target_conf, self.feed.name, self.store.spark_dir / "offsets", stop
         )
         query = job.start()
         self.state = "running"

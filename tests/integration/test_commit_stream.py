@@ -35,6 +35,7 @@ from crossfeed.translation import metrics
 from crossfeed.translation.translator import Translator
 from tests.integration.test_failover import committed, wait_for
 from tests.support.clusters import Clusters
+from tests.support.polling import retry_retriable
 from tests.support.secured import add_user
 from tests.support.verify import read_many
 
@@ -131,7 +132,11 @@ def test_without_the_commit_log_the_translator_polls_and_says_why(
     producer.flush(10)
     group = unique("polled")
     consumer = clients.consumer(a, **{"group.id": group})
-    consumer.commit(offsets=[TopicPartition(topic, 0, 7)], asynchronous=False)
+    retry_retriable(
+        lambda: consumer.commit(offsets=[TopicPartition(topic, 0, 7)], asynchronous=False),
+        60,
+        f"commit of group {group}",
+    )
     consumer.close()
 
     name = f"nolog-{uuid.uuid4().hex[:8]}"
@@ -180,7 +185,11 @@ def test_without_the_right_to_read_the_commit_log_the_translator_polls_and_says_
     producer.flush(10)
     group = unique("acl-group")
     consumer = clients.consumer(superuser, **{"group.id": group})
-    consumer.commit(offsets=[TopicPartition(topic, 0, 7)], asynchronous=False)
+    retry_retriable(
+        lambda: consumer.commit(offsets=[TopicPartition(topic, 0, 7)], asynchronous=False),
+        60,
+        f"commit of group {group}",
+    )
     consumer.close()
     user = unique("limited")
     limited_conf = add_user(secure.a, user, f"{user}-password")

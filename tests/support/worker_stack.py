@@ -14,8 +14,10 @@ Without xdist (``pytest -p no:xdist``, a single test) nothing changes.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from crossfeed import paths
 
@@ -66,9 +68,10 @@ def _place_this_worker() -> None:
 _place_this_worker()
 
 
-# Which worker runs what: a group of tests runs whole in one worker (``--dist loadgroup``).
-# A group is a test file, except that files sharing an expensive session stack share a
-# group, so that stack starts once: Kafka Connect with Debezium, the secured pair.
+# Which worker runs what: a group of tests runs whole in one worker, one group after the
+# other, longest first (FileGroups below). A group is a test file, except that files
+# sharing an expensive session stack share a group, so that stack starts once per run:
+# Kafka Connect with Debezium, the secured pair.
 SHARED_STACK = {
     "test_cdc.py": "connect",
     "test_cdc_avro.py": "connect",
@@ -112,22 +115,48 @@ MEASURED_S = {
 }
 
 
-def group_of(file_name: str) -> str:
-    return SHARED_STACK.get(file_name, file_name)
+def group_of(path: str) -> str:
+    """The group of the test file at ``path`` (as a node id starts: relative, with /)."""
+    return SHARED_STACK.get(path.rsplit("/", 1)[-1], path)
+
+
+def _group_of_item(item: pytest.Item) -> str:
+    return group_of(item.nodeid.split("::", 1)[0])
 
 
 def schedule(items: list[pytest.Item]) -> None:
-    """Mark every test with its group and order the groups longest first (in place); a
-    group's tests keep their order."""
+    """Order the groups longest first (in place); a group's tests keep their order. Every
+    worker collects in this order, and FileGroups hands out the groups in it."""
     weights: dict[str, int] = {}
     counted: set[str] = set()
     for item in items:
-        name = item.path.name
-        group = group_of(name)
+        group = _group_of_item(item)
         weights.setdefault(group, 0)
-        if name not in counted:
-            counted.add(name)
-            weights[group] += MEASURED_S.get(name, 0)
-        item.add_marker(pytest.mark.xdist_group(group))
+        if item.path.name not in counted:
+            counted.add(item.path.name)
+            weights[group] += MEASURED_S.get(item.path.name, 0)
     position = {id(item): i for i, item in enumerate(items)}
-    items.sort(key=lambda item: (-weights[group_of(item.path.name)], position[id(item)]))
+    items.sort(key=lambda item: (-weights[_group_of_item(item)], position[id(item)]))
+
+
+class FileGroups(LoadScopeScheduling):
+    """``--dist loadgroup`` as this suite needs it: a work unit is a group of
+    :func:`group_of`, handed out in collection order (longest first, :func:`schedule`).
+
+    pytest-xdist's own loadgroup reads a group from an ``@name`` suffix of the node id,
+    which it adds to ``item._nodeid`` for an ``xdist_group`` mark; pytest 9.2 builds node
+    ids from another attribute, so no id carries it and every test became a unit of its
+    own: a file's tests, and the Connect files, ran on both workers, each worker starting
+    its own Connect and secured pair. Here the group comes from the node id's file part,
+    which every pytest has.
+    """
+
+    def __init__(self, config: pytest.Config, log: Any = None) -> None:
+        super().__init__(config, log)
+        # xdist would otherwise reorder the units by their number of tests: ours are
+        # already longest first by measured time, which is what keeps both workers busy
+        # to the end.
+        config.option.loadscopereorder = False
+
+    def _split_scope(self, nodeid: str) -> str:
+        return group_of(nodeid.split("::", 1)[0])
