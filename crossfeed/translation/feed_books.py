@@ -18,15 +18,15 @@ from crossfeed.translation.follow import Follower, follow_recorded, follow_stamp
 from crossfeed.translation.kafka_io import TP
 from crossfeed.translation.latest import Known
 from crossfeed.translation.rules import ConsumerStamp
-from crossfeed.translation.source import Where, now_ms
+from crossfeed.translation.source import Where
 from crossfeed.wire import topics
 
 log = logging.getLogger(__name__)
 
-RECORDED_MARGIN_MS: Final = 100
-RECORDED_WAIT_S: Final = 1.0
-"""With the source down, the final round first waits (this long at most) until the
-commits recorded on the destination up to RECORDED_MARGIN_MS after its start are read."""
+RECORDED_WAIT_S: Final = 10.0
+"""With the source down, the final round first waits (this long at most) until every
+commit recorded on the destination so far is read: a failover is worth seconds, and a
+commit it misses is a position it calls stale."""
 
 
 class FeedBooks:
@@ -92,9 +92,7 @@ class FeedBooks:
         """The source is gone: the last commits recorded on the target may have been
         written a moment ago; wait (bounded) until they are read."""
         recorded = self._recorded
-        if recorded is None or recorded.wait_read_after(
-            now_ms() + RECORDED_MARGIN_MS, RECORDED_WAIT_S
-        ):
+        if recorded is None or recorded.wait_read_to_end(RECORDED_WAIT_S):
             return
         log.warning(
             "feed %s: %s on %s not read up to now; translating from what was read",

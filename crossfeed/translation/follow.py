@@ -115,16 +115,50 @@ class Follower(Generic[T]):
     def wait(self, timeout_s: float) -> bool:
         return self.caught_up.wait(timeout_s)
 
-    def wait_read_after(self, at_ms: int, timeout_s: float) -> bool:
-        """Wait until a batch was read after ``at_ms`` (so what was written before then is
-        in the book) and everything there was at the start was read; True at once when
-        the topic does not exist. False on timeout."""
+    def wait_read_to_end(self, timeout_s: float) -> bool:
+        """Wait until every record the topic holds now is in the book: its end offsets are
+        asked for first (a consumer of its own), then the tail's positions must reach
+        them. True at once when the topic does not exist; False on timeout, or when the
+        cluster does not give its end offsets.
+
+        Ends, not a time: a batch read after some instant says nothing of a fetch still
+        on its way, and on a loaded machine that fetch held the last recorded commits."""
+        if self.missing:
+            return True
         deadline = time.monotonic() + timeout_s
-        while not self.missing and (not self.caught_up.is_set() or self.read_at_ms < at_ms):
+        try:
+            ends = self._end_offsets(timeout_s)
+        except KafkaException as err:
+            log.warning("%s: no end offsets of %s: %s", self.name, self.topic, err)
+            return False
+        while True:
+            with self.lock:
+                behind = [
+                    p for p, (low, high) in ends.items() if high > max(low, self._next.get(p, low))
+                ]
+            if not behind:
+                return True
             if time.monotonic() >= deadline:
                 return False
             self._stop.wait(0.01)
-        return True
+
+    def _end_offsets(self, timeout_s: float) -> dict[int, tuple[int, int]]:
+        """(low, high) watermark of every partition of the topic, asked now."""
+        consumer = clients.consumer(
+            self.conf,
+            **QUIET_CONF,
+            **{"group.id": f"crossfeed-{self.name}-ends-{os.getpid()}-{uuid.uuid4().hex[:6]}"},
+        )
+        try:
+            info = consumer.list_topics(self.topic, timeout=timeout_s).topics.get(self.topic)
+            if info is None or info.error is not None:
+                return {}
+            return {
+                p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=timeout_s)
+                for p in sorted(info.partitions)
+            }
+        finally:
+            consumer.close()
 
     def _run(self) -> None:
         complained = False
@@ -210,14 +244,19 @@ class Follower(Generic[T]):
                 self.problem = trouble
                 if trouble is None:
                     self.read_at_ms = int(time.time() * 1000)
-            if not self.caught_up.is_set():
-                positions = consumer.position([TopicPartition(self.topic, p) for p in parts])
-                if all(
-                    tp.offset >= marks[tp.partition][1]
-                    or marks[tp.partition][1] <= marks[tp.partition][0]
-                    for tp in positions
-                ):
-                    self.caught_up.set()
+            # The consumer's positions, not the last record's offset + 1: a transaction's
+            # commit marker takes an offset too, and no record would ever step past it.
+            positions = consumer.position([TopicPartition(self.topic, p) for p in parts])
+            with self.lock:
+                for tp in positions:
+                    if tp.offset >= 0:
+                        self._next[tp.partition] = max(tp.offset, self._next.get(tp.partition, 0))
+            if not self.caught_up.is_set() and all(
+                tp.offset >= marks[tp.partition][1]
+                or marks[tp.partition][1] <= marks[tp.partition][0]
+                for tp in positions
+            ):
+                self.caught_up.set()
             if applied and self.on_batch is not None:
                 self.on_batch()
             if time.monotonic() >= next_look:
