@@ -95,4 +95,18 @@ if [ ! -f "$LIB/apicurio.stamp" ] || [ "$(cat "$LIB/apicurio.stamp")" != "$apicu
     { cat "$LIB/apicurio.mvn.log"; echo "setup: could not resolve Apicurio's Avro converter" >&2; exit 1; }
   echo "$apicurio_stamp" > "$LIB/apicurio.stamp"
 fi
+# Apicurio's converter jars carry no ServiceLoader manifest; with this one beside them the
+# worker finds every plugin by ServiceLoader (plugin.discovery=service_load) and skips the
+# reflective scan of all plugin jars (17-90 s of a loaded machine's CPU per worker start).
+manifests="$LIB/debezium/apicurio-converter/crossfeed-service-manifests.jar"
+if [ ! -f "$manifests" ]; then
+  scratch=$(mktemp -d)
+  mkdir -p "$scratch/META-INF/services"
+  printf '%s\n' io.apicurio.registry.utils.converter.AvroConverter \
+    io.apicurio.registry.utils.converter.ExtJsonConverter \
+    io.apicurio.registry.utils.converter.SerdeBasedConverter \
+    >"$scratch/META-INF/services/org.apache.kafka.connect.storage.Converter"
+  jar cf "$manifests" -C "$scratch" META-INF
+  rm -rf "$scratch"
+fi
 say "ready"
