@@ -21,6 +21,15 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float =
         time.sleep(every)
 
 
+COORDINATOR_NOT_READY = frozenset(
+    {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+    }
+)
+
+
 def retry_retriable(call: Callable[[], Any], timeout: float, what: str) -> Any:
     """``call()`` again while Kafka answers with an error it calls retriable; returns its
     result. A cluster started moments ago loads its group coordinator after the first
@@ -32,7 +41,11 @@ def retry_retriable(call: Callable[[], Any], timeout: float, what: str) -> Any:
             return call()
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
-            retriable = isinstance(error, KafkaError) and error.retriable()
+            # librdkafka does not flag a commit's coordinator errors retriable (retriable()
+            # is False for them), though Kafka documents them as retriable: named here.
+            retriable = isinstance(error, KafkaError) and (
+                error.retriable() or error.code() in COORDINATOR_NOT_READY
+            )
             if not retriable or time.monotonic() > deadline:
                 raise AssertionError(f"{what}: {exc}") from exc
             time.sleep(0.5)
