@@ -144,30 +144,33 @@ class Follower(Generic[T]):
 
     def _end_offsets(self, timeout_s: float) -> dict[int, tuple[int, int]]:
         """(low, high) watermark of every partition of the topic, asked now."""
-        consumer = clients.consumer(
-            self.conf,
-            **QUIET_CONF,
-            **{"group.id": f"crossfeed-{self.name}-ends-{os.getpid()}-{uuid.uuid4().hex[:6]}"},
-        )
+        consumer = self._consumer("ends-")
         try:
             info = consumer.list_topics(self.topic, timeout=timeout_s).topics.get(self.topic)
             if info is None or info.error is not None:
                 return {}
-            return {
-                p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=timeout_s)
-                for p in sorted(info.partitions)
-            }
+            return self._marks(consumer, sorted(info.partitions), timeout_s)
         finally:
             consumer.close()
+
+    def _consumer(self, role: str = "") -> Any:
+        """A consumer of this tail's cluster, in a group of its own (nothing is committed)."""
+        group = f"crossfeed-{self.name}-{role}{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        return clients.consumer(self.conf, **QUIET_CONF, **{"group.id": group})
+
+    def _marks(
+        self, consumer: Any, parts: list[int], timeout_s: float
+    ) -> dict[int, tuple[int, int]]:
+        """(low, high) watermark of each of ``parts``, asked now."""
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=timeout_s)
+            for p in parts
+        }
 
     def _run(self) -> None:
         complained = False
         while not self._stop.is_set():
-            consumer = clients.consumer(
-                self.conf,
-                **QUIET_CONF,
-                **{"group.id": f"crossfeed-{self.name}-{os.getpid()}-{uuid.uuid4().hex[:6]}"},
-            )
+            consumer = self._consumer()
             try:
                 self._follow(consumer)
                 complained = False
@@ -203,10 +206,7 @@ class Follower(Generic[T]):
         parts = sorted(info.partitions)
         # (low, high) per partition: a partition whose records were all deleted or
         # compacted away has nothing to read, and no record would ever move its position.
-        marks = {
-            p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=5)
-            for p in parts
-        }
+        marks = self._marks(consumer, parts, 5)
         consumer.assign(
             [TopicPartition(self.topic, p, self._next.get(p, OFFSET_BEGINNING)) for p in parts]
         )

@@ -97,7 +97,7 @@ if [ ! -f "$LIB/apicurio.stamp" ] || [ "$(cat "$LIB/apicurio.stamp")" != "$apicu
 fi
 # Apicurio's converter jars carry no ServiceLoader manifest; with this one beside them the
 # worker finds every plugin by ServiceLoader (plugin.discovery=service_load) and skips the
-# reflective scan of all plugin jars (17-90 s of a loaded machine's CPU per worker start).
+# reflective scan of all plugin jars (17-97 s per worker start on a loaded machine).
 manifests="$LIB/debezium/apicurio-converter/crossfeed-service-manifests.jar"
 if [ ! -f "$manifests" ]; then
   scratch=$(mktemp -d)
