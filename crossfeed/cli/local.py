@@ -132,3 +132,19 @@ def start(cluster: str = typer.Argument(..., help="dc-a or dc-b")) -> None:
     except (stack.StackError, SetupMissing) as err:
         fail(str(err))
     out_console.print(f"{cluster} up, cluster.id {cluster_id}", highlight=False)
+
+
+@app.command("archive-classes")
+@clean_errors
+def archive_classes(
+    no_spark: bool = typer.Option(False, "--no-spark", help="leave the Spark driver's out"),
+) -> None:
+    """Record the class archives the stack's JVMs start from (make setup runs this): a
+    broker, a Connect worker and a sorter's Spark driver run once on free loopback ports."""
+    from crossfeed.local.archive_training import TrainingError, record
+
+    try:
+        kinds = record(spark=not no_spark)
+    except (TrainingError, SetupMissing, OSError) as err:
+        fail(f"class archives not recorded (the JVMs start without them): {err}")
+    out_console.print(f"class archives recorded: {', '.join(kinds)}", highlight=False)

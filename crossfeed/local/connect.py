@@ -135,6 +135,7 @@ class ConnectWorker:
         self.properties_file.write_text(self.properties())
         (self.dir / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
         cmd = java_command(
+            "connect",
             self.dir / "log4j2.properties",
             "org.apache.kafka.connect.cli.ConnectDistributed",
             str(self.properties_file),

@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from crossfeed import paths
+from crossfeed import class_archive, paths
 from crossfeed.local import processes
 
 HEAP = os.environ.get("CROSSFEED_KAFKA_HEAP", "-Xms256m -Xmx1g")
@@ -42,18 +42,21 @@ def kafka_classpath() -> str:
 
 
 def java_command(
-    log4j: Path, main_class: str, *args: str, jvm_options: tuple[str, ...] = ()
+    kind: str, log4j: Path, main_class: str, *args: str, jvm_options: tuple[str, ...] = ()
 ) -> list[str]:
-    """A JVM of the local stack on the Kafka classpath (a broker, the Connect worker)."""
+    """A JVM of the local stack on the Kafka classpath (``kind``: a ``broker``, the
+    ``connect`` worker), with its class archive when ``make setup`` recorded one."""
+    classpath = kafka_classpath()
     return [
         "java",
         *HEAP.split(),
         "-XX:+UseG1GC",
+        *class_archive.jvm_options(kind, classpath),
         *jvm_options,
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={log4j}",
         "-cp",
-        kafka_classpath(),
+        classpath,
         main_class,
         *args,
     ]
@@ -124,6 +127,8 @@ class KafkaNode:
                 "share.coordinator.state.topic.replication.factor=1",
                 "share.coordinator.state.topic.min.isr=1",
                 "group.initial.rebalance.delay.ms=0",
+                "broker.session.timeout.ms=4000",
+                "broker.heartbeat.interval.ms=1000",
                 # Tests and benchmarks write a lot; keep disk use and recovery short.
                 "log.segment.bytes=268435456",
                 "log.retention.bytes=4294967296",
@@ -177,6 +182,7 @@ class KafkaNode:
             return existing
         self.prepare()
         cmd = java_command(
+            "broker",
             self.dir / "log4j2.properties",
             "kafka.Kafka",
             str(self.properties_file),

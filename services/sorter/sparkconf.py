@@ -8,13 +8,14 @@ under ``spark-submit`` (then its ``--jars``/``--packages`` provide them).
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from crossfeed import paths
+from crossfeed import class_archive, paths
 from crossfeed.config.settings import SorterSettings
 from crossfeed.kafka.client_overrides import for_client
 from crossfeed.wire import topics
@@ -110,6 +111,13 @@ CHECKPOINT_FILE_MANAGER = (
 )
 
 
+def driver_classpath(jar_list: list[str]) -> str:
+    """What a local driver JVM loads its classes from: the pyspark install (its jars) and
+    the Kafka connector's jars; names the driver's class archive."""
+    dist = importlib.metadata.distribution("pyspark")
+    return f"{dist.locate_file('pyspark')}=={dist.version};{','.join(jar_list)}"
+
+
 def spark_conf(settings: SorterSettings, feed: str, jar_list: list[str]) -> dict[str, str]:
     """Spark properties: crossfeed's defaults, then ``sorter.spark_conf`` over them.
 
@@ -150,7 +158,10 @@ def spark_conf(settings: SorterSettings, feed: str, jar_list: list[str]) -> dict
         # The JVM's optimizing compiler (C2) took a whole core for minutes after start,
         # beside two brokers on two cores; the first tier alone cut the lag at half load
         # by a third in the benchmark's ordered runs. Executors on a cluster keep their defaults.
-        conf["spark.driver.extraJavaOptions"] = JIT_OPTIONS
+        # With the class archive ``make setup`` recorded the driver starts in about half
+        # the CPU (crossfeed/class_archive.py).
+        archive = class_archive.jvm_options("spark-driver", driver_classpath(jar_list))
+        conf["spark.driver.extraJavaOptions"] = " ".join([JIT_OPTIONS, *archive])
     conf.update(settings.spark_conf)
     return conf
 
