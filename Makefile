@@ -42,7 +42,8 @@ lint: setup ## ruff, mypy (strict for the crossfeed package) and the import laye
 
 .PHONY: test
 test: setup lint ## lint, then unit and integration tests against real brokers
-	@$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	@CROSSFEED_KAFKA_JVM_OPTIONS="$${CROSSFEED_KAFKA_JVM_OPTIONS--XX:TieredStopAtLevel=1}" \
+	  $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 .PHONY: unit
 unit: setup ## unit tests only (no brokers)

@@ -13,6 +13,9 @@ from crossfeed import class_archive, paths
 from crossfeed.local import processes
 
 HEAP = os.environ.get("CROSSFEED_KAFKA_HEAP", "-Xms256m -Xmx1g")
+JVM_OPTIONS = os.environ.get("CROSSFEED_KAFKA_JVM_OPTIONS", "")
+"""More options for the local brokers' and Connect's JVMs (make test holds their JIT to
+its first tier: for a test's short, light runs compiling less costs less than it saves)."""
 
 LOG4J2_PROPERTIES = """\
 status = warn
@@ -53,6 +56,7 @@ def java_command(
         "-XX:+UseG1GC",
         *class_archive.jvm_options(kind, classpath),
         *jvm_options,
+        *JVM_OPTIONS.split(),
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={log4j}",
         "-cp",
