@@ -139,8 +139,10 @@ def start(cluster: str = typer.Argument(..., help="dc-a or dc-b")) -> None:
 def archive_classes(
     no_spark: bool = typer.Option(False, "--no-spark", help="leave the Spark driver's out"),
 ) -> None:
-    """Record the class archives the stack's JVMs start from (make setup runs this): a
-    broker, a Connect worker and a sorter's Spark driver run once on free loopback ports."""
+    """Record the class archives the JVMs start from.
+
+    make setup runs this: a broker, a Connect worker and a sorter's Spark driver run once
+    on free loopback ports and write the classes they loaded; later starts map them."""
     from crossfeed.local.archive_training import TrainingError, record
 
     try:

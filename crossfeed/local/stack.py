@@ -24,6 +24,7 @@ started, and ``crossfeed local stop|start`` act on that one (:func:`secured`).
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -320,15 +321,28 @@ def stop(alias: str, *, hard: bool = False, secure_pair: bool = False) -> bool:
 
 
 def down() -> list[str]:
-    """Stop everything (both pairs); returns what was stopped."""
-    stopped = [w.name for w in (connect_worker(), connect_worker_b()) if w.stop()]
-    stopped += [r.name for r in (registry(), registry_b()) if r.stop()]
-    stopped += [k.alias for k in CLUSTERS if k.stop()]
-    stopped += [f"{k.alias} (secure)" for k in SecureStack.local().nodes() if k.stop()]
-    for pg in (Postgres(), postgres.source()):
-        if pg.stop():
-            stopped.append(pg.name)
-    return stopped
+    """Stop everything (both pairs); returns what was stopped.
+
+    Connect and the registries first (they leave cleanly while the brokers answer), then
+    the brokers and databases; the parts of each step stop side by side, since each
+    clean shutdown is mostly waiting (one after another took ~30 s)."""
+    clients_of_kafka: list[tuple[str, Any]] = [
+        (part.name, part)
+        for part in (connect_worker(), connect_worker_b(), registry(), registry_b())
+    ]
+    servers: list[tuple[str, Any]] = [
+        *((k.alias, k) for k in CLUSTERS),
+        *((f"{k.alias} (secure)", k) for k in SecureStack.local().nodes()),
+        *((pg.name, pg) for pg in (Postgres(), postgres.source())),
+    ]
+    return _stop_side_by_side(clients_of_kafka) + _stop_side_by_side(servers)
+
+
+def _stop_side_by_side(parts: list[tuple[str, Any]]) -> list[str]:
+    """Stop ``parts`` (name, part with ``stop()``) at once; the names of those that ran."""
+    with ThreadPoolExecutor(max_workers=len(parts)) as pool:
+        ran = list(pool.map(lambda named: named[1].stop(), parts))
+    return [name for (name, _), was_running in zip(parts, ran, strict=True) if was_running]
 
 
 @dataclass(frozen=True)
