@@ -22,6 +22,12 @@ The rule, per group partition (:func:`latest`):
    the winner is reported as known from the destination. A client and a broker clock
    that disagree by a few milliseconds must not turn "the group's last commit" into
    "an older commit" when both say the same offset.
+4. A winner from the source *past* every commit recorded on the destination, and learnt
+   after the newest of them was made, is past the group's last acknowledged commit: with
+   the opt-in each commit the client saw succeed is on the destination before
+   ``commit()`` returns, so a newer one the source holds is a commit whose answer was
+   lost with the source (the client took it for failed). Nothing the client knows it
+   committed is read again from there: the winner is marked ``past_recorded``.
 
 Times are epoch ms from different clocks (broker, client); a skew between them can only
 pick a commit made within the skew of another, and the group's commits come from one
@@ -32,7 +38,7 @@ never skipped.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 LISTED: Final = "listed"
@@ -55,6 +61,8 @@ class Known:
     via: str = LISTED
     """listed, commit-log, consumer-timestamps, destination-timestamps or checkpoint (the
     failover report's ``known_from``)."""
+    past_recorded: bool = False
+    """At or past every commit recorded on the destination (rule 4)."""
 
 
 def latest(
@@ -75,7 +83,12 @@ def latest(
             best = known
     if best is None or best.via == ON_DESTINATION:
         return best
-    for known in candidates:
-        if known.via == ON_DESTINATION and known.offset == best.offset:
+    on_destination = [k for k in candidates if k.via == ON_DESTINATION]
+    for known in on_destination:
+        if known.offset == best.offset:
             return known
+    if on_destination and all(
+        best.offset > k.offset and best.seen_at_ms >= k.committed_at_ms for k in on_destination
+    ):
+        return replace(best, past_recorded=True)
     return best

@@ -73,6 +73,7 @@ class PartitionTranslator:
             known_from=known.via,
             known_at_ms=known.seen_at_ms,
             committed_at_ms=known.committed_at_ms,
+            past_recorded=known.past_recorded,
             source_log_start=-1 if start is None else start,
             lost=outcome.lost,
             held=outcome.held,

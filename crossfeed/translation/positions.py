@@ -68,6 +68,7 @@ class GroupPositions:
                 target_offset=r.target_offset,
                 target_frontier=frontier.target_next if frontier is not None else None,
                 known_from=r.known_from,
+                past_recorded=r.past_recorded,
                 known_until_ms=known_until,
                 committed_at_ms=r.committed_at_ms,
                 now_ms=now,

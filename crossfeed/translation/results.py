@@ -34,6 +34,8 @@ class PartitionTranslation:
     """When it was learnt (listed, or read from the commit log)."""
     committed_at_ms: int = -1
     """When the group made that commit (-1 unknown)."""
+    past_recorded: bool = False
+    """Past every commit the opt-in recorded on the destination (latest.py, rule 4)."""
     position: PositionRpo | None = None
     """Failover rounds only: what the failover may cost the group here."""
     source_log_start: int = -1

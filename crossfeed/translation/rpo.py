@@ -15,7 +15,9 @@ The same for consumer positions, per group partition (:func:`position_rpo`): a g
 resumes on the target at the translation of its *last known* commit. That is its last
 commit when the source answered at the failover, or when the commit was recorded on the
 destination by a ``TimestampedConsumer`` with the opt-in (``timestamps.destination.*``:
-each commit is on the target before ``commit()`` returns). Otherwise commits made after
+each commit is on the target before ``commit()`` returns), or when the source's is past
+every commit so recorded (a commit whose answer was lost with the source: latest.py,
+rule 4). Otherwise commits made after
 the last one known are lost with the source, and the group reads those records again:
 
 * ``reread_max``: an upper bound of the records it may read again — the target offsets
@@ -126,18 +128,20 @@ def position_rpo(
     known_until_ms: int,
     committed_at_ms: int,
     now_ms: int,
+    past_recorded: bool = False,
 ) -> PositionRpo:
     """One group partition's position RPO at a failover at ``now_ms``.
 
     ``source_reachable``: the source answered in the failover's own round, which listed
     the group's offsets then (so the position is its last commit); a position
-    ``known_from`` the destination's recorded commits is the last commit too.
+    ``known_from`` the destination's recorded commits is the last commit too, and so is one
+    ``past_recorded`` (past all of them: latest.py, rule 4).
     ``method``/``exact``:
     the translation's (``rules.Method``); ``target_frontier``: the target offset right
     after the partition's last copy (None without offset syncs); ``committed_at_ms``: when
     the last known commit was made (-1 unknown)."""
     age = max(0.0, (now_ms - committed_at_ms) / 1000) if committed_at_ms >= 0 else None
-    last_commit = source_reachable or known_from == ON_DESTINATION
+    last_commit = source_reachable or known_from == ON_DESTINATION or past_recorded
     if target_offset is None:
         reread = -1
     elif method == "frontier" or (last_commit and exact):

@@ -248,6 +248,12 @@ def test_a_stale_position_may_read_again_up_to_the_end_of_the_copies() -> None:
     assert _position(committed_at_ms=10_500).commit_age_s == 0.0
 
 
+def test_a_position_past_every_recorded_commit_is_at_the_last_one() -> None:
+    # latest.py rule 4: the commit log holds a commit the opt-in could not record.
+    p = _position(known_from="commit-log", past_recorded=True)
+    assert (p.last_commit, p.known_from, p.reread_max) == (True, "commit-log", 0)
+
+
 def test_a_group_at_the_frontier_reads_nothing_again_even_when_stale() -> None:
     # It had read every copy: any later commit lies past the frontier too.
     assert _position(method="frontier", exact=False, target_offset=130).reread_max == 0

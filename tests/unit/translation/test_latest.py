@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -42,7 +44,24 @@ def test_a_commit_recorded_on_the_destination_after_the_last_one_read_wins() -> 
 
 def test_an_older_recorded_commit_does_not_replace_a_newer_one() -> None:
     listed = Known(12, 1500, via=LISTED)  # listed at 1500: the commit was made by then
-    assert latest(listed, [on_destination(9, 1200)], source_up=False) == listed
+    chosen = latest(listed, [on_destination(9, 1200)], source_up=False)
+    assert chosen == replace(listed, past_recorded=True)  # rule 4: past every recorded one
+
+
+def test_a_logged_commit_whose_answer_was_lost_is_past_every_recorded_one() -> None:
+    # dc-a wrote the commit of offset 11 and was killed before the client had its answer:
+    # the client never recorded it on the destination (its last recorded commit is 9).
+    chosen = latest(
+        logged(11, 1300), [on_destination(7, 1100), on_destination(9, 1200)], source_up=False
+    )
+    assert chosen == replace(logged(11, 1300), past_recorded=True)
+
+
+def test_without_recorded_commits_nothing_is_past_them() -> None:
+    assert latest(logged(11, 1300), [], source_up=False) == logged(11, 1300)
+    stamped = Known(10, 1250, 1250, SOURCE_TIMESTAMPS)
+    chosen = latest(logged(11, 1300), [stamped], source_up=False)
+    assert chosen == logged(11, 1300) and not chosen.past_recorded
 
 
 def test_the_same_commit_recorded_on_the_destination_confirms_it_despite_clock_skew() -> None:
@@ -85,7 +104,12 @@ def test_the_offset_chosen_is_one_of_the_newest(
     assert chosen is not None
     newest = max(at for at, _ in inputs)
     assert chosen.offset in {k.offset for at, k in inputs if at == newest}
-    assert chosen == from_source or chosen in recorded
+    assert replace(chosen, past_recorded=False) in [from_source, *recorded]
+    # Marked past the recorded commits only when it is past every one on the destination.
+    on_b = [k.offset for k in recorded if k.via == ON_DESTINATION]
+    assert chosen.past_recorded == (
+        chosen.via != ON_DESTINATION and bool(on_b) and chosen.offset > max(on_b)
+    )
     # A copy of that offset on the destination is reported: the last commit, confirmed.
     if any(k.via == ON_DESTINATION and k.offset == chosen.offset for k in recorded):
         assert chosen.via == ON_DESTINATION
