@@ -6,7 +6,7 @@
 A feed whose source sends nothing but resolved marks (a quiet topic, a quiet database)
 still runs every process: the pullers commit marks, the sorter runs micro-batches of them,
 the sink writes what they release. Operators run many feeds, most of them quiet most of
-the time, so this is paid per feed. :func:`idle_cores` measures it on a running pipeline
+the time, so this is paid per feed. ``measure.idle_cores`` measures it on a running pipeline
 (``make bench``'s ordered part does, after its lag phase); this command starts one on the
 local clusters (dc-a → a Kafka topic on dc-b, two pullers, the sorter, the sink), sends
 it a few transfers, waits until they arrived, and measures the quiet that follows.
@@ -25,36 +25,14 @@ from typing import Any
 import yaml
 
 from crossfeed.bench.cleanup import Janitor
-from crossfeed.bench.measure import ProcessCost, TargetWatch, broker_labels, broker_pids
-
-SETTLE_S = 5.0
-"""After the last change arrived: the sorter's and the sink's last batches finish."""
-
-PIPELINE = "feed"
-"""The label of the feed's own processes summed (pullers, sorter, sink)."""
-
-
-def idle_cores(pids: dict[str, int], seconds: float) -> dict[str, float]:
-    """Cores each process of the feed (``pids``) and each broker used over ``seconds`` of
-    a quiet source, and the feed's own total (``feed``: its processes, brokers left out,
-    as they serve every feed)."""
-    brokers = broker_labels(broker_pids())
-    cost = ProcessCost({**pids, **brokers}, interval_s=1.0, tree=True)
-    began = time.monotonic()
-    time.sleep(seconds)
-    ended = time.monotonic()
-    spent = cost.finish((began, ended))
-    cores = {label: round(c["cpu_window_s"] / (ended - began), 3) for label, c in spent.items()}
-    cores[PIPELINE] = round(sum(cores[label] for label in pids), 3)
-    return cores
-
+from crossfeed.bench.measure import SETTLE_S, TargetWatch, idle_cores
+from crossfeed.bench.ordered import PARTITIONS, Pipeline  # the ordered bench's pipeline
 
 WATERMARK_INTERVAL_S = 1.0
 """The quiet source's producer still sends a watermark to every partition this often."""
 
 
 def _measure(a: dict[str, Any], b: dict[str, Any], options: dict[str, Any], seconds: float) -> Any:
-    from crossfeed.bench.ordered import PARTITIONS, Pipeline  # the ordered bench's pipeline
     from crossfeed.client.producer import ChangeProducer
     from crossfeed.kafka import clients
     from crossfeed.kafka import topics as kafka_topics

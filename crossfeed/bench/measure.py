@@ -267,3 +267,27 @@ class PeakRss(threading.Thread):
         self.stopping.set()
         self.join(5)
         return {label: round(mb, 1) for label, mb in self.peak.items()}
+
+
+# -- a quiet feed (feed_idle.py, and ordered.py after its lag phase) ----------------------
+
+SETTLE_S = 5.0
+"""After the last change arrived: the sorter's and the sink's last batches finish."""
+
+PIPELINE = "feed"
+"""The label of the feed's own processes summed (pullers, sorter, sink)."""
+
+
+def idle_cores(pids: dict[str, int], seconds: float) -> dict[str, float]:
+    """Cores each process of the feed (``pids``) and each broker used over ``seconds`` of
+    a quiet source, and the feed's own total (``feed``: its processes, brokers left out,
+    as they serve every feed)."""
+    brokers = broker_labels(broker_pids())
+    cost = ProcessCost({**pids, **brokers}, interval_s=1.0, tree=True)
+    began = time.monotonic()
+    time.sleep(seconds)
+    ended = time.monotonic()
+    spent = cost.finish((began, ended))
+    cores = {label: round(c["cpu_window_s"] / (ended - began), 3) for label, c in spent.items()}
+    cores[PIPELINE] = round(sum(cores[label] for label in pids), 3)
+    return cores

@@ -43,14 +43,16 @@ from typing import Any
 
 import yaml
 
-from crossfeed.bench import feed_idle, jvm
+from crossfeed.bench import jvm
 from crossfeed.bench.cleanup import Janitor, delete_groups
 from crossfeed.bench.measure import (
+    SETTLE_S,
     PeakRss,
     ProcessCost,
     TargetWatch,
     broker_labels,
     broker_pids,
+    idle_cores,
     percentiles,
 )
 from crossfeed.bench.systems import bench_config, service_command
@@ -245,8 +247,8 @@ def kafka_target(
         result["lag_phase_last_commit_ts"] = summary.last_commit_ts
         result["peak_rss_mb"] = rss.finish()
         # Then the source goes quiet: what the feed costs while nothing happens.
-        time.sleep(feed_idle.SETTLE_S)
-        result["idle_cores"] = feed_idle.idle_cores(pids, IDLE_SECONDS)
+        time.sleep(SETTLE_S)
+        result["idle_cores"] = idle_cores(pids, IDLE_SECONDS)
         return result
     finally:
         rss.stopping.set()
