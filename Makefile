@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 .DEFAULT_GOAL := help
 

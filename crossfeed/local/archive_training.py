@@ -79,10 +79,10 @@ def _run_stack(spark: bool) -> None:
         )
         _transaction(bootstrap)
         worker = ConnectWorker(bootstrap, port=_free_port(), name="connect")
-        worker.start()
-        _wait(worker.answers, f"the training Connect worker on {worker.url}", worker.log_file)
+        worker.start()  # it starts while the Spark driver runs: setup waits for both once
         if spark:
             _spark_driver(bootstrap)
+        _wait(worker.answers, f"the training Connect worker on {worker.url}", worker.log_file)
     finally:
         # SIGTERM: each JVM exits on its own and writes its archive as it goes.
         if worker is not None:

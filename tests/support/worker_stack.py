@@ -1,6 +1,6 @@
 """A local stack per pytest-xdist worker (loaded with ``-p``, before any conftest).
 
-``make test`` runs the integration tests in two workers (pytest-xdist, a test file at a
+``make test`` runs the integration tests in three workers (pytest-xdist, a test file at a
 time per worker). Each worker needs brokers, databases and Connect of its own: tests stop
 clusters, fill databases and count what a topic holds. Worker ``gwN`` therefore gets the
 port offset ``$CROSSFEED_LOCAL_PORT_OFFSET + 100 * N`` and, past the first worker, a home
@@ -154,7 +154,7 @@ class FileGroups(LoadScopeScheduling):
     def __init__(self, config: pytest.Config, log: Any = None) -> None:
         super().__init__(config, log)
         # xdist would otherwise reorder the units by their number of tests: ours are
-        # already longest first by measured time, which is what keeps both workers busy
+        # already longest first by measured time, which is what keeps every worker busy
         # to the end.
         config.option.loadscopereorder = False
 
