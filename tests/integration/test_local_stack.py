@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from crossfeed import class_archive
 from crossfeed.kafka import clients
 from crossfeed.local import postgres, processes, stack
 from tests.support.verify import read_topic
@@ -51,6 +54,20 @@ def test_produce_10000_and_read_back(clusters, topic_factory, producer_factory):
         assert list(m.headers) == [("n", str(i).encode())]
     # Nothing leaked to the other data center.
     assert topic not in clients.admin(clusters.b.config).list_topics(timeout=10).topics
+
+
+def test_the_brokers_start_from_the_class_archive_make_setup_recorded(clusters):
+    """make setup records the archives (crossfeed local archive-classes); a broker of the
+    stack maps its archive instead of loading its classes one by one."""
+    if os.environ.get("CROSSFEED_CLASS_ARCHIVES", "on") == "off":
+        pytest.skip("CROSSFEED_CLASS_ARCHIVES=off: the JVMs start without archives")
+    archive = class_archive.directory() / "broker.jsa"
+    assert archive.is_file(), f"{archive} is missing: make setup did not record it"
+    for node in stack.CLUSTERS:
+        pid = node.pid()
+        assert pid is not None, f"{node.alias} is not running"
+        maps = Path(f"/proc/{pid}/maps").read_text()
+        assert str(archive) in maps, f"{node.alias} (pid {pid}) runs without {archive}"
 
 
 def test_postgres_answers(postgres):
