@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from crossfeed import class_archive
@@ -26,6 +27,8 @@ from crossfeed.local.connect import ConnectWorker
 from crossfeed.local.kafka import KafkaNode, kafka_classpath
 
 TOPIC = "class-archive-training"
+READY = "records-ready"
+"""Touched in the recording directory once TOPIC holds its records (the driver waits)."""
 START_TIMEOUT_S = 180.0
 EXIT_TIMEOUT_S = 180.0  # writing an archive takes seconds; a loaded machine, more
 
@@ -46,7 +49,7 @@ def record(*, spark: bool) -> list[str]:
         os.environ["CROSSFEED_HOME"] = str(Path(tmp) / "home")
         os.environ[class_archive.RECORD_ENV] = str(recorded)
         try:
-            _run_stack(spark)
+            _run_stack(spark, recorded)
         finally:
             for name, value in saved.items():
                 if value is None:
@@ -66,28 +69,35 @@ def record(*, spark: bool) -> list[str]:
     return kinds
 
 
-def _run_stack(spark: bool) -> None:
+def _run_stack(spark: bool, recorded: Path) -> None:
     node = KafkaNode("broker", _free_port(), _free_port())
     node.start()
-    worker = None
+    worker = driver = None
     try:
         bootstrap = node.bootstrap
+        # The driver's JVM starts beside the broker's and waits for READY (its records).
+        driver = _start_spark_driver(bootstrap) if spark else None
         _wait(
             lambda: clients.cluster_id({"bootstrap.servers": bootstrap}, 2.0) is not None,
             f"the training broker on {bootstrap}",
             node.log_file,
         )
         _transaction(bootstrap)
+        (recorded / READY).touch()
         worker = ConnectWorker(bootstrap, port=_free_port(), name="connect")
-        worker.start()  # it starts while the Spark driver runs: setup waits for both once
-        if spark:
-            _spark_driver(bootstrap)
+        worker.start()
+        if driver is not None:
+            _wait_spark_driver(driver)
         _wait(worker.answers, f"the training Connect worker on {worker.url}", worker.log_file)
     finally:
+        if driver is not None and driver.poll() is None:
+            driver.kill()
         # SIGTERM: each JVM exits on its own and writes its archive as it goes.
+        running = [(node.pid(), "broker")]
         if worker is not None:
-            _stop(worker.pid(), "Connect")
-        _stop(node.pid(), "broker")
+            running.append((worker.pid(), "Connect"))
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            list(pool.map(lambda named: _stop(*named), running))
 
 
 def _transaction(bootstrap: str) -> None:
@@ -114,18 +124,23 @@ def _transaction(bootstrap: str) -> None:
     consumer.close()
 
 
-def _spark_driver(bootstrap: str) -> None:
-    result = subprocess.run(
+def _start_spark_driver(bootstrap: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
         [sys.executable, "-m", "crossfeed.services.sorter.archive_training", bootstrap, TOPIC],
-        capture_output=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=600,
-        check=False,
     )
-    if result.returncode != 0:
+
+
+def _wait_spark_driver(driver: subprocess.Popen[str]) -> None:
+    try:
+        _, err = driver.communicate(timeout=600)
+    except subprocess.TimeoutExpired as expired:
+        raise TrainingError("the Spark driver's training run did not end in 600 s") from expired
+    if driver.returncode != 0:
         raise TrainingError(
-            f"the Spark driver's training run failed (exit {result.returncode}):\n"
-            f"{result.stderr[-4000:]}"
+            f"the Spark driver's training run failed (exit {driver.returncode}):\n{err[-4000:]}"
         )
 
 

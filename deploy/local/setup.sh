@@ -36,8 +36,9 @@ if [ ! -f .venv/.stamp ] || [ "$(cat .venv/.stamp)" != "$py_stamp" ]; then
   say "installing Python dependencies into .venv (pinned by constraints.txt)"
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
-  # every extra (sorter, postgres, coordinator): the tests run every service
-  .venv/bin/python -m pip install -q -c constraints.txt -e ".[all,dev]"
+  # every extra (sorter, postgres, coordinator): the tests run every service. No bytecode
+  # compiled ahead (35 -> 15 s): Python compiles and caches what is imported, a fraction.
+  .venv/bin/python -m pip install -q --no-compile -c constraints.txt -e ".[all,dev]"
   echo "$py_stamp" > .venv/.stamp
 fi
 
