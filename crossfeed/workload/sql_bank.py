@@ -244,6 +244,9 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.uri, self.schema, self.accounts, self.total = uri, schema, accounts, total
         self.samples = 0
+        self.transfer_counts: set[int] = set()
+        """The numbers of transfers seen on the target: how many of the stream's states
+        the samples caught (a run's length changes how many samples it takes)."""
         self.torn: list[str] = []
         self.done = threading.Event()
         self.snapshot_seen = False  # every account has been on the target at once
@@ -268,6 +271,7 @@ class Sampler(threading.Thread):
                 return
             self.snapshot_seen = True
         self.samples += 1
+        self.transfer_counts.add(seen.transfers)
         if seen.accounts != self.accounts or seen.total != self.total or seen.dangling:
             self.torn.append(
                 f"{seen.accounts} accounts, total {seen.total} (expected {self.total}), "

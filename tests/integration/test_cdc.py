@@ -128,7 +128,14 @@ def bank_across_kills(
     finally:
         sampler.stop()
     assert not sampler.torn, f"the target showed states the source never had: {sampler.torn[:5]}"
-    assert sampler.samples > 50, f"only {sampler.samples} samples of the target"
+    # The sampler watched the stream being applied, not just its end state: it caught the
+    # target at more than one number of transfers (the sink applies a backlog in a few large
+    # batches after each kill, so there are few such states), and sampled it repeatedly
+    # (how often depends on the machine's load: 49 samples on a loaded CI run, ~1,900 alone).
+    caught = len(sampler.transfer_counts)
+    assert caught >= 2 and sampler.samples >= 20, (
+        f"the target sampled at {caught} states in {sampler.samples} samples"
+    )
     feed.assert_running()
 
 

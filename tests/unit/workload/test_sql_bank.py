@@ -60,6 +60,9 @@ def test_the_sampler_lets_the_snapshot_arrive_in_parts_and_nothing_else() -> Non
     sampler._check(Sample(39_000, 39, 3, 0))  # an account gone after all were there
     sampler._check(Sample(39_999, 40, 3, 0))  # a transfer applied in part
     assert len(sampler.torn) == 3 and sampler.samples == 4
+    assert sampler.transfer_counts == {3}  # the states caught: one number of transfers
+    sampler._check(Sample(40_000, 40, 5, 0))
+    assert sampler.transfer_counts == {3, 5} and len(sampler.torn) == 3
 
 
 def test_all_accounts_at_once_start_the_checks() -> None:
