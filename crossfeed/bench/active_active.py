@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import re
 import resource
-import socket
 import time
 import traceback
 import urllib.request
@@ -68,12 +67,6 @@ BENCH = "bench (writers, pollers)"
 PARITY = {"a-to-b": 1, "b-to-a": 0}  # the ids the source side of each direction writes
 
 Say = Callable[[str], None]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _own_cpu_s() -> float:
@@ -218,7 +211,7 @@ class Bench:
         pids: dict[str, int] = {}
         for body in bodies:
             direction = "a-to-b" if body["source"] == "dc-a" else "b-to-a"
-            port = _free_port()
+            port = processes.free_port()
             pipeline = Pipeline(
                 self.janitor,
                 self.a,

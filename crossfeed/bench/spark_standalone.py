@@ -7,18 +7,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from crossfeed.local import processes
 
 
 class Standalone:
@@ -29,7 +24,7 @@ class Standalone:
 
         self.home = Path(pyspark.__file__).parent
         self.base = base
-        self.port, self.ui_port = _free_port(), _free_port()
+        self.port, self.ui_port = processes.free_port(), processes.free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self.procs: list[subprocess.Popen[bytes]] = []
         self.env = {
@@ -59,7 +54,7 @@ class Standalone:
             "worker",
             "org.apache.spark.deploy.worker.Worker",
             "--host", "127.0.0.1",
-            "--webui-port", str(_free_port()),
+            "--webui-port", str(processes.free_port()),
             "--cores", "1",
             "--memory", "2g",
             "--work-dir", str(self.base / "work"),

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from crossfeed.client.rest import CoordinatorClient
-from crossfeed.demo.scenario import Processes, _answers, _free_port, wait_until
-from crossfeed.local import stack
+from crossfeed.demo.scenario import Processes, _answers, wait_until
+from crossfeed.local import processes, stack
 from crossfeed.local.postgres import URI as POSTGRES_URI
 from crossfeed.workload.bank import Summary as BankSummary
 from crossfeed.workload.run import run_bank
@@ -242,7 +242,7 @@ def demo_processes(prefix: str, say: Callable[[str], None]) -> Iterator[Processe
 def start_coordinator(procs: Processes) -> CoordinatorClient:
     """A coordinator, once it leads (it answers before it has won the election, and
     refuses feeds until then)."""
-    port = _free_port()
+    port = processes.free_port()
     procs.start("coordinator", "coordinator", "run", "--port", str(port))
     api = CoordinatorClient(f"http://127.0.0.1:{port}")
     wait_until(lambda: _answers(api), 60, "the coordinator to answer")

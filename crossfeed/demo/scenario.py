@@ -14,7 +14,6 @@ can run again at once; each run uses its own topic, feed and group names.
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from crossfeed.client.consumer import TimestampedConsumer
 from crossfeed.client.rest import ApiError, CoordinatorClient
 from crossfeed.kafka import clients
 from crossfeed.kafka import topics as kafka_topics
-from crossfeed.local import stack
+from crossfeed.local import processes, stack
 
 PARTITIONS = 4
 
@@ -79,12 +78,6 @@ class Names:
     @property
     def group(self) -> str:
         return f"demo-billing-{self.run}"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Processes:
@@ -243,7 +236,7 @@ class Demo:
             self.say(f"logs of the demo's services: {workdir}")
 
     def _run(self, a: dict[str, Any], b: dict[str, Any], procs: Processes) -> Summary:
-        port = _free_port()
+        port = processes.free_port()
         server = f"http://127.0.0.1:{port}"
         procs.start("coordinator", "coordinator", "run", "--port", str(port))
         api = CoordinatorClient(server)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -70,7 +69,7 @@ def record(*, spark: bool) -> list[str]:
 
 
 def _run_stack(spark: bool, recorded: Path) -> None:
-    node = KafkaNode("broker", _free_port(), _free_port())
+    node = KafkaNode("broker", processes.free_port(), processes.free_port())
     node.start()
     worker = driver = None
     try:
@@ -84,7 +83,7 @@ def _run_stack(spark: bool, recorded: Path) -> None:
         )
         _transaction(bootstrap)
         (recorded / READY).touch()
-        worker = ConnectWorker(bootstrap, port=_free_port(), name="connect")
+        worker = ConnectWorker(bootstrap, port=processes.free_port(), name="connect")
         worker.start()
         if driver is not None:
             _wait_spark_driver(driver)
@@ -156,9 +155,3 @@ def _stop(pid: int | None, what: str) -> None:
     if pid is None:
         raise TrainingError(f"the training {what} was not running when it was to stop")
     processes.terminate(pid, grace_s=EXIT_TIMEOUT_S)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

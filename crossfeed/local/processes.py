@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -110,3 +111,10 @@ def rotate(path: Path, max_bytes: int = 64 << 20) -> None:
     with contextlib.suppress(OSError):
         if path.stat().st_size > max_bytes:
             path.replace(path.with_name(path.name + ".1"))
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -22,8 +22,8 @@ The rule, per group partition (:func:`latest`):
    the winner is reported as known from the destination. A client and a broker clock
    that disagree by a few milliseconds must not turn "the group's last commit" into
    "an older commit" when both say the same offset.
-4. A winner from the source *past* every commit recorded on the destination, and learnt
-   after the newest of them was made, is past the group's last acknowledged commit: with
+4. A winner from the source *past* every commit recorded on the destination (learnt after
+   them all, or rule 2 would have chosen one) is past the group's last acknowledged commit: with
    the opt-in each commit the client saw succeed is on the destination before
    ``commit()`` returns, so a newer one the source holds is a commit whose answer was
    lost with the source (the client took it for failed). Nothing the client knows it
@@ -87,8 +87,6 @@ def latest(
     for known in on_destination:
         if known.offset == best.offset:
             return known
-    if on_destination and all(
-        best.offset > k.offset and best.seen_at_ms >= k.committed_at_ms for k in on_destination
-    ):
+    if on_destination and all(best.offset > k.offset for k in on_destination):
         return replace(best, past_recorded=True)
     return best
