@@ -89,6 +89,12 @@ txn id is a :data:`TXN_ID`, or for a change without ``crossfeed-txn`` the source
 cluster.id, topic, partition and offset (:data:`PROV`, or a legacy :data:`SRC`) joined by
 ':' (a cluster.id or topic may hold ':' too); a reader of markers only compares ids, so
 it takes any id without '/' (a seq other than 0 is its to refuse, with its reason)."""
+ORDER: Final = Pattern(
+    (("seq", INT), ("count", INT), ("commit_ts", LONG), ("id", r"[^/]+")),
+)
+"""``crossfeed-order`` of a data record in ``.sorted``: ``<seq>/<count>/<commit_ts>/<txn id>``,
+seq from 1 to count; the txn id as in :data:`SORTED_TXN` (last, so a reader splits the
+value at its first three '/')."""
 MARK_KEY: Final = Pattern((("topic", TOPIC), ("partition", INT)))
 """A resolved mark's key in ``.changes``: ``<topic>/<partition>`` of its source partition."""
 

@@ -36,6 +36,11 @@ Connect schema, kept in ``_crossfeed.<feed>.schemas`` (the value holds the paylo
 sinks give the target the whole value back, never this header."""
 TYPE: Final = "crossfeed-type"
 """Absent for data; ``resolved`` for watermarks; ``begin``/``commit`` in ``sorted``."""
+ORDER: Final = "crossfeed-order"
+"""Ordered feeds, on a data record in ``.sorted`` only: ``<seq>/<count>/<commit_ts>/<txn id>``,
+the record's place in its transaction, so the transaction needs no ``begin``/``commit``
+records around it (crossfeed/wire/grammar.py: ORDER; docs/ordered-feeds.md §3). Sinks
+never write it into a target."""
 
 RESOLVED_FROM: Final = "crossfeed-resolved-from"
 """On a puller's resolved mark of an ordered feed: ``watermarks`` when the partition's

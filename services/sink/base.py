@@ -27,6 +27,7 @@ from crossfeed.services.sink.inputs import input_for
 from crossfeed.services.sink.reporting import SORTED_PARTITION as SORTED_PARTITION
 from crossfeed.services.sink.schemas import SchemaStore
 from crossfeed.services.sink.sorted_stream import (
+    ONLY_APPLY,
     Applied,
     BadMarker,
     Kind,
@@ -185,9 +186,17 @@ class OrderedSink:
             if self.sequencer.data():
                 self._apply(msg, hdrs)
             return True
+        steps = self.sequencer.step(offset, marker)
+        if steps is ONLY_APPLY:  # an inline change inside its transaction: most of them
+            self.next_offset = offset + 1
+            self._apply(msg, hdrs)
+            return True
         boundary = False  # a source transaction ended here: a place to commit
-        for step in self.sequencer.step(offset, marker):
-            if step is Step.OPEN:
+        for step in steps:
+            if step is Step.APPLY:  # an inline change that also opens or ends one
+                self.next_offset = offset + 1
+                self._apply(msg, hdrs)
+            elif step is Step.OPEN:
                 self._opened()
             elif step is Step.COMPLETE:
                 self._completed()
@@ -208,7 +217,7 @@ class OrderedSink:
                 if self.txn_events or self.txn_sources:
                     self._commit()
                     self._begin()
-            elif step is Step.DROP and marker.kind is Kind.BEGIN:
+            elif step is Step.DROP and marker.starts:
                 metrics.REPLAYED.labels(*self.labels).inc()
         self.next_offset = offset + 1
         if boundary and self._due():

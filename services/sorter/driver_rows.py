@@ -15,8 +15,9 @@ of rules.py) and the same output as Spark's release:
 * :func:`letters_and_pending` — a batch's unreadable and late rows as dead letters, the
   rest as rows pending;
 * :func:`window_records` — the data rows of a release window in (commit_ts, txn, seq)
-  order, each complete transaction between ``begin`` and ``commit`` markers, each
-  incomplete one's rows as dead letters;
+  order, each record of a complete transaction with its place in it
+  (``crossfeed-order``: the inline form of docs/ordered-feeds.md §3, no ``begin`` or
+  ``commit`` records), each incomplete one's rows as dead letters;
 * :func:`dead_letter` / :func:`late_letter` — a row to ``_crossfeed.dlq`` with its context.
 
 All work on whole columns (pyarrow compute, numpy): a row costs ~1 µs to parse and order
@@ -337,15 +338,13 @@ def window_records(
                 append(dead_letter(row, feed, "IncompleteTransaction", message))
             out.dead_letters += end - start
             continue
-        framing = [
-            _h(headers.COMMIT_TS, str(commit_ts[start])),
-            _h(headers.TXN, f"{txn_ids[start]}/0/{counts[start]}"),
-        ]
-        append((sorted_topic, None, None, [_h(headers.TYPE, headers.TYPE_BEGIN), *framing]))
+        # crossfeed-order: <seq>/<count>/<commit_ts>/<txn id> (grammar.ORDER); whole, so
+        # seq runs 1..count from start
+        place = f"/{counts[start]}/{commit_ts[start]}/{txn_ids[start]}".encode()
         for i in range(start, end):
             hdrs[i].append((headers.TIMESTAMP, stamps[i]))
+            hdrs[i].append((headers.ORDER, b"%d%s" % (i - start + 1, place)))
             append((sorted_topic, keys[i], values[i], hdrs[i]))
-        append((sorted_topic, None, None, [_h(headers.TYPE, headers.TYPE_COMMIT), *framing]))
         out.events += end - start
         out.txns += 1
     return out

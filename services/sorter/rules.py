@@ -35,9 +35,6 @@ from typing import Any, Final
 NOTHING_RELEASED: Final = -1
 """R_prev before the first release: every commit_ts (>= 0) is above it."""
 
-# Order of the rows of one transaction in `.sorted`: begin, seq 1..count, commit.
-BEGIN_ORD: Final = 0
-
 
 # -- per-batch rules (driver) ------------------------------------------------------------
 

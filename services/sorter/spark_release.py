@@ -270,8 +270,8 @@ class SparkRelease:
                 & (ts <= F.lit(window.resolved_ts))
             )
             # The one shuffle: everything released into one partition, sorted there (with
-            # spill). The window per transaction and the explode keep that order, so the
-            # rows reach the writer as (commit_ts, txn, ord) with no second sort.
+            # spill). The window per transaction keeps that order, so the rows reach the
+            # writer as (commit_ts, txn, seq) with no second sort.
             ordered = rel.repartition(1).sortWithinPartitions("commit_ts", "txn_id", "seq")
             parts.append(self._transactions(self._completeness(ordered), window))
         if bad_rows:
@@ -305,7 +305,7 @@ class SparkRelease:
             out.observe(
                 written,
                 F.count_if(kind == "data").alias("events"),
-                F.count_if(kind == headers.TYPE_COMMIT).alias("txns"),
+                F.count_if((kind == "data") & (F.col("ord") == 1)).alias("txns"),
                 F.count_if(kind == "dlq").alias("dead_letters"),
             )
             .select("topic", "key", "value", "headers")
@@ -349,40 +349,30 @@ class SparkRelease:
         return agg.select(*rel.columns, ok.alias("ok"), "n")
 
     def _transactions(self, flagged: DataFrame, window: Window) -> DataFrame:
-        """Rows of the release window, flagged by :meth:`_completeness` -> begin, data,
-        commit rows (complete transactions) and dead letters (incomplete ones), in the
-        order of ``flagged`` (begin before a transaction's seq 1, commit after its last)."""
-        commit_ts = F.col("commit_ts")
-        marker_headers = [
-            _h(headers.COMMIT_TS, commit_ts.cast("string")),
-            _h(headers.TXN, F.concat(F.col("txn_id"), F.lit("/0/"), F.col("count").cast("string"))),
-        ]
-
-        def marker(what: str, ord_: Column) -> Column:
-            return self._row(
-                self.sorted_topic,
-                F.lit(None).cast("binary"),
-                F.lit(None).cast("binary"),
-                F.array(_h(headers.TYPE, what), *marker_headers),
-                ord_,
-                what,
-            )
-
+        """Rows of the release window, flagged by :meth:`_completeness` -> data rows of
+        complete transactions, each with its place in it (``crossfeed-order``, the inline
+        form of docs/ordered-feeds.md §3, as the driver's release writes them), and dead
+        letters (incomplete ones), in the order of ``flagged``."""
+        place = F.concat_ws(
+            "/",
+            F.col("seq").cast("string"),
+            F.col("count").cast("string"),
+            F.col("commit_ts").cast("string"),
+            F.col("txn_id"),
+        )
         data = self._row(
             self.sorted_topic,
             F.col("key"),
             F.col("value"),
             F.concat(
                 F.col("headers"),
-                F.array(_h(headers.TIMESTAMP, F.col("timestamp_ms").cast("string"))),
+                F.array(
+                    _h(headers.TIMESTAMP, F.col("timestamp_ms").cast("string")),
+                    _h(headers.ORDER, place),
+                ),
             ),
             F.col("seq").cast("long"),
             "data",
-        )
-        begin = F.when(F.col("seq") == 1, marker(headers.TYPE_BEGIN, F.lit(rules.BEGIN_ORD)))
-        commit = F.when(
-            F.col("seq") == F.col("count"),
-            marker(headers.TYPE_COMMIT, (F.col("count") + 1).cast("long")),
         )
         letter = self._dead_letter(
             F.lit("IncompleteTransaction"),
@@ -395,11 +385,7 @@ class SparkRelease:
                 F.lit(f"when the feed's resolved_ts reached {window.resolved_ts}"),
             ),
         )
-        elements = F.when(
-            F.col("ok"),
-            F.filter(F.array(begin, data, commit), lambda x: x.isNotNull()),
-        ).otherwise(F.array(letter))
-        return flagged.select(F.explode(elements).alias("o")).select("o.*")
+        return flagged.select(F.when(F.col("ok"), data).otherwise(letter).alias("o")).select("o.*")
 
     def _row(
         self,

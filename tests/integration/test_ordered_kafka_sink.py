@@ -107,11 +107,14 @@ def _assert_same(records: list[Record], txns: list[Txn]) -> None:
         )
 
 
-def test_in_order_replays_and_cut_short_dropped(clusters, services, topic_factory, unique):
+@pytest.mark.parametrize("form", ["inline", "framed"])
+def test_in_order_replays_and_cut_short_dropped(clusters, services, topic_factory, unique, form):
+    """Either form of a transaction (docs/ordered-feeds.md §3: a stream written before the
+    inline form is read as well)."""
     target = unique("ordered")
     txns = _txns(40, seed=1)
-    feed = _start(services, clusters, "okafka", target)
-    writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name))
+    feed = _start(services, clusters, f"okafka-{form}", target)
+    writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name), form)
     for t in txns[:10]:
         writer.txn(t)
     writer.resolved(txns[9].commit_ts + 5)
@@ -144,6 +147,7 @@ def test_in_order_replays_and_cut_short_dropped(clusters, services, topic_factor
     assert first.header("user") == b"u"
     assert first.header(headers.COMMIT_TS) == str(txns[0].commit_ts).encode()
     assert first.timestamp_ms == txns[0].commit_ts // 1000
+    assert first.header(headers.ORDER) is None and first.header(headers.TIMESTAMP) is None
     meta = clients.admin(clusters.b.config).list_topics(target, timeout=10).topics[target]
     assert len(meta.partitions) == 1
     assert (sink.metric("crossfeed_sink_cut_short_transactions_total") or 0) >= 3
@@ -162,7 +166,8 @@ def test_kill_9_mid_stream_nothing_lost_or_duplicated_never_partial(
     txns = _txns(30_000, seed=2)
     feed = _start(services, clusters, "okill", target)
     sink = feed.sinks[0]
-    writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name))
+    # both forms of a transaction, as after a sorter upgraded mid-stream
+    writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name), "mixed", seed=3)
     rng = random.Random(5)
 
     # A read_committed reader, while the feed runs: whenever it has caught up, what it
@@ -260,9 +265,9 @@ def test_consistency_ts_published_by_the_coordinator(
 def test_too_large_and_bad_markers_to_the_dlq_and_a_standby_takes_over(
     clusters, services, topic_factory, unique
 ):
-    """A record over the target's max.message.bytes and a marker breaking the contract go
-    to the DLQ with context; with two instances one applies, and after kill -9 of it the
-    other goes on from the committed position."""
+    """A record over the target's max.message.bytes, a marker and an inline record breaking
+    the contract go to the DLQ with context; with two instances one applies, and after
+    kill -9 of it the other goes on from the committed position."""
     from crossfeed.dlq import ERROR_CLASS, FEED
     from tests.support.verify import read_many
 
@@ -274,6 +279,7 @@ def test_too_large_and_bad_markers_to_the_dlq_and_a_standby_takes_over(
     writer.txn(txns[0])
     writer.txn(Txn("t-big", txns[0].commit_ts + 1, (Change(b"ok", b"v"), big)))
     writer._send(None, None, [(headers.TYPE, b"begin"), (headers.COMMIT_TS, b"nope")])
+    writer._send(b"bad", b"v", [(headers.ORDER, b"0/1/5/t")])  # an inline seq 0
     for t in txns[1:5]:
         writer.txn(t)
     writer.resolved(txns[4].commit_ts)
@@ -299,7 +305,11 @@ def test_too_large_and_bad_markers_to_the_dlq_and_a_standby_takes_over(
         for r in part
         if r.header(FEED) == feed.name.encode()
     ]
-    assert sorted(r.header(ERROR_CLASS) for r in letters) == [b"BadMarker", b"RecordTooLarge"]
+    assert sorted(r.header(ERROR_CLASS) for r in letters) == [
+        b"BadMarker",
+        b"BadMarker",
+        b"RecordTooLarge",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -50,8 +50,8 @@ def _cpu_s(pid: int | None) -> float:
 
 
 def _write_big(writer: SortedWriter, txn_id: str, ts: int, make) -> None:
-    """A transaction of BIG changes, streamed to the sorted topic (never held whole)."""
-    writer.marker("begin", txn_id, ts, BIG)
+    """A transaction of BIG changes, streamed to the sorted topic (never held whole), in
+    the inline form the sorter writes."""
     for seq in range(1, BIG + 1):
         key, value = make(seq)
         writer._send(
@@ -60,10 +60,10 @@ def _write_big(writer: SortedWriter, txn_id: str, ts: int, make) -> None:
             [
                 ("crossfeed-commit-ts", str(ts).encode()),
                 ("crossfeed-txn", f"{txn_id}/{seq}/{BIG}".encode()),
+                ("crossfeed-order", f"{seq}/{BIG}/{ts}/{txn_id}".encode()),
             ],
             ts // 1000,
         )
-    writer.marker("commit", txn_id, ts, BIG)
 
 
 def test_million_event_transaction_into_kafka_bounded_memory(clusters, services, unique):
@@ -163,15 +163,17 @@ def _ceiling(uri: str, schema: str, rows: list[tuple[int, int, str, int]]) -> fl
         return len(rows) / (time.monotonic() - started)
 
 
-def test_postgres_apply_rate_beside_the_database_ceiling(clusters, services, postgres):
-    """A backlog of bank transfers (2 row changes each) applied from a cold start."""
+@pytest.mark.parametrize("form", ["inline", "framed"])
+def test_postgres_apply_rate_beside_the_database_ceiling(clusters, services, postgres, form):
+    """A backlog of bank transfers (2 row changes each) applied from a cold start, written
+    in either form of docs/ordered-feeds.md §3 (the sink's CPU of each, side by side)."""
     transfers = 100_000
     bank = Bank(10_000, seed=9)
     txns: list[Any] = [bank.opening()] + [bank.transfer() for _ in range(transfers)]
     rows = sum(len(t.changes) for t in txns)
-    feed = start_pg(services, clusters, postgres, "pgrate", wait=False, settings={})
+    feed = start_pg(services, clusters, postgres, f"pgrate-{form}", wait=False, settings={})
     feed.sinks[0].kill()  # the backlog first, then a cold start
-    writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name))
+    writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name), form)
     for t in txns:
         writer.txn(t)
     final_r = BASE_TS + (bank.n + 1) * 100
@@ -191,7 +193,7 @@ def test_postgres_apply_rate_beside_the_database_ceiling(clusters, services, pos
     ]
     ceiling = _ceiling(clusters.postgres_uri, _schema(postgres), ceiling_rows)
     print(
-        f"\npostgresql sink: {len(txns):,} transactions, {rows:,} row changes applied in "
+        f"\npostgresql sink, {form}: {len(txns):,} transactions, {rows:,} row changes applied in "
         f"{took:.1f}s from a cold start: {rows / took:,.0f} rows/s, {len(txns) / took:,.0f} "
         f"transactions/s ({ceiling and rows / took / ceiling:.0%} of the ceiling), sink CPU "
         f"{cpu_s:.1f}s in all; the database's own ceiling (batched upserts, 1,000 a "
@@ -199,12 +201,13 @@ def test_postgres_apply_rate_beside_the_database_ceiling(clusters, services, pos
     )
 
 
-def test_kafka_apply_rate(clusters, services, unique):
+@pytest.mark.parametrize("form", ["inline", "framed"])
+def test_kafka_apply_rate(clusters, services, unique, form):
     """A backlog of 100,000 two-record transactions (200 B values) applied from a cold
-    start into a Kafka topic."""
+    start into a Kafka topic, written in either form of docs/ordered-feeds.md §3."""
     target = unique("rate")
     feed = services.start_feed(
-        "orate",
+        f"orate-{form}",
         clusters,
         ["unused"],
         mode="ordered",
@@ -214,7 +217,7 @@ def test_kafka_apply_rate(clusters, services, unique):
     )
     sink = feed.sinks[0]
     sink.kill()  # the backlog first, then a cold start
-    writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name))
+    writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name), form)
     value = b"v" * 200
     n = 100_000
     for i in range(n):
@@ -228,7 +231,7 @@ def test_kafka_apply_rate(clusters, services, unique):
     sink.wait_status(lambda s: s["checkpoint_ts_us"] == BASE_TS + n, 600, "caught up")
     took = time.monotonic() - started
     print(
-        f"\nkafka sink: {n:,} transactions, {2 * n:,} records applied in {took:.1f}s from a "
-        f"cold start: {2 * n / took:,.0f} records/s, {n / took:,.0f} transactions/s; sink CPU "
-        f"{_cpu_s(sink.pid):.1f}s in all"
+        f"\nkafka sink, {form}: {n:,} transactions, {2 * n:,} records applied in {took:.1f}s "
+        f"from a cold start: {2 * n / took:,.0f} records/s, {n / took:,.0f} transactions/s; "
+        f"sink CPU {_cpu_s(sink.pid):.1f}s in all"
     )

@@ -183,7 +183,7 @@ def test_kill_9_and_database_restart_lose_nothing(clusters, services, restartabl
     schema = _schema(restartable)
     feed = _start(services, clusters, restartable, "pgkill")
     sink = feed.sinks[0]
-    writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name))
+    writer = SortedWriter(clusters.b.config, topics.sorted_(feed.name), "mixed", seed=4)
     sampler = Sampler(clusters.postgres_uri, schema)
     sampler.start()
     bank = Bank(500, seed=3)

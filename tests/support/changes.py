@@ -222,19 +222,48 @@ class SortedCheck:
 def check_sorted(messages: Sequence[Any]) -> SortedCheck:
     """Apply a sorted stream as a sink would (docs/ordered-feeds.md §4) and check it:
     within a transaction, data rows are seq 1..count in order with the transaction's
-    commit_ts and txn header; a `begin` while one is open cuts it short; a transaction at
-    or below the applied position is a replay and is dropped; resolved marks never go
-    backwards and every applied transaction is at or below the next mark."""
+    commit_ts and txn header; a `begin` or an inline seq 1 while one is open cuts it short;
+    a transaction at or below the applied position is a replay and is dropped; resolved
+    marks never go backwards and every applied transaction is at or below the next mark.
+    Either form of a transaction (framed by begin/commit, or inline) is read."""
     applied: list[tuple[int, str, list[bytes]]] = []
     resolved: list[int] = []
     replays = cut = 0
     open_txn: tuple[int, str, int] | None = None
     rows: list[bytes] = []
     position: tuple[int, str] | None = None
+
+    def close(open_txn: tuple[int, str, int], rows: list[bytes]) -> None:
+        nonlocal position, replays
+        ts, txn_id, count = open_txn
+        assert len(rows) == count, f"{txn_id}: {len(rows)} of {count} changes"
+        if position is not None and (ts, txn_id) <= position:
+            replays += 1
+        else:
+            applied.append((ts, txn_id, rows))
+            position = (ts, txn_id)
+
     for msg in messages:
         h = _hmap(msg)
         kind = h.get(headers.TYPE, b"").decode()
-        if kind == headers.TYPE_BEGIN:
+        if headers.ORDER in h:  # inline: the record says where it stands
+            assert kind == "", f"{headers.ORDER} on a {kind} record"
+            seq, count, ts, txn_id = h[headers.ORDER].decode().split("/", 3)
+            if seq == "1":
+                if open_txn is not None:
+                    cut += 1
+                open_txn, rows = (int(ts), txn_id, int(count)), []
+            assert open_txn == (int(ts), txn_id, int(count)), f"{txn_id}/{seq} out of place"
+            assert int(h[headers.COMMIT_TS]) == int(ts)
+            assert int(seq) == len(rows) + 1, f"{txn_id}: seq {seq} after {len(rows)}"
+            if headers.TXN in h:
+                assert h[headers.TXN].decode() == f"{txn_id}/{seq}/{count}"
+            assert headers.TIMESTAMP in h
+            rows.append(msg.value())
+            if seq == count:
+                close(open_txn, rows)
+                open_txn = None
+        elif kind == headers.TYPE_BEGIN:
             if open_txn is not None:
                 cut += 1
             ts = int(h[headers.COMMIT_TS])
@@ -246,12 +275,7 @@ def check_sorted(messages: Sequence[Any]) -> SortedCheck:
             ts, txn_id, count = open_txn
             assert h[headers.TXN].decode() == f"{txn_id}/0/{count}"
             assert int(h[headers.COMMIT_TS]) == ts
-            assert len(rows) == count, f"{txn_id}: {len(rows)} of {count} changes"
-            if position is not None and (ts, txn_id) <= position:
-                replays += 1
-            else:
-                applied.append((ts, txn_id, rows))
-                position = (ts, txn_id)
+            close(open_txn, rows)
             open_txn = None
         elif kind == headers.TYPE_RESOLVED:
             r = int(h[headers.COMMIT_TS])

@@ -7,6 +7,7 @@ Bank-like ChangeEvents for the PostgreSQL sink come from :func:`change_event`.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,11 +37,23 @@ class Txn:
     changes: tuple[Change, ...]
 
 
+FORMS = ("framed", "inline", "mixed")
+"""How :class:`SortedWriter` writes a transaction (docs/ordered-feeds.md §3): framed by
+``begin``/``commit`` records (what a sorter before the inline form wrote), inline (data
+records with ``crossfeed-order``, what the sorter writes now), or mixed — each transaction
+one or the other at random, as in a stream whose sorter was upgraded mid-way."""
+
+
 class SortedWriter:
     """Produces sorted-stream records to one partition of ``topic`` (not transactional:
-    the sorter's Spark writer is not either), in call order."""
+    the sorter's Spark writer is not either), in call order, each transaction in ``form``
+    (:data:`FORMS`; ``seed`` for mixed)."""
 
-    def __init__(self, conf: Mapping[str, Any], topic: str) -> None:
+    def __init__(
+        self, conf: Mapping[str, Any], topic: str, form: str = "inline", seed: int = 0
+    ) -> None:
+        assert form in FORMS, form
+        self.form, self._rng = form, random.Random(seed)
         self.topic = topic
         kafka_topics.ensure_topic(clients.admin(conf), topic, 1, {"cleanup.policy": "delete"})
         self.producer = clients.producer(conf, **{"linger.ms": 5, "compression.type": "none"})
@@ -68,23 +81,29 @@ class SortedWriter:
             ],
         )
 
-    def data(self, txn: Txn, seq: int) -> None:
+    def data(self, txn: Txn, seq: int, *, inline: bool = False) -> None:
         change = txn.changes[seq - 1]
+        count = len(txn.changes)
         hdrs = [
             *change.headers,
             (headers.COMMIT_TS, str(txn.commit_ts).encode()),
-            (headers.TXN, f"{txn.txn_id}/{seq}/{len(txn.changes)}".encode()),
+            (headers.TXN, f"{txn.txn_id}/{seq}/{count}".encode()),
         ]
+        if inline:
+            hdrs.append((headers.ORDER, f"{seq}/{count}/{txn.commit_ts}/{txn.txn_id}".encode()))
         self._send(change.key, change.value, hdrs, change.timestamp_ms or txn.commit_ts // 1000)
 
     def txn(self, txn: Txn, *, cut_after: int | None = None) -> None:
-        """begin, data, commit; with ``cut_after`` only begin and that many data records."""
+        """The transaction whole (framed: begin, data, commit; inline: its data records);
+        with ``cut_after`` only that many data records (framed: after its begin)."""
         count = len(txn.changes)
-        self.marker(headers.TYPE_BEGIN, txn.txn_id, txn.commit_ts, count)
+        inline = self.form == "inline" or (self.form == "mixed" and self._rng.random() < 0.5)
+        if not inline:
+            self.marker(headers.TYPE_BEGIN, txn.txn_id, txn.commit_ts, count)
         stop = count if cut_after is None else cut_after
         for seq in range(1, stop + 1):
-            self.data(txn, seq)
-        if cut_after is None:
+            self.data(txn, seq, inline=inline)
+        if cut_after is None and not inline:
             self.marker(headers.TYPE_COMMIT, txn.txn_id, txn.commit_ts, count)
 
     def resolved(self, resolved_ts: int) -> None:

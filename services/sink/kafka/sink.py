@@ -50,7 +50,7 @@ from crossfeed.services.sink.kafka.target import (
 )
 from crossfeed.services.sink.schemas import UnknownSchema
 from crossfeed.wire import confluent_avro
-from crossfeed.wire.headers import SCHEMA, TIMESTAMP
+from crossfeed.wire.headers import ORDER, SCHEMA, TIMESTAMP
 
 log = logging.getLogger(__name__)
 
@@ -358,7 +358,8 @@ def source_timestamp(sorted_ts_ms: int, hdrs: list[Any] | None) -> tuple[int, li
     """The source record's timestamp and the headers to write: Spark's Kafka writer cannot
     set a record timestamp, so the sorter carries it in ``crossfeed-timestamp``
     (docs/ordered-feeds.md §3); the target gets it back and not the header. Nor does it get
-    ``crossfeed-schema``: the value it names the schema of is whole again."""
+    ``crossfeed-schema`` (the value it names the schema of is whole again) or
+    ``crossfeed-order`` (the record's place in `.sorted`)."""
     if not hdrs:
         return sorted_ts_ms, hdrs
     ts_ms = sorted_ts_ms
@@ -367,6 +368,6 @@ def source_timestamp(sorted_ts_ms: int, hdrs: list[Any] | None) -> tuple[int, li
         if name == TIMESTAMP:
             with contextlib.suppress(TypeError, ValueError):
                 ts_ms = int(value)
-        elif name != SCHEMA:
+        elif name != SCHEMA and name != ORDER:
             kept.append((name, value))
     return ts_ms, kept

@@ -20,7 +20,6 @@ from crossfeed.kafka.targets import TargetTopics
 from crossfeed.services.sink.reporting import SORTED_PARTITION
 from crossfeed.services.sink.sorted_stream import (
     BadMarker,
-    Kind,
     Position,
     classify,
     resume_position,
@@ -97,7 +96,7 @@ def check_target(
     rewind = None
     if resumed < applied:
         try:
-            rewind = begin_at_or_below(target_conf, sorted_topic, committed_offset, resumed)
+            rewind = start_at_or_below(target_conf, sorted_topic, committed_offset, resumed)
         except KafkaException as err:
             log.error(
                 "feed %s: transactions after %s are not in %s, but %s could not be read "
@@ -123,25 +122,25 @@ def check_target(
     return resumed, rewind
 
 
-def begin_at_or_below(
+def start_at_or_below(
     conf: dict[str, Any], sorted_topic: str, committed_offset: int, position: Position
 ) -> int:
-    """The offset of the newest ``begin`` at or below ``position`` before the committed
-    offset (the sequencer drops that transaction and applies what follows), or the
-    sorted partition's start."""
+    """The offset of the newest start of a transaction (its ``begin``, or its inline seq 1)
+    at or below ``position`` before the committed offset (the sequencer drops that
+    transaction and applies what follows), or the sorted partition's start."""
     where = KafkaTP(sorted_topic, SORTED_PARTITION)
     reader = clients.consumer(conf, **{"group.id": "crossfeed-tail-check"})
     try:
         low, high = reader.get_watermark_offsets(where, timeout=10)
         end = committed_offset if committed_offset >= 0 else high
         for start in tails.backwards(low, end, 4096):
-            begins: list[int] = [
+            starts: list[int] = [
                 msg.offset()
                 for msg in tails.scan(reader, where, start, end)
-                if _is_begin_at_or_below(msg.headers(), position)
+                if _starts_at_or_below(msg.headers(), position)
             ]
-            if begins:
-                return max(begins)
+            if starts:
+                return max(starts)
         return int(low)
     finally:
         reader.close()
@@ -162,12 +161,12 @@ def time_retention_ms(admin: Any, topic: str) -> int | None:
     return int(retention) if int(retention) >= 0 else None
 
 
-def _is_begin_at_or_below(hdrs: list[Any] | None, position: Position) -> bool:
+def _starts_at_or_below(hdrs: list[Any] | None, position: Position) -> bool:
     try:
         marker = classify(hdrs)
     except BadMarker:
         return False
-    return marker.kind is Kind.BEGIN and marker.position <= position
+    return marker.starts and marker.position <= position
 
 
 def target_producer(conf: dict[str, Any], feed: str, instance_id: str) -> TransactionalProducer:

@@ -1,6 +1,6 @@
 """The driver's column functions (services/sorter/driver_rows.py): rows parsed as the
 table of tests/support/sorter_rows.py says and as the grammar's bounds say (property tests),
-a window's rows in (commit_ts, txn, seq) order between begin/commit markers, incomplete
+a window's rows in (commit_ts, txn, seq) order, each with its place in its transaction, incomplete
 transactions and bad or late rows to the DLQ with their context. Spark's parse is held to
 the same table, and the two engines to each other, by tests/integration/test_sorter_parse.py."""
 
@@ -204,19 +204,17 @@ def test_any_rows_parse_into_rows_the_release_can_trust(raws):
             assert row.commit_ts is not None and row.part is not None
 
 
-def test_release_orders_transactions_and_frames_them():
+def test_release_orders_transactions_and_places_each_change_in_its_own():
     rows = [change(30, "b", 1, 1), change(20, "z", 2, 2), change(20, "a", 1, 1)]
     rows.append(change(20, "z", 1, 2))
     out = window_records(together(rows), Window(10, 30), FEED)
-    assert kinds(out.records) == [
-        "begin", "a-1", "commit",
-        "begin", "z-1", "z-2", "commit",
-        "begin", "b-1", "commit",
+    assert kinds(out.records) == ["a-1", "z-1", "z-2", "b-1"]  # no begin or commit records
+    assert [dict(r[3])[H.ORDER] for r in out.records] == [
+        b"1/1/20/a", b"1/2/20/z", b"2/2/20/z", b"1/1/30/b"
     ]  # fmt: skip
     assert (out.events, out.txns, out.dead_letters) == (4, 3, 0)
-    begin = dict(out.records[3][3])
-    assert begin[H.TXN] == b"z/0/2" and begin[H.COMMIT_TS] == b"20"
-    data = dict(out.records[4][3])
+    data = dict(out.records[2][3])
+    assert data[H.TXN] == b"z/2/2" and data[H.COMMIT_TS] == b"20"  # as in .changes
     assert data[H.TIMESTAMP] == b"1234" and data[H.PROV] == b"C0,C1/orders/3/77"
     assert all(r[0] == SORTED for r in out.records)
 
@@ -224,13 +222,13 @@ def test_release_orders_transactions_and_frames_them():
 def test_release_keeps_to_the_window():
     rows = [change(10, "old", 1, 1), change(11, "in", 1, 1), change(31, "later", 1, 1)]
     out = window_records(together(rows), Window(10, 30), FEED)
-    assert kinds(out.records) == ["begin", "in-1", "commit"]
+    assert kinds(out.records) == ["in-1"]
 
 
 def test_an_incomplete_transaction_goes_to_the_dlq_whole():
     rows = [change(20, "t", 1, 3), change(20, "t", 3, 3), change(25, "ok", 1, 1)]
     out = window_records(together(rows), Window(10, 30), FEED)
-    assert kinds(out.records) == ["dlq", "dlq", "begin", "ok-1", "commit"]
+    assert kinds(out.records) == ["dlq", "dlq", "ok-1"]
     letter = dict(out.records[0][3])
     assert letter[dlq.ERROR_CLASS] == b"IncompleteTransaction"
     assert b"has 2 changes" in letter[dlq.ERROR_MESSAGE]
@@ -269,7 +267,8 @@ def test_late_and_unreadable_letters():
 )
 def test_release_is_the_rules_in_order(txns, high, rnd: random.Random):
     """Whatever the arrival order: complete transactions in the window come out whole,
-    framed, in (commit_ts, txn) order; every other row of the window is a dead letter;
+    in (commit_ts, txn) order, each change with its place; every other row of the window is
+    a dead letter;
     rows outside it are not touched. Some transactions lose a change, some have one twice."""
     rows: list[pa.Table] = []
     complete: dict[tuple[int, str], int] = {}
@@ -289,8 +288,9 @@ def test_release_is_the_rules_in_order(txns, high, rnd: random.Random):
     want: list[str] = []
     for (ts, txn), count in sorted(complete.items()):
         if window.releases(ts):
-            want += ["begin", *(f"{txn}-{s}" for s in range(1, count + 1)), "commit"]
-    assert [k for k in kinds(out.records) if k != "dlq"] == want
+            want += [f"{txn}-{s}/{s}/{count}/{ts}/{txn}" for s in range(1, count + 1)]
+    released = [r for r in out.records if r[0] == SORTED]
+    assert [f"{r[2].decode()}/{dict(r[3])[H.ORDER].decode()}" for r in released] == want
     in_window = [r for r in rows_of(together(rows)) if window.releases(r.commit_ts or 0)]
     assert out.events + out.dead_letters == len(in_window)
     assert out.txns == sum(1 for (ts, _t) in complete if window.releases(ts))

@@ -153,7 +153,7 @@ def test_a_driver_batch_releases_flushes_then_marks_then_prunes(tmp_path, monkey
     run = Run(tmp_path, monkeypatch)
     rows = [change(20, "b", 1, 1), change(10, "a", 2, 2), change(10, "a", 1, 2), *marks(15)]
     done, report, state = run.batch(0, Rows(rows))
-    assert done == ["begin", "a1", "a2", "commit", "flush", "mark 15", "flush"]
+    assert done == ["a1", "a2", "flush", "mark 15", "flush"]
     assert (report.engine, report.reason) == ("driver", "fits")
     assert (report.released_events, report.released_txns, report.resolved_ts) == (2, 1, 15)
     # what stays pending (b, above R) is the batch's segment
@@ -161,7 +161,7 @@ def test_a_driver_batch_releases_flushes_then_marks_then_prunes(tmp_path, monkey
     assert (run.store.pending_dir / "seg-000000000000").is_dir()
 
     done, report, state = run.batch(1, Rows(marks(30)))
-    assert done == ["begin", "b1", "commit", "flush", "mark 30", "flush"]
+    assert done == ["b1", "flush", "mark 30", "flush"]
     # the segment is released: dropped from the state now, deleted when the next batch starts
     assert state.segments == [] and state.garbage == ["seg-000000000000"]
     assert (run.store.pending_dir / "seg-000000000000").is_dir()
@@ -213,7 +213,7 @@ def test_compaction_comes_after_the_mark(tmp_path, monkeypatch):
     run = Run(tmp_path, monkeypatch, max_segments=1)
     run.batch(0, Rows([change(10, "a", 1, 1), change(30, "c", 1, 1), *marks(5)]))
     done, report, state = run.batch(1, Rows([change(40, "d", 1, 1), *marks(20)]))
-    assert done == ["begin", "a1", "commit", "flush", "mark 20", "flush", "compact"]
+    assert done == ["a1", "flush", "mark 20", "flush", "compact"]
     assert report.compacted
     assert state.segments == [Segment("merged-000000000001", 40, 2)]
     assert state.garbage == ["seg-000000000000", "seg-000000000001"]
