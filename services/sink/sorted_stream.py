@@ -264,6 +264,9 @@ class Sequencer:
         self.applied = applied
         self.resolved = 0
         self.open: OpenTxn | None = None
+        # The transaction the records applied belong to: ``open``, and still the one just
+        # completed while the steps of its last inline record are carried out.
+        self.applying: OpenTxn | None = None
         self.skipping = False
         self.known_cut: set[int] = set(known_cut)
         self.problem: str | None = None  # the last contract breach seen (for logs)
@@ -272,7 +275,7 @@ class Sequencer:
     def reset(self, applied: Position, known_cut: Iterable[int] = ()) -> None:
         """Back to a committed state (after an abort and a rewind)."""
         self.applied = applied
-        self.open = None
+        self.open = self.applying = None
         self.skipping = False
         self.known_cut |= set(known_cut)
 
@@ -347,7 +350,7 @@ class Sequencer:
         if position <= self.applied:
             self.skipping = True
             return (*cut, Step.DROP)
-        self.open = OpenTxn(position, offset, marker.count)
+        self.open = self.applying = OpenTxn(position, offset, marker.count)
         return (*cut, Step.OPEN)
 
     def _inline(self, offset: int, marker: Marker) -> tuple[Step, ...]:

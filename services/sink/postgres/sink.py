@@ -249,7 +249,7 @@ class PostgresSink(PostgresWriter):
     # -- records --------------------------------------------------------------------
 
     def _apply(self, msg: Any, hdrs: list[Any] | None) -> None:
-        open_txn = self.sequencer.open
+        open_txn = self.sequencer.applying  # (an inline transaction's last record: done)
         assert open_txn is not None
         # Careful mode (after the database refused a batch): each change under its own
         # savepoint, so the one refused goes to the DLQ alone.

@@ -258,13 +258,19 @@ class NoWait:
         return False
 
 
-def stream(*txns: tuple[str, int, list[tuple[int, int]]]) -> list[SortedRecord]:
-    """Sorted records of whole source transactions: (txn id, commit_ts, [(id, balance)])."""
+def stream(
+    *txns: tuple[str, int, list[tuple[int, int]]], inline: bool = False
+) -> list[SortedRecord]:
+    """Sorted records of whole source transactions: (txn id, commit_ts, [(id, balance)]),
+    framed by begin/commit records, or ``inline`` (each record with crossfeed-order)."""
     records: list[SortedRecord] = []
     for txn, ts, rows in txns:
-        records.append(SortedRecord(len(records), marker("begin", txn, ts, len(rows))))
+        if not inline:
+            records.append(SortedRecord(len(records), marker("begin", txn, ts, len(rows))))
         for seq, (account, balance) in enumerate(rows, 1):
             hdrs = [(headers.COMMIT_TS, b"%d" % ts), (headers.TXN, f"{txn}/{seq}/0".encode())]
+            if inline:
+                hdrs.append((headers.ORDER, f"{seq}/{len(rows)}/{ts}/{txn}".encode()))
             value = change_event(
                 "accounts",
                 "insert",
@@ -273,7 +279,8 @@ def stream(*txns: tuple[str, int, list[tuple[int, int]]]) -> list[SortedRecord]:
                 {"id": account, "balance": balance, "owner": "o"},
             )
             records.append(SortedRecord(len(records), hdrs, value))
-        records.append(SortedRecord(len(records), marker("commit", txn, ts, len(rows))))
+        if not inline:
+            records.append(SortedRecord(len(records), marker("commit", txn, ts, len(rows))))
     return records
 
 
@@ -309,8 +316,9 @@ def run(sink: PostgresSink, steps: int = 20) -> None:
         sink.step(NoWait())  # type: ignore[arg-type]
 
 
-def test_each_database_transaction_holds_whole_source_transactions_and_the_position(db):
-    log = stream(("t1", 100, [(1, 10), (2, 20)]), ("t2", 200, [(3, 30)]))
+@pytest.mark.parametrize("inline", [False, True], ids=["framed", "inline"])
+def test_each_database_transaction_holds_whole_source_transactions_and_the_position(db, inline):
+    log = stream(("t1", 100, [(1, 10), (2, 20)]), ("t2", 200, [(3, 30)]), inline=inline)
     sink = new_sink(log, per_read=2)  # reads end inside a transaction: not a place to commit
     run(sink)
     assert db.commits == [[1, 2], [3]]
@@ -329,13 +337,27 @@ def test_a_source_transaction_cut_short_is_never_committed(db):
     assert db.accounts == {3: 30}
 
 
-def test_a_refused_write_is_rolled_back_and_read_again_change_by_change(db):
-    log = stream(("t1", 100, [(1, 10)]), ("t2", 200, [(2, 20), (3, -5), (4, 40)]))
+def test_an_inline_transaction_cut_short_is_never_committed(db):
+    whole = stream(("t1", 100, [(1, 10), (2, 20)]), ("t2", 200, [(3, 30)]), inline=True)
+    cut = [whole[0], whole[2]]  # t1's first change, then t2's only one
+    log = [SortedRecord(offset, r.headers(), r.value()) for offset, r in enumerate(cut)]
+    sink = new_sink(log, per_read=1)
+    run(sink)
+    assert db.commits == [[3]]
+    assert db.accounts == {3: 30}
+    assert db.position is not None and db.position[:2] == (200, "t2")
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["framed", "inline"])
+def test_a_refused_write_is_rolled_back_and_read_again_change_by_change(db, inline):
+    txns = (("t1", 100, [(1, 10)]), ("t2", 200, [(2, 20), (3, -5), (4, 40)]))
+    log = stream(*txns, inline=inline)
     sink = new_sink(log)
     run(sink)
     conn = db.connections[-1]
     assert "rollback()" in conn.statements  # the batch with the refused row, undone whole
-    assert sink.consumer.assigned == [0, 3]  # read again from after t1, committed
+    # read again from after t1, committed
+    assert sink.consumer.assigned == [0, 1 if inline else 3]
     assert db.commits == [[1], [2, 4]]  # the refused change alone is left out of t2
     assert db.accounts == {1: 10, 2: 20, 4: 40}
     assert [letter[ERROR_CLASS] for letter in sink.dlq.letters] == [b"NegativeBalance"]
