@@ -140,6 +140,15 @@ class Pipeline:
     def logs(self) -> str:
         return str(self.workdir)
 
+    def check_running(self) -> None:
+        """RuntimeError when one of the processes has exited: what it waits for will then
+        never come, and the error names the log to read."""
+        gone = [
+            f"{label} (exit {p.poll()})" for label, p in self.procs.items() if p.poll() is not None
+        ]
+        if gone:
+            raise RuntimeError(f"{', '.join(gone)} stopped; logs in {self.logs()}")
+
 
 def write_backlog(a: dict[str, Any], topic: str, transfers: int) -> dict[str, Any]:
     """The backlog, and the workload's produce rate (the first reference)."""
@@ -219,7 +228,7 @@ def kafka_target(
     cost = cost_meter(pids)
     try:
         events = int(backlog["events"])
-        if not watch.wait_for(events, timeout_s=1200, idle_s=180):
+        if not _wait_target(watch, events, pipeline, timeout_s=1200, idle_s=180):
             raise RuntimeError(
                 f"{watch.count} of {events} changes arrived; logs in {pipeline.logs()}"
             )
@@ -238,7 +247,7 @@ def kafka_target(
             pids, half_load_transfers(a, topic, rate, lag_seconds)
         )
         expected = events + summary.events
-        watch.wait_for(expected, timeout_s=300, idle_s=60)
+        _wait_target(watch, expected, pipeline, timeout_s=300, idle_s=60)
         lags = percentiles(watch.lags_ms)
         result["lag_ms"] = {k: None if v is None else round(v, 1) for k, v in lags.items()}
         result["lag_rate_events_per_s"] = round(rate * 2, 1)
@@ -373,8 +382,8 @@ def postgres_target(
     cost = cost_meter(pids, database=True)
     try:
         with psycopg.connect(postgres_uri, autocommit=True) as conn:
-            first_at = _wait_applied(conn, schema, 0, 1200)
-            _wait_applied(conn, schema, last_commit_ts - 1, 1200)
+            first_at = _wait_applied(conn, schema, 0, 1200, pipeline)
+            _wait_applied(conn, schema, last_commit_ts - 1, 1200, pipeline)
             done_at = time.monotonic()
             seconds = max(done_at - first_at, 1e-3)
             result: dict[str, Any] = {
@@ -402,7 +411,7 @@ def postgres_target(
             )
             sampling.set()
             sampler.join(5)
-            _wait_applied(conn, schema, summary.last_commit_ts - 1, 300)
+            _wait_applied(conn, schema, summary.last_commit_ts - 1, 300, pipeline)
         # Staleness of the database: now minus the newest applied commit_ts, sampled
         # every 100 ms while transfers arrive at half the measured rate — from the moment
         # the first of them is applied (before, it would measure the idle gap).
@@ -428,11 +437,30 @@ def postgres_target(
             c.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-def _wait_applied(conn: Any, schema: str, commit_ts: int, timeout_s: float) -> float:
+def _wait_target(
+    watch: TargetWatch, count: int, pipeline: Pipeline, timeout_s: float, idle_s: float
+) -> bool:
+    """:meth:`TargetWatch.wait_for`, with an error as soon as one of ``pipeline``'s
+    processes has stopped."""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        if watch.wait_for(count, timeout_s=min(left, 5.0), idle_s=idle_s):
+            return True
+        pipeline.check_running()
+        if watch.last_at and time.monotonic() - watch.last_at > idle_s:
+            return False
+    return watch.count >= count
+
+
+def _wait_applied(
+    conn: Any, schema: str, commit_ts: int, timeout_s: float, pipeline: Pipeline
+) -> float:
     """Until the sink's applied commit_ts is above ``commit_ts`` (give the newest written
-    minus one to wait for it); returns when (monotonic)."""
+    minus one to wait for it); returns when (monotonic). An error as soon as one of
+    ``pipeline``'s processes has stopped."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        pipeline.check_running()
         applied = _applied_ts(conn, schema)
         if applied is not None and applied > commit_ts:
             return time.monotonic()

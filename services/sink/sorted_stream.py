@@ -20,7 +20,7 @@ in offset order, to a :class:`Sequencer`, which says what to do with it:
   may commit what it holds.
 
 A transaction comes in one of two forms, and a stream may hold both (a sorter upgraded
-mid-stream, or the sorter's Spark release beside its driver release):
+mid-stream: the sorter writes the inline form, an older one wrote the framed form):
 
 * **framed** — a ``begin`` record, the data records, a ``commit`` record. The ``begin``
   starts the transaction and the ``commit`` ends it;
