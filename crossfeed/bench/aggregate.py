@@ -49,6 +49,10 @@ _TARGET_FIGURES = (
     "lag_ms.p50",
     "lag_ms.p99",
     "lag_ms.max",
+    "lag_steady.lag_offered_events_per_s",
+    "lag_steady.lag_cores.total",
+    "lag_steady.lag_ms.p50",
+    "lag_steady.lag_ms.p99",
 )
 ORDERED_FIGURES = tuple(
     f"{side}.{figure}"

@@ -39,6 +39,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -243,17 +244,22 @@ def kafka_target(
         rate = max(result["events_per_s"] / 2 / 2, 1.0)
         watch.lag_since_ms = time.time() * 1000
         watch.record_lag = True
-        summary, result["lag_cores"] = lag_phase(
-            pids, half_load_transfers(a, topic, rate, lag_seconds)
-        )
+        summary, result["lag_cores"] = lag_phase(pids, transfers_at(a, topic, rate, lag_seconds))
         expected = events + summary.events
         _wait_target(watch, expected, pipeline, timeout_s=300, idle_s=60)
         lags = percentiles(watch.lags_ms)
-        result["lag_ms"] = {k: None if v is None else round(v, 1) for k, v in lags.items()}
+        result["lag_ms"] = rounded(lags)
         result["lag_rate_events_per_s"] = round(rate * 2, 1)
         result["lag_offered_events_per_s"] = offered(summary)
         result["lag_phase_events"] = summary.events
         result["lag_phase_last_commit_ts"] = summary.last_commit_ts
+        # Then the steady rate, the same on every machine.
+        watch.lags_ms, watch.lag_since_ms = [], time.time() * 1000
+        steady, cores = lag_phase(
+            pids, transfers_at(a, topic, STEADY_EVENTS_PER_S / 2, lag_seconds)
+        )
+        _wait_target(watch, expected + steady.events, pipeline, timeout_s=300, idle_s=60)
+        result["lag_steady"] = steady_figures(steady, cores, rounded(percentiles(watch.lags_ms)))
         result["peak_rss_mb"] = rss.finish()
         # Then the source goes quiet: what the feed costs while nothing happens.
         time.sleep(SETTLE_S)
@@ -268,6 +274,26 @@ def kafka_target(
 
 IDLE_SECONDS = 30.0
 """How long the Kafka target's feed is measured quiet, after its lag phase."""
+
+STEADY_EVENTS_PER_S = 8_000.0
+"""The second lag phase's rate, changes/s: the same on every machine (the first, half the
+backlog rate, follows the machine)."""
+
+
+def rounded(lag: dict[str, float | None]) -> dict[str, float | None]:
+    return {k: None if v is None else round(v, 1) for k, v in lag.items()}
+
+
+def steady_figures(
+    summary: Summary, cores: dict[str, float], lag: dict[str, float | None]
+) -> dict[str, Any]:
+    """The steady-rate phase's rate written, the cores in use meanwhile, and its lag."""
+    return {
+        "lag_ms": lag,
+        "lag_cores": cores,
+        "lag_rate_events_per_s": STEADY_EVENTS_PER_S,
+        "lag_offered_events_per_s": offered(summary),
+    }
 
 
 def cost_meter(pids: dict[str, int], database: bool = False) -> ProcessCost:
@@ -308,10 +334,10 @@ def cpu_per_change(
 BENCH = "bench (writer, watch)"
 
 
-def half_load_transfers(
+def transfers_at(
     a: dict[str, Any], topic: str, rate: float, seconds: float
 ) -> Callable[[], Summary]:
-    """The lag phase's workload: bank transfers at ``rate`` a second for ``seconds``,
+    """A lag phase's workload: bank transfers at ``rate`` a second for ``seconds``,
     built before the clock starts."""
     return lambda: run_bank(
         a, topic, accounts=ACCOUNTS, partitions=PARTITIONS, rate=rate, seconds=seconds,
@@ -394,37 +420,14 @@ def postgres_target(
                 "cpu_us_per_change": cpu_per_change(cost, (first_at, done_at), events),
             }
             rate = max(result["rows_per_s"] / 2 / 2, 1.0)  # transfers: two rows each
-            samples: list[tuple[float, int]] = []  # (when, applied commit_ts), µs
-            sampling = threading.Event()
-
-            def sample() -> None:
-                with psycopg.connect(postgres_uri, autocommit=True) as own:
-                    while not sampling.wait(0.1):
-                        applied = _applied_ts(own, schema)
-                        if applied:
-                            samples.append((time.time() * 1_000_000, applied))
-
-            sampler = threading.Thread(target=sample, daemon=True)
-            sampler.start()
-            summary, result["lag_cores"] = lag_phase(
-                pids, half_load_transfers(a, topic, rate, lag_seconds), database=True
-            )
-            sampling.set()
-            sampler.join(5)
-            _wait_applied(conn, schema, summary.last_commit_ts - 1, 300, pipeline)
-        # Staleness of the database: now minus the newest applied commit_ts, sampled
-        # every 100 ms while transfers arrive at half the measured rate — from the moment
-        # the first of them is applied (before, it would measure the idle gap).
-        lag = percentiles(
-            [
-                (now - applied) / 1000
-                for now, applied in samples
-                if applied >= summary.first_commit_ts
-            ]
-        )
-        result["lag_ms"] = {k: None if v is None else round(v, 1) for k, v in lag.items()}
-        result["lag_rate_events_per_s"] = round(rate * 2, 1)
-        result["lag_offered_events_per_s"] = offered(summary)
+            phase = _PostgresLag(postgres_uri, schema, pids, pipeline)
+            half = transfers_at(a, topic, rate, lag_seconds)
+            summary, result["lag_cores"], result["lag_ms"] = phase.run(conn, half)
+            result["lag_rate_events_per_s"] = round(rate * 2, 1)
+            result["lag_offered_events_per_s"] = offered(summary)
+            # Then the steady rate, the same on every machine.
+            fixed = transfers_at(a, topic, STEADY_EVENTS_PER_S / 2, lag_seconds)
+            result["lag_steady"] = steady_figures(*phase.run(conn, fixed))
         result["peak_rss_mb"] = rss.finish()
         result["ceiling"] = upsert_ceiling(postgres_uri, events)
         result["of_ceiling"] = round(result["rows_per_s"] / result["ceiling"]["rows_per_s"], 3)
@@ -435,6 +438,46 @@ def postgres_target(
         pipeline.stop()
         with contextlib.suppress(Exception), psycopg.connect(postgres_uri, autocommit=True) as c:
             c.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@dataclass
+class _PostgresLag:
+    """A lag phase into PostgreSQL: the database's staleness — now minus the newest
+    applied commit_ts, sampled every 100 ms while the phase's transfers arrive, from the
+    moment the first of them is applied (before, it would measure the idle gap)."""
+
+    uri: str
+    schema: str
+    pids: dict[str, int]
+    pipeline: Pipeline
+
+    def run(
+        self, conn: Any, write: Callable[[], Summary]
+    ) -> tuple[Summary, dict[str, float], dict[str, float | None]]:
+        import psycopg
+
+        samples: list[tuple[float, int]] = []  # (when, applied commit_ts), µs
+        sampling = threading.Event()
+
+        def sample() -> None:
+            with psycopg.connect(self.uri, autocommit=True) as own:
+                while not sampling.wait(0.1):
+                    applied = _applied_ts(own, self.schema)
+                    if applied:
+                        samples.append((time.time() * 1_000_000, applied))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            summary, cores = lag_phase(self.pids, write, database=True)
+        finally:
+            sampling.set()
+            sampler.join(5)
+        _wait_applied(conn, self.schema, summary.last_commit_ts - 1, 300, self.pipeline)
+        staleness = [
+            (now - applied) / 1000 for now, applied in samples if applied >= summary.first_commit_ts
+        ]
+        return summary, cores, rounded(percentiles(staleness))
 
 
 def _wait_target(

@@ -208,6 +208,15 @@ def _ordered_lines(o: dict[str, Any], cpus: int) -> list[str]:
             f"p50 {_num(lag.get('p50'))} ms, p99 {_num(lag.get('p99'))} ms; start-up "
             f"{_num(side.get('startup_s'), 1)} s; peak RSS MB {side.get('peak_rss_mb')}"
         )
+        steady = side.get("lag_steady")
+        if isinstance(steady, dict):
+            lines.append(
+                f"    lag at a steady {_num(steady.get('lag_rate_events_per_s'))}/s "
+                f"({_num(steady.get('lag_offered_events_per_s'))}/s written): p50 "
+                f"{_num(steady.get('lag_ms', {}).get('p50'))} ms, p99 "
+                f"{_num(steady.get('lag_ms', {}).get('p99'))} ms; cores in use "
+                f"{_num(steady.get('lag_cores', {}).get('total'), 2)} of {cpus}"
+            )
         for figure, total, digits, text in (
             ("cpu_us_per_change", "total", 1, "CPU per change: {} µs"),
             ("lag_cores", "total", 2, f"cores in use at half load: {{}} of {cpus}"),

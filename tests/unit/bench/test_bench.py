@@ -354,6 +354,12 @@ def _ordered_run(rate: float, p99: float, rss: float) -> dict[str, Any]:
             "peak_rss_mb": {"sorter": rss, "sink": 100.0},
             "cpu_us_per_change": {"sorter": rate / 2_000, "sink": 5.0, "total": rate / 2_000 + 5},
             "lag_cores": {"sorter": rate / 100_000, "total": rate / 50_000},
+            "lag_steady": {
+                "lag_ms": {"p50": p99 / 4, "p99": p99 / 2, "max": p99},
+                "lag_cores": {"sorter": 0.2, "total": rate / 100_000},
+                "lag_rate_events_per_s": 8_000.0,
+                "lag_offered_events_per_s": 7_990.0,
+            },
         },
     }
 
@@ -393,6 +399,11 @@ def test_ordered_repetitions_give_medians_the_highest_rss_and_keep_every_run():
     assert section["kafka"]["lag_cores"] == {"sorter": 0.45, "total": 0.9}
     assert "cores in use at half load: 0.90 of 2 (sorter 0.45)" in text
     assert "cores at half load [0.80–1.20]" in text
+    # The steady rate's lag, the same rate whatever the machine: medians as well.
+    assert section["kafka"]["lag_steady"]["lag_ms"]["p99"] == 950.0
+    assert section["spread"]["kafka.lag_steady.lag_ms.p99"]["max"] == 2_300.0
+    assert "lag at a steady 8,000/s (7,990/s written): p50 475 ms, p99 950 ms; cores in " in text
+    assert "use 0.45 of 2" in text
 
 
 def test_ordered_section_without_a_good_repetition_says_why():
