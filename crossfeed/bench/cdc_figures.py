@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from crossfeed.bench.measure import percentiles
+from crossfeed.bench.measure import percentiles, rounded
 
 ROWS_PER_TRANSFER = 3  # two account updates and one ledger insert, one transaction
 GOAL_OF_NATIVE = 0.5  # crossfeed's apply rate at least half of native logical replication's
@@ -87,7 +87,7 @@ class LagBook:
         first, last = self.lags_ms[:quarter], self.lags_ms[-quarter:]
         return {
             "rows": len(self.lags_ms),
-            "lag_ms": {k: None if v is None else round(v, 1) for k, v in lags.items()},
+            "lag_ms": rounded(lags),
             "p50_first_quarter_ms": _median(first),
             "p50_last_quarter_ms": _median(last),
         }

@@ -119,6 +119,11 @@ class TargetWatch:
             self._thread.join(timeout=15)
 
 
+def rounded(figures: dict[str, float | None]) -> dict[str, float | None]:
+    """:func:`percentiles`' figures to 0.1 (ms), None kept."""
+    return {k: None if v is None else round(v, 1) for k, v in figures.items()}
+
+
 def percentiles(values: list[float]) -> dict[str, float | None]:
     if not values:
         return {"p50": None, "p99": None, "max": None}

@@ -55,6 +55,7 @@ from crossfeed.bench.measure import (
     broker_pids,
     idle_cores,
     percentiles,
+    rounded,
 )
 from crossfeed.bench.systems import bench_config, service_command
 from crossfeed.kafka import clients
@@ -278,10 +279,6 @@ IDLE_SECONDS = 30.0
 STEADY_EVENTS_PER_S = 8_000.0
 """The second lag phase's rate, changes/s: the same on every machine (the first, half the
 backlog rate, follows the machine)."""
-
-
-def rounded(lag: dict[str, float | None]) -> dict[str, float | None]:
-    return {k: None if v is None else round(v, 1) for k, v in lag.items()}
 
 
 def steady_figures(

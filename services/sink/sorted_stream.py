@@ -309,13 +309,11 @@ class Sequencer:
                 or current.position.txn != marker.txn
                 or current.seen != marker.count
             ):
-                self.problem = (
+                return self._throw_away(
                     f"commit {marker.position.describe()} ({marker.count} records) at offset "
                     f"{offset} does not close the open transaction "
                     f"{current.position.describe()} ({current.seen} records read)"
                 )
-                self.cut, self.open = current, None
-                return (Step.CUT_SHORT, Step.DROP)
             self.open = None
             self.applied = current.position
             return (Step.COMPLETE,)
@@ -373,13 +371,11 @@ class Sequencer:
                 # the rest of a replay or of a known cut-short transaction; else a record
                 # whose start was never read (the contract has none): nothing to apply
                 return _DROP
-            self.problem = (
+            return self._throw_away(
                 f"inline change {marker.seq}/{marker.count} of {marker.position.describe()} "
                 f"at offset {offset} does not follow the open transaction "
                 f"{current.position.describe()} ({current.seen} of {current.count} records read)"
             )
-            self.cut, self.open = current, None
-            return (Step.CUT_SHORT, Step.DROP)
         else:
             steps = ()
         current.seen += 1
@@ -388,6 +384,13 @@ class Sequencer:
         self.open = None
         self.applied = current.position
         return (*steps, *_APPLY_COMPLETE) if steps else _APPLY_COMPLETE
+
+    def _throw_away(self, problem: str) -> tuple[Step, ...]:
+        """The open transaction ends here in a way that does not match it: cut short, and
+        the record that showed it dropped."""
+        self.problem = problem
+        self.cut, self.open = self.open, None
+        return (Step.CUT_SHORT, Step.DROP)
 
     def _cut_short(self, why: str) -> tuple[Step, ...]:
         if self.open is None:
